@@ -1,0 +1,3 @@
+from dsbench.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,53 @@
+"""The `dsbench` command: one subcommand per module in dsbench.commands.
+
+Bad input and bad options raise DsbenchError anywhere below; it is caught here, once, and
+printed as a single line with exit code 2. Anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from dsbench import __version__
+from dsbench.errors import DsbenchError
+
+# Module names under dsbench.commands; each has HELP, add_arguments(parser) and run(args) -> int.
+COMMANDS = ["generate", "inspect"]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        # argparse already exits 2 on usage errors; keep it to one line plus the usage hint.
+        sys.stderr.write(f"dsbench: error: {message} (see '{self.prog} --help')\n")
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="dsbench", description="Measure what a dataset's on-disk format costs "
+                     "a training job's input pipeline.")
+    parser.add_argument("--version", action="version", version=f"dsbench {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for name in COMMANDS:
+        module = importlib.import_module(f"dsbench.commands.{name}")
+        p = sub.add_parser(name, help=module.HELP, description=module.HELP)
+        module.add_arguments(p)
+        p.set_defaults(run=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.run(args))
+    except DsbenchError as exc:
+        print(f"dsbench {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"dsbench {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # `dsbench ... | head` closed our stdout; that is not an error of ours.
+        return 0

@@ -1,0 +1,1 @@
+"""One module per `dsbench` subcommand: argument parsing and printing, no measuring logic."""

@@ -1,0 +1,26 @@
+"""The one exception type that the command line turns into a one-line message and exit code 2."""
+
+from __future__ import annotations
+
+
+class DsbenchError(Exception):
+    """Bad input or bad options: a message for a person, naming the file (and sample) at fault.
+
+    `main()` prints it as a single line and exits 2; nothing else in dsbench is caught there, so a
+    traceback always means a bug in dsbench rather than in the user's data.
+    """
+
+    def __init__(self, message: str, *, path: object = None, key: str | None = None) -> None:
+        where = ""
+        if path is not None:
+            where = f"{path}"
+            if key is not None:
+                where += f" [sample {key}]"
+            where += ": "
+        super().__init__(where + message)
+        self.path = path
+        self.key = key
+
+
+class SampleError(DsbenchError):
+    """One sample could not be read or decoded; `--on-error skip` counts these instead of failing."""

@@ -1,0 +1,96 @@
+"""Human-facing numbers: three significant digits and a unit, always; plain and markdown tables."""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Sequence
+
+_TIME_STEPS = ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns"))
+_BYTE_STEPS = ((1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "kB"), (1.0, "B"))
+
+
+def sig(x: float, digits: int = 3) -> str:
+    """`x` to `digits` significant digits, without scientific notation for everyday magnitudes."""
+    if x == 0 or not math.isfinite(x):
+        return f"{x:g}" if x != 0 else "0"
+    magnitude = math.floor(math.log10(abs(x)))
+    decimals = max(0, digits - 1 - magnitude)
+    if magnitude >= 6 or magnitude < -6:
+        return f"{x:.{digits - 1}e}"
+    return f"{x:.{decimals}f}"
+
+
+def seconds(x: float, per: str = "") -> str:
+    """3.41e-3 -> '3.41 ms' (with per='sample': '3.41 ms/sample')."""
+    suffix = f"/{per}" if per else ""
+    if x == 0:
+        return f"0 s{suffix}"
+    for scale, unit in _TIME_STEPS:
+        if abs(x) >= scale * 0.9995:
+            return f"{sig(x / scale)} {unit}{suffix}"
+    return f"{sig(x / 1e-9)} ns{suffix}"
+
+
+def nbytes(x: float, per: str = "") -> str:
+    """95212 -> '95.2 kB' (decimal units, as storage and networks are quoted)."""
+    suffix = f"/{per}" if per else ""
+    for scale, unit in _BYTE_STEPS:
+        if abs(x) >= scale * 0.9995:
+            return f"{sig(x / scale)} {unit}{suffix}"
+    return f"{sig(x)} B{suffix}"
+
+
+def rate(x: float, unit: str = "samples/s") -> str:
+    return f"{sig(x)} {unit}"
+
+
+def percent(fraction: float) -> str:
+    return f"{sig(100.0 * fraction)}%"
+
+
+def ratio(x: float) -> str:
+    """A ratio of new to old; '1.87x'."""
+    return f"{sig(x)}x"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]], markdown: bool = False) -> str:
+    """A table of strings: aligned columns for terminals, or a GitHub-markdown table."""
+    if markdown:
+        lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+        lines += ["| " + " | ".join(r) + " |" for r in rows]
+        return "\n".join(lines)
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+              for i, h in enumerate(headers)]
+    def line(cells: Sequence[str]) -> str:
+        # First column left-aligned (names), the rest right-aligned (numbers).
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths, strict=True))).rstrip()
+    return "\n".join([line(headers), line(["-" * w for w in widths]), *map(line, rows)])
+
+
+def progress(message: str) -> None:
+    """Progress and warnings go to stderr, so stdout stays clean for results."""
+    print(message, file=sys.stderr, flush=True)
+
+
+class Progress:
+    """A one-line progress bar on stderr when it is a terminal; silent otherwise."""
+
+    def __init__(self, label: str, total: int, unit: str = "") -> None:
+        self.label, self.total, self.unit, self.done = label, total, unit, 0
+        self.enabled = sys.stderr.isatty() and total > 0
+
+    def advance(self, n: int = 1) -> None:
+        self.done += n
+        if self.enabled:
+            width = 30
+            filled = int(width * self.done / self.total)
+            sys.stderr.write(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] "
+                             f"{self.done}/{self.total} {self.unit}")
+            sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            sys.stderr.write("\n")
+            sys.stderr.flush()

@@ -1,0 +1,143 @@
+"""Write an export from a definition: in parallel, resumable, never half-written.
+
+The export is cut into write units (a shard, or a directory of per-sample files). Each unit is
+written by one process under temporary names and renamed when complete, so a unit is either
+absent or whole. A re-run skips the whole units and writes the rest; a manifest `_dsbench.json`
+records the definition, seed and sample count, and marks the export complete at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import multiprocessing
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dsbench import adapters
+from dsbench.errors import DsbenchError
+from dsbench.fmt import Progress
+from dsbench.spec import ExportSpec
+from dsbench.synth import make_samples
+
+MANIFEST = "_dsbench.json"
+
+
+@dataclass(frozen=True)
+class GenerateReport:
+    out_dir: Path
+    samples: int
+    samples_written: int
+    units_written: int
+    units_skipped: int
+    wall_s: float
+    cpu_s: float
+
+
+def unit_size(spec: ExportSpec) -> int:
+    return spec.files_per_dir if spec.layout == "files" else spec.shard_samples
+
+
+def unit_ranges(spec: ExportSpec, samples: int) -> list[tuple[int, int, int]]:
+    """(unit, first sample, one past the last sample) for every write unit."""
+    per = unit_size(spec)
+    return [(u, u * per, min(samples, (u + 1) * per)) for u in range(math.ceil(samples / per))]
+
+
+def _manifest(spec: ExportSpec, samples: int, seed: int, complete: bool) -> dict[str, Any]:
+    spec_dict = spec.to_dict()
+    spec_dict.pop("source")
+    return {"dsbench_export": 1, "definition": spec_dict, "samples": samples, "seed": seed,
+            "complete": complete}
+
+
+def _check_target(out_dir: Path, want: dict[str, Any]) -> None:
+    path = out_dir / MANIFEST
+    if path.exists():
+        try:
+            have = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise DsbenchError(f"unreadable manifest ({exc}); delete the directory", path=path
+                               ) from None
+        same = {k: have.get(k) for k in ("definition", "samples", "seed")}
+        if same != {k: want[k] for k in ("definition", "samples", "seed")}:
+            raise DsbenchError("holds a different export (definition, seed or sample count); "
+                               "choose another directory or delete this one", path=out_dir)
+    elif out_dir.exists() and any(not p.name.startswith(".") for p in out_dir.iterdir()):
+        raise DsbenchError("directory is not empty and holds no dsbench export; refusing to "
+                           "write into it", path=out_dir)
+
+
+def _write_json_atomically(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def _remove_temporaries(out_dir: Path) -> None:
+    for tmp in out_dir.rglob(".*.tmp*"):
+        if tmp.is_file():
+            tmp.unlink(missing_ok=True)
+
+
+def _ignore_sigint() -> None:
+    # Ctrl-C is handled once, in the parent, which terminates the pool and cleans up.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _write_unit(job: tuple[ExportSpec, Path, int, int, int, int]) -> int:
+    spec, out_dir, seed, unit, start, stop = job
+    adapters.get(spec.layout).write_unit(spec, out_dir, unit, make_samples(spec, seed, start, stop))
+    return stop - start
+
+
+def generate(spec: ExportSpec, out_dir: str | Path, samples: int | None = None, seed: int = 0,
+             jobs: int | None = None) -> GenerateReport:
+    """Generate (or complete) the export of `spec` in `out_dir`."""
+    out = Path(out_dir)
+    n = spec.samples if samples is None else samples
+    if n < 1:
+        raise DsbenchError(f"--samples must be at least 1, got {n}")
+    if seed < 0:
+        raise DsbenchError(f"--seed must be non-negative, got {seed}")
+    adapter = adapters.get(spec.layout)
+    manifest = _manifest(spec, n, seed, complete=False)
+    _check_target(out, manifest)
+    out.mkdir(parents=True, exist_ok=True)
+    _remove_temporaries(out)
+    if not (out / MANIFEST).exists():
+        _write_json_atomically(out / MANIFEST, manifest)
+
+    ranges = unit_ranges(spec, n)
+    todo = [(spec, out, seed, u, a, b) for u, a, b in ranges
+            if not all(p.exists() for p in adapter.unit_paths(spec, out, u))]
+    workers = max(1, min(jobs or len(os.sched_getaffinity(0)), len(todo)))
+    bar = Progress(f"generate {spec.name}", sum(j[5] - j[4] for j in todo), "samples")
+    t0, cpu0 = time.perf_counter(), _cpu_with_children()
+    # fork: workers inherit the imported modules, which makes start-up cheap on Linux.
+    ctx = multiprocessing.get_context("fork")
+    pool = ctx.Pool(workers, initializer=_ignore_sigint)
+    try:
+        for done in pool.imap_unordered(_write_unit, todo):
+            bar.advance(done)
+        pool.close()
+    except BaseException:
+        pool.terminate()
+        pool.join()
+        _remove_temporaries(out)
+        bar.close()
+        raise
+    pool.join()
+    bar.close()
+    _write_json_atomically(out / MANIFEST, _manifest(spec, n, seed, complete=True))
+    return GenerateReport(out, n, bar.total, len(todo), len(ranges) - len(todo),
+                          time.perf_counter() - t0, _cpu_with_children() - cpu0)
+
+
+def _cpu_with_children() -> float:
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system

@@ -1,0 +1,242 @@
+"""Export definitions: one TOML file per export (see formats/), loaded and validated here.
+
+A definition says how a dataset is laid out on disk and what each sample holds. Every error names
+the file and the offending key, because a definition is usually edited by hand.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dsbench.errors import DsbenchError
+
+LAYOUTS = ("files", "wds", "arrow", "parquet")
+CODECS = ("jpeg", "png", "raw")
+SIZE_DISTRIBUTIONS = ("imagenet", "fixed")
+FIELD_TYPES = ("int", "string", "embedding", "boxes")
+EMBEDDING_ENCODINGS = ("binary", "json", "list")
+FIELDS_AS = ("json", "members")
+
+# Member extension of the image per codec, as WebDataset and per-sample layouts name them.
+IMAGE_EXT = {"jpeg": "jpg", "png": "png", "raw": "npy"}
+
+
+@dataclass(frozen=True)
+class ImageSpec:
+    codec: str = "jpeg"
+    quality: int = 90
+    sizes: str = "imagenet"
+    width: int = 500
+    height: int = 375
+
+    @property
+    def ext(self) -> str:
+        return IMAGE_EXT[self.codec]
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """One non-image field of a sample.
+
+    `encoding` matters for embeddings: raw little-endian float32 bytes (`binary`), a JSON list of
+    numbers (`json`), or a native Arrow list column (`list`, columnar layouts only).
+    `ext` is the member extension when fields are stored as separate members or files.
+    """
+
+    name: str
+    type: str
+    classes: int = 1000
+    words: tuple[int, int] = (5, 20)
+    dim: int = 0
+    encoding: str = "json"
+    max_boxes: int = 8
+    ext: str = ""
+
+
+@dataclass(frozen=True)
+class ExportSpec:
+    name: str
+    layout: str
+    description: str = ""
+    samples: int = 2000
+    shard_samples: int = 1000
+    fields_as: str = "members"
+    files_per_dir: int = 1000
+    image: ImageSpec = field(default_factory=ImageSpec)
+    fields: tuple[FieldSpec, ...] = ()
+    source: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for manifests and result documents."""
+        return dataclasses.asdict(self)
+
+    def field(self, name: str) -> FieldSpec:
+        for f in self.fields:
+            if f.name == name:
+                return f
+        raise KeyError(name)
+
+
+_TOP_KEYS = {
+    "name", "description", "layout", "samples", "shard_samples", "fields_as", "files_per_dir",
+    "image", "fields",
+}
+_IMAGE_KEYS = {"codec", "quality", "sizes", "width", "height"}
+_FIELD_KEYS = {
+    "int": {"type", "classes", "ext"},
+    "string": {"type", "words", "ext"},
+    "embedding": {"type", "dim", "encoding", "ext"},
+    "boxes": {"type", "max_boxes", "ext"},
+}
+
+
+def _fail(src: str, key: str, message: str) -> DsbenchError:
+    return DsbenchError(f"{key}: {message}", path=src)
+
+
+def _take_int(src: str, key: str, value: Any, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _fail(src, key, f"expected an integer, got {value!r}")
+    if not lo <= value <= hi:
+        raise _fail(src, key, f"{value} is out of range [{lo}, {hi}]")
+    return value
+
+
+def _take_choice(src: str, key: str, value: Any, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise _fail(src, key, f"{value!r} is not one of {', '.join(choices)}")
+    return str(value)
+
+
+def _unknown(src: str, prefix: str, table: dict[str, Any], allowed: set[str]) -> None:
+    extra = sorted(set(table) - allowed)
+    if extra:
+        raise _fail(src, prefix + extra[0], f"unknown key (allowed: {', '.join(sorted(allowed))})")
+
+
+def _image(src: str, raw: Any) -> ImageSpec:
+    if not isinstance(raw, dict):
+        raise _fail(src, "image", "expected a table")
+    _unknown(src, "image.", raw, _IMAGE_KEYS)
+    codec = _take_choice(src, "image.codec", raw.get("codec", "jpeg"), CODECS)
+    return ImageSpec(
+        codec=codec,
+        quality=_take_int(src, "image.quality", raw.get("quality", 90), 1, 100),
+        sizes=_take_choice(src, "image.sizes", raw.get("sizes", "imagenet"), SIZE_DISTRIBUTIONS),
+        width=_take_int(src, "image.width", raw.get("width", 500), 8, 8192),
+        height=_take_int(src, "image.height", raw.get("height", 375), 8, 8192),
+    )
+
+
+def _field(src: str, name: str, raw: Any, layout: str) -> FieldSpec:
+    key = f"fields.{name}"
+    if not isinstance(raw, dict):
+        raise _fail(src, key, "expected a table")
+    if not name.isidentifier() or name in ("image", "key") or name.startswith("__"):
+        raise _fail(src, key, "a field name must be an identifier other than 'image' or 'key'")
+    ftype = _take_choice(src, key + ".type", raw.get("type"), FIELD_TYPES)
+    _unknown(src, key + ".", raw, _FIELD_KEYS[ftype])
+    ext = raw.get("ext", "")
+    if not isinstance(ext, str) or (ext and not all(p.isalnum() for p in ext.split("."))):
+        raise _fail(src, key + ".ext", f"{ext!r} is not a member extension like 'cls' or 'emb.f32'")
+    if ftype == "int":
+        return FieldSpec(name, ftype, classes=_take_int(src, key + ".classes",
+                                                        raw.get("classes", 1000), 1, 2**31 - 1),
+                         ext=ext)
+    if ftype == "string":
+        words = raw.get("words", [5, 20])
+        if (not isinstance(words, list) or len(words) != 2
+                or not all(isinstance(w, int) and not isinstance(w, bool) for w in words)
+                or not 0 <= words[0] <= words[1] <= 10_000):
+            raise _fail(src, key + ".words", f"expected [min, max] word counts, got {words!r}")
+        return FieldSpec(name, ftype, words=(words[0], words[1]), ext=ext)
+    if ftype == "embedding":
+        if "dim" not in raw:
+            raise _fail(src, key + ".dim", "an embedding needs its dimension")
+        encoding = _take_choice(src, key + ".encoding", raw.get("encoding", "binary"),
+                                EMBEDDING_ENCODINGS)
+        if encoding == "list" and layout not in ("arrow", "parquet"):
+            raise _fail(src, key + ".encoding",
+                        "'list' is a columnar encoding; use 'binary' or 'json' for " + layout)
+        return FieldSpec(name, ftype, dim=_take_int(src, key + ".dim", raw["dim"], 1, 65536),
+                         encoding=encoding, ext=ext)
+    max_boxes = _take_int(src, key + ".max_boxes", raw.get("max_boxes", 8), 0, 10_000)
+    return FieldSpec(name, ftype, max_boxes=max_boxes, ext=ext)
+
+
+def member_ext(spec: ExportSpec, f: FieldSpec) -> str:
+    """Extension of a field stored as its own member (`fields_as = "members"`, or binary data)."""
+    if f.ext:
+        return f.ext
+    if f.type == "int":
+        return "cls"
+    if f.type == "string":
+        return "txt"
+    if f.type == "embedding" and f.encoding == "binary":
+        return f"{f.name}.f32"
+    return f"{f.name}.json"
+
+
+def parse_spec(data: dict[str, Any], source: str) -> ExportSpec:
+    _unknown(source, "", data, _TOP_KEYS)
+    for required in ("name", "layout"):
+        if required not in data:
+            raise _fail(source, required, "missing (every definition names itself and its layout)")
+    name = data["name"]
+    if not isinstance(name, str) or not name:
+        raise _fail(source, "name", f"expected a non-empty string, got {name!r}")
+    layout = _take_choice(source, "layout", data["layout"], LAYOUTS)
+    description = data.get("description", "")
+    if not isinstance(description, str):
+        raise _fail(source, "description", "expected a string")
+    raw_fields = data.get("fields", {})
+    if not isinstance(raw_fields, dict):
+        raise _fail(source, "fields", "expected a table of fields")
+    fields = tuple(_field(source, n, v, layout) for n, v in raw_fields.items())
+    spec = ExportSpec(
+        name=name,
+        layout=layout,
+        description=description,
+        samples=_take_int(source, "samples", data.get("samples", 2000), 1, 10**9),
+        shard_samples=_take_int(source, "shard_samples", data.get("shard_samples", 1000),
+                                1, 10**7),
+        fields_as=_take_choice(source, "fields_as", data.get("fields_as", "members"), FIELDS_AS),
+        files_per_dir=_take_int(source, "files_per_dir", data.get("files_per_dir", 1000),
+                                1, 10**7),
+        image=_image(source, data.get("image", {})),
+        fields=fields,
+        source=source,
+    )
+    if spec.layout in ("files", "wds"):
+        exts: dict[str, str] = {spec.image.ext: "image"}
+        if spec.fields_as == "json":
+            exts["json"] = "the JSON document"
+        for f in spec.fields:
+            if spec.fields_as == "json" and not (f.type == "embedding" and f.encoding == "binary"):
+                continue
+            ext = member_ext(spec, f)
+            if ext in exts:
+                raise _fail(source, f"fields.{f.name}.ext",
+                            f"member extension {ext!r} is already used by {exts[ext]}; set ext")
+            exts[ext] = f"field {f.name!r}"
+    return spec
+
+
+def load_spec(path: str | Path) -> ExportSpec:
+    """Read and validate a definition file; every problem is a DsbenchError naming file and key."""
+    p = Path(path)
+    try:
+        text = p.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise DsbenchError("no such definition file", path=p) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DsbenchError(f"cannot read definition: {exc}", path=p) from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise DsbenchError(f"not valid TOML: {exc}", path=p) from None
+    return parse_spec(data, str(p))

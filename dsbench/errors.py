@@ -23,4 +23,4 @@ class DsbenchError(Exception):
 
 
 class SampleError(DsbenchError):
-    """One sample could not be read or decoded; `--on-error skip` counts these instead of failing."""
+    """One sample could not be read or decoded; `--on-error skip` counts these, not fails."""

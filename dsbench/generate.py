@@ -51,6 +51,8 @@ def unit_ranges(spec: ExportSpec, samples: int) -> list[tuple[int, int, int]]:
 def _manifest(spec: ExportSpec, samples: int, seed: int, complete: bool) -> dict[str, Any]:
     spec_dict = spec.to_dict()
     spec_dict.pop("source")
+    # As JSON holds it (tuples become lists), so that a re-run compares equal to the manifest.
+    spec_dict = json.loads(json.dumps(spec_dict))
     return {"dsbench_export": 1, "definition": spec_dict, "samples": samples, "seed": seed,
             "complete": complete}
 

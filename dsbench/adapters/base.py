@@ -24,6 +24,7 @@ ENC_JSON = "json"  # JSON text (bytes or str)
 ENC_F32 = "f32"  # raw little-endian float32 bytes
 ENC_NPY = "npy"  # a NumPy .npy file's bytes
 ENC_VALUE = "value"  # already a Python or NumPy value (columnar readers)
+ENC_BYTES = "bytes"  # opaque bytes of an unknown member extension, passed on as they are
 
 # Member extensions (the part of a basename after the key) and how they are encoded, for exports
 # that dsbench did not write. Longest match wins; unknown extensions are read as opaque bytes.
@@ -50,6 +51,12 @@ def open_file(path: str | os.PathLike[str]) -> IO[bytes]:
     f = open(path, "rb")  # noqa: SIM115 - the caller owns the file object
     _opens += 1
     return f
+
+
+def count_open() -> None:
+    """Record a file opened by a library rather than by `open_file` (e.g. `pa.memory_map`)."""
+    global _opens
+    _opens += 1
 
 
 def count_mapped(nbytes: int) -> None:

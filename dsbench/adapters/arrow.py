@@ -1,0 +1,223 @@
+"""Arrow IPC shards: `shard-%06d.arrow`, memory-mapped and read zero-copy.
+
+Layout written: one Arrow IPC *file* (the random-access format, magic b"ARROW1") per shard of
+`shard_samples` rows, in record batches of BATCH_ROWS rows, with the columns described in
+columnar.py. The files are not compressed: IPC compression would make every read decompress
+into fresh memory, and zero-copy memory mapping is the reason to choose this layout.
+
+Reading: each shard is opened with `pa.memory_map` (counted with base.count_open, since pyarrow
+opens the file itself) and read batch by batch with the file format's random access
+(`get_batch(k)`); the bytes of each batch's buffers are counted with base.count_mapped. Also
+read: the IPC *stream* format (as RecordBatchStreamWriter writes it: no footer, read front to
+back), compressed IPC files (e.g. Feather v2 with lz4, whose decompressed buffers are not in
+the map: the batch's share of the file is counted instead), and the extensions .feather, .ipc
+and .arrows. A file is told apart by its first bytes: b"ARROW1" for the file format, the
+continuation marker 0xFFFFFFFF for a stream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from dsbench.adapters import base, columnar, columnar_export
+from dsbench.adapters.columnar import BadChunk, Unreadable
+from dsbench.adapters.columnar_export import ColumnarExport
+from dsbench.spec import ExportSpec
+
+EXTS = (".arrow", ".feather", ".ipc", ".arrows")
+BATCH_ROWS = 256
+FILE_MAGIC = b"ARROW1"
+STREAM_MAGIC = b"\xff\xff\xff\xff"
+
+
+def _has_magic(head: bytes) -> bool:
+    return head.startswith((FILE_MAGIC, STREAM_MAGIC))
+
+
+class _Mapped:
+    """One shard, memory-mapped, with its IPC file or stream reader."""
+
+    def __init__(self, path: Path) -> None:
+        try:
+            self.size = path.stat().st_size
+        except OSError as exc:
+            raise Unreadable(f"cannot read: {exc.strerror or exc}") from None
+        if self.size == 0:
+            raise Unreadable("empty file (0 bytes)")
+        try:
+            self.mm = pa.memory_map(str(path))
+        except OSError as exc:
+            raise Unreadable(f"cannot memory-map: {exc}") from None
+        base.count_open()
+        # The magic, and the address range of the map (to tell mapped buffers from copies).
+        first = self.mm.read_buffer(min(8, self.size))
+        head, self.lo = first.to_pybytes(), first.address
+        self.mm.seek(0)
+        if head.startswith(FILE_MAGIC):
+            self.stream = False
+        elif head.startswith(STREAM_MAGIC):
+            self.stream = True
+        else:
+            self.mm.close()
+            if head.startswith(b"FEA1"):
+                raise Unreadable("a Feather version 1 file; only Arrow IPC (Feather v2) is read")
+            raise Unreadable(f"not an Arrow IPC file or stream (it starts {head!r})")
+        kind = "stream" if self.stream else "file"
+        try:
+            self.reader: Any = (pa.ipc.open_stream(self.mm) if self.stream
+                                else pa.ipc.open_file(self.mm))
+        except (pa.ArrowException, OSError) as exc:
+            self.mm.close()
+            raise Unreadable(f"not a readable Arrow IPC {kind} (truncated or corrupt?): {exc}"
+                             ) from None
+
+    def __enter__(self) -> _Mapped:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        # Buffers handed out keep the mapped region alive; closing only drops the file handle.
+        self.mm.close()
+
+    def batches(self) -> Iterator[pa.RecordBatch | BadChunk]:
+        if self.stream:
+            k = 0
+            while True:
+                try:
+                    batch = self.reader.read_next_batch()
+                except StopIteration:
+                    return
+                except (pa.ArrowException, OSError) as exc:
+                    # A stream has no index: nothing after a damaged message can be found.
+                    yield BadChunk(0, f"record batch {k} and after unreadable: {exc}")
+                    return
+                yield batch
+                k += 1
+        for k in range(self.reader.num_record_batches):
+            try:
+                batch = self.reader.get_batch(k)
+            except (pa.ArrowException, OSError) as exc:
+                yield BadChunk(0, f"record batch {k} unreadable: {exc}")
+                continue
+            yield batch
+
+    def count_rows(self) -> int:
+        if not self.stream:
+            return int(self.reader.count_rows())  # message headers only
+        return sum(b.num_rows for b in self.batches() if isinstance(b, pa.RecordBatch))
+
+    def mapped_bytes(self, batch: pa.RecordBatch, total_rows: int) -> int:
+        inside = outside = 0
+        for column in batch.columns:
+            for buf in column.buffers():
+                if buf is None:
+                    continue
+                if self.lo <= buf.address < self.lo + self.size:
+                    inside += buf.size
+                else:
+                    outside += buf.size
+        if outside and total_rows:
+            # Compressed IPC: what was read through the map is this batch's share of the file.
+            return round(self.size * batch.num_rows / total_rows)
+        return inside
+
+
+class ArrowExport(ColumnarExport):
+    layout = "arrow"
+
+    def _header(self, path: Path) -> tuple[pa.Schema, int | None]:
+        with _Mapped(path) as m:
+            return m.reader.schema, (None if m.stream else m.count_rows())
+
+    def _count_rows(self, path: Path) -> int:
+        with _Mapped(path) as m:
+            return m.count_rows()
+
+    def _chunks(self, path: Path) -> Iterator[pa.RecordBatch | BadChunk]:
+        rows = self._rows.get(str(path)) or 0
+        with _Mapped(path) as m:
+            for k, batch in enumerate(m.batches()):
+                if isinstance(batch, BadChunk):
+                    yield batch
+                    continue
+                base.count_mapped(m.mapped_bytes(batch, rows))
+                try:
+                    # Offsets of a corrupt file must not send anyone reading outside its buffers.
+                    batch.validate(full=True)
+                except pa.ArrowException as exc:
+                    yield BadChunk(batch.num_rows, f"record batch {k} is corrupt: {exc}")
+                    continue
+                yield batch
+
+    def _head(self, path: Path, columns: list[str], rows: int) -> pa.Table:
+        got: list[pa.RecordBatch] = []
+        with _Mapped(path) as m:
+            schema = pa.schema([m.reader.schema.field(c) for c in columns])
+            for batch in m.batches():
+                if isinstance(batch, BadChunk):
+                    raise Unreadable(batch.message)
+                batch = batch.select(columns)
+                try:
+                    batch.validate(full=True)
+                except pa.ArrowException as exc:
+                    raise Unreadable(f"record batch {len(got)} is corrupt: {exc}") from None
+                got.append(batch)
+                if sum(b.num_rows for b in got) >= rows:
+                    break
+        return pa.Table.from_batches(got, schema=schema).slice(0, rows)
+
+    def _sizes(self, path: Path) -> tuple[np.ndarray, int]:
+        weights: list[np.ndarray] = []
+        with _Mapped(path) as m:
+            for batch in m.batches():
+                if isinstance(batch, BadChunk):
+                    raise Unreadable(batch.message)
+                n = batch.num_rows
+                if n == 0:
+                    continue
+                try:
+                    batch.validate()  # buffer sizes only: the offsets are about to be read
+                except pa.ArrowException as exc:
+                    raise Unreadable(f"a record batch is corrupt: {exc}") from None
+                # Each row: its own image bytes plus an equal share of the batch's other columns.
+                image = batch.column(self.plan.image)
+                if self.plan.image_child is not None:
+                    image = image.flatten()[image.type.get_field_index(self.plan.image_child)]
+                lengths = np.maximum(columnar.binary_lengths(image), 0)
+                base.count_mapped(4 * (n + 1))  # the offsets that binary_lengths looked at
+                rest = max(0, batch.nbytes - int(lengths.sum()))
+                weights.append(lengths + rest / n)
+        return (np.concatenate(weights) if weights else np.empty(0)), m.size
+
+
+class ArrowAdapter:
+    name = "arrow"
+
+    def detect(self, path: Path) -> bool:
+        return columnar_export.detect_files(path, EXTS, _has_magic)
+
+    def open(self, path: Path) -> ArrowExport:
+        return ArrowExport(path, columnar_export.data_files(path, EXTS, "Arrow IPC"))
+
+    def unit_paths(self, spec: ExportSpec, out_dir: Path, unit: int) -> list[Path]:
+        return [out_dir / f"shard-{unit:06d}.arrow"]
+
+    def write_unit(self, spec: ExportSpec, out_dir: Path, unit: int,
+                   samples: list[dict[str, Any]]) -> None:
+        batch = columnar.to_record_batch(spec, samples)
+        options = pa.ipc.IpcWriteOptions(compression=None)
+
+        def write(tmp: Path) -> None:
+            with pa.OSFile(str(tmp), "wb") as sink, \
+                    pa.ipc.new_file(sink, batch.schema, options=options) as writer:
+                for start in range(0, batch.num_rows, BATCH_ROWS):
+                    writer.write_batch(batch.slice(start, BATCH_ROWS))
+
+        columnar.write_atomically(self.unit_paths(spec, out_dir, unit)[0], write)
+
+
+ADAPTER = ArrowAdapter()

@@ -1,0 +1,304 @@
+"""Finding and opening a columnar export (Arrow IPC or Parquet shards): units, reading, survey.
+
+An export is a file, or a directory tree of data files found by extension (names starting with
+. or _ are skipped at any depth, so manifests, temporaries and Spark's _SUCCESS are ignored).
+
+`ColumnarExport` does everything that does not depend on the file format; a subclass supplies
+five small hooks that open one shard: its header (schema, and row count where cheap), its row
+count, its batches, a few rows of some columns, and the on-disk size of its rows. Opening reads
+every shard's schema from its header or footer and unifies them (columnar.unify), so all shards
+are read with one schema.
+
+A shard whose header cannot be read does not stop the others: it is reported by survey() and
+raised (or skipped, one SampleError for the shard) when read. Only when no shard is readable,
+or when the schemas disagree, is opening itself an error.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from dsbench.adapters import base
+from dsbench.adapters.columnar import (
+    BadChunk,
+    Unreadable,
+    batch_rows,
+    image_column,
+    make_plan,
+    unify,
+)
+from dsbench.errors import DsbenchError, SampleError
+from dsbench.summary import add_image, apportion, finish_image, new_survey, probe_image, problem
+
+IMAGES_CHECKED = 200  # image headers that survey() opens, spread over up to SURVEY_UNITS shards
+SURVEY_UNITS = 8
+
+
+# ---- finding files ------------------------------------------------------------------------------
+
+def _walk(root: Path) -> Iterator[Path]:
+    """Files under `root` in sorted order, skipping names that start with . or _ (at any depth)."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "_")))
+        for name in sorted(filenames):
+            if not name.startswith((".", "_")):
+                yield Path(dirpath, name)
+
+
+def read_head(path: Path, n: int = 8) -> bytes:
+    with base.open_file(path) as f:
+        return f.read(n)
+
+
+def detect_files(path: Path, exts: tuple[str, ...], magic: Callable[[bytes], bool],
+                 limit: int = 1000) -> bool:
+    """A file with one of `exts` or with the magic; a directory holding such a file with the
+    magic, or holding only files with `exts` (so that a directory of damaged shards still gets
+    this layout's error messages). Looks at no more than `limit` files."""
+    try:
+        if path.is_file():
+            return path.suffix.lower() in exts or magic(read_head(path))
+        if not path.is_dir():
+            return False
+        ours = others = 0
+        for i, p in enumerate(_walk(path)):
+            if i >= limit:
+                break
+            if p.suffix.lower() not in exts:
+                others += 1
+            elif magic(read_head(p)):
+                return True
+            else:
+                ours += 1
+        return ours > 0 and others == 0
+    except OSError:
+        return False
+
+
+def data_files(path: Path, exts: tuple[str, ...], what: str) -> list[Path]:
+    """The data files of an export, sorted; a DsbenchError when there are none."""
+    if path.is_file():
+        return [path]
+    if not path.is_dir():
+        raise DsbenchError("no such file or directory", path=path)
+    found = [p for p in _walk(path) if p.suffix.lower() in exts]
+    if not found:
+        raise DsbenchError(f"no {what} files ({', '.join(exts)}) here", path=path)
+    return found
+
+
+
+class ColumnarExport:
+    layout = ""
+
+    def __init__(self, path: Path, files: list[Path]) -> None:
+        self.path = path
+        self._root = path if path.is_dir() else path.parent
+        self._files = files
+        self._broken: dict[str, str] = {}
+        self._rows: dict[str, int | None] = {}
+        self._columns: dict[str, set[str]] = {}
+        schemas: list[tuple[str, pa.Schema]] = []
+        for p in files:
+            try:
+                schema, rows = self._header(p)
+            except Unreadable as exc:
+                self._broken[str(p)] = str(exc)
+                continue
+            schemas.append((self.name(p), schema))
+            self._rows[str(p)] = rows
+            self._columns[str(p)] = set(schema.names)
+        if not schemas:
+            unit, message = next(iter(self._broken.items()))
+            raise DsbenchError(message, path=unit)
+        self.schema, self.missing = unify(path, schemas)
+        self.plan = make_plan(self.schema, self._probe, path)
+        lacking = self.missing[self.plan.image]
+        if lacking:
+            raise DsbenchError(f"no image column {self.plan.image!r} in {', '.join(lacking[:3])}"
+                               f"{' ...' if len(lacking) > 3 else ''}", path=path)
+
+    # ---- hooks of a file format ----
+
+    def _header(self, path: Path) -> tuple[pa.Schema, int | None]:
+        """Schema and (when cheap) row count, from the header or footer; Unreadable if bad."""
+        raise NotImplementedError
+
+    def _count_rows(self, path: Path) -> int:
+        raise NotImplementedError
+
+    def _chunks(self, path: Path) -> Iterator[pa.RecordBatch | BadChunk]:
+        """The shard's record batches in order; a BadChunk for a part that cannot be read."""
+        raise NotImplementedError
+
+    def _head(self, path: Path, columns: list[str], rows: int) -> pa.Table:
+        """The first `rows` rows of `columns`, reading as little as the format allows."""
+        raise NotImplementedError
+
+    def _sizes(self, path: Path) -> tuple[np.ndarray, int]:
+        """(a weight per row proportional to its stored size, the file's size in bytes)."""
+        raise NotImplementedError
+
+    # ---- the Export protocol ----
+
+    def name(self, path: Path) -> str:
+        """A shard's name for messages: its path relative to the export."""
+        return path.relative_to(self._root).as_posix()
+
+    def units(self) -> list[str]:
+        return [str(p) for p in self._files]
+
+    def read(self, worker: int = 0, n_workers: int = 1, skip: base.SkipHandler = None,
+             ) -> Iterator[base.RawSample]:
+        if n_workers < 1 or not 0 <= worker < n_workers:
+            raise DsbenchError(f"worker {worker} of {n_workers} does not exist")
+        for unit in self.units()[worker::n_workers]:
+            yield from self._read_unit(unit, skip)
+
+    def _encodings(self, unit: str) -> dict[str, str]:
+        # A field an old shard lacks reads as None, which is a value, whatever the new encoding.
+        have = self._columns[unit]
+        return {n: (e if n in have else base.ENC_VALUE) for n, e in self.plan.encodings.items()}
+
+    def _first_row(self, unit: str) -> int:
+        """Row number (in the whole export) of the unit's first row; keys of key-less exports."""
+        total = 0
+        for p in self._files:
+            if str(p) == unit:
+                return total
+            if str(p) not in self._broken:
+                if self._rows[str(p)] is None:
+                    self._rows[str(p)] = self._count_rows(p)
+                total += self._rows[str(p)] or 0
+        return total
+
+    def _read_unit(self, unit: str, skip: base.SkipHandler) -> Iterator[base.RawSample]:
+        if unit in self._broken:
+            _fail(SampleError(self._broken[unit], path=unit), skip)
+            return
+        keyed = self.plan.key is not None and self.plan.key in self._columns[unit]
+        first = 0 if keyed else self._first_row(unit)
+        encodings = self._encodings(unit)
+        row = 0
+        try:
+            for chunk in self._chunks(Path(unit)):
+                if isinstance(chunk, BadChunk):
+                    _fail_rows(unit, chunk, row, skip)
+                    row += chunk.rows
+                    continue
+                try:
+                    rows = batch_rows(chunk, self.schema, self.plan, unit, first + row, encodings)
+                except (pa.ArrowException, ValueError) as exc:
+                    bad = BadChunk(chunk.num_rows, f"rows {row}-{row + chunk.num_rows - 1} do "
+                                   f"not convert to the export's schema: {exc}")
+                    _fail_rows(unit, bad, row, skip)
+                    row += chunk.num_rows
+                    continue
+                for item in rows:
+                    if isinstance(item, SampleError):
+                        _fail(item, skip)
+                    else:
+                        yield item
+                row += chunk.num_rows
+        except Unreadable as exc:
+            _fail(SampleError(str(exc), path=unit), skip)
+
+    def _probe(self, columns: list[str]) -> pa.Table | None:
+        for p in self._files:
+            have = [c for c in columns if c in self._columns.get(str(p), ())]
+            if have:
+                try:
+                    return self._head(p, have, 16)
+                except Unreadable:
+                    continue
+        return None
+
+    # ---- survey ----
+
+    def survey(self) -> dict[str, Any]:
+        survey = new_survey(self.layout)
+        problems = survey["problems"]
+        problems += [problem(self.name(Path(u)), None, m) for u, m in self._broken.items()]
+        sample_bytes: list[int] = survey["sample_bytes"]
+        firsts: dict[str, int] = {}
+        readable: list[Path] = []
+        for p in self._files:
+            if str(p) in self._broken:
+                continue
+            try:
+                weights, size = self._sizes(p)
+            except Unreadable as exc:
+                problems.append(problem(self.name(p), None, str(exc)))
+                continue
+            firsts[str(p)] = len(sample_bytes)
+            # The footer and headers are shared by the shard's rows in proportion to their size.
+            sample_bytes += apportion(size, weights.tolist())
+            readable.append(p)
+        self._survey_images(survey, readable, firsts)
+        samples = len(sample_bytes)
+        survey.update({
+            "samples": samples,
+            "units": len(self._files),
+            "files": len(self._files),
+            "bytes": sum(p.stat().st_size for p in self._files),
+            "files_per_sample": len(self._files) / samples if samples else 0.0,
+            "fields": {n: {"type": str(self.schema.field(n).type), "missing_in": self.missing[n]}
+                       for n in self.plan.fields},
+            "bad_samples": sum(1 for p in problems if p["key"] is not None),
+        })
+        return survey
+
+    def _survey_images(self, survey: dict[str, Any], units: list[Path],
+                       firsts: dict[str, int]) -> None:
+        """Codec and sizes from the headers of up to IMAGES_CHECKED images, spread over shards."""
+        picked = sorted({round(x) for x in np.linspace(0, len(units) - 1,
+                                                       min(len(units), SURVEY_UNITS))}
+                        ) if units else []
+        per_unit = math.ceil(IMAGES_CHECKED / max(1, len(picked)))
+        columns = [self.plan.image] + ([self.plan.key] if self.plan.key else [])
+        problems = survey["problems"]
+        for i in picked:
+            p, want = units[i], min(per_unit, IMAGES_CHECKED - survey["image"]["count_checked"])
+            if want <= 0:
+                break
+            try:
+                head = self._head(p, [c for c in columns if c in self._columns[str(p)]], want)
+            except Unreadable as exc:
+                problems.append(problem(self.name(p), None, str(exc)))
+                continue
+            images = image_column(head.column(self.plan.image).combine_chunks(),
+                                  self.plan.image_child)
+            keys = (head.column(self.plan.key).to_pylist() if self.plan.key in head.column_names
+                    else [firsts[str(p)] + j for j in range(head.num_rows)])
+            for j in range(head.num_rows):
+                data = images[j]
+                try:
+                    if data is None:
+                        raise ValueError("image is null")
+                    add_image(survey, *probe_image(data))
+                except ValueError as exc:
+                    problems.append(problem(self.name(p), str(keys[j]), str(exc)))
+        finish_image(survey)
+        survey["image"]["codec"] = survey["image"]["codec"] or self.plan.codec or "unknown"
+
+
+def _fail(err: SampleError, skip: base.SkipHandler) -> None:
+    if skip is None:
+        raise err
+    skip(err)
+
+
+def _fail_rows(unit: str, chunk: BadChunk, first: int, skip: base.SkipHandler) -> None:
+    """A lost chunk is one error when raising, and one per lost row when counting skips."""
+    if skip is None or chunk.rows == 0:
+        _fail(SampleError(chunk.message, path=unit), skip)
+        return
+    for j in range(chunk.rows):
+        skip(SampleError(chunk.message, path=unit, key=f"row {first + j}"))

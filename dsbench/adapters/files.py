@@ -1,0 +1,168 @@
+"""Per-sample files (layout `files`).
+
+Written by dsbench: directories `000000/`, `000001/`, ... of `files_per_dir` samples each (a
+directory is one write unit), one file per member, `<key>.<ext>` (see members.py), each written
+under a dot-named temporary and renamed when complete.
+
+Read: any tree of files at or below the path. Names starting with '.' or '_' are ignored with
+everything below them, and symbolic links to directories are not followed. Files are grouped by
+key, which is their directory plus the basename up to its first dot: `a/b/0001.jpg` and
+`a/b/0001.json` are sample `a/b/0001`. Samples are sorted by key; worker i of n reads
+keys[i::n] and opens exactly one file per member. A sample without an image, with a zero-byte
+member, or lacking a member that most samples of its directory have, is a bad sample.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from dsbench.adapters import base, members
+from dsbench.errors import DsbenchError, SampleError
+from dsbench.spec import ExportSpec
+
+DIR_NAME = "{:06d}"
+
+
+def _directory(key: str) -> str:
+    return key.rpartition("/")[0] or "."
+
+
+@dataclass
+class FilesExport:
+    path: Path
+    groups: dict[str, tuple[str, ...]]  # key -> member extensions, sorted by key
+    images: dict[str, str] = field(default_factory=dict)
+    expected: dict[str, frozenset[str]] = field(default_factory=dict)  # directory -> exts
+    layout: str = "files"
+
+    def units(self) -> list[str]:
+        return list(self.groups)
+
+    def file(self, key: str, ext: str | None = None) -> str:
+        """The file of member `ext` of sample `key`; without ext, the image (or first) file."""
+        if ext is None:
+            exts = self.groups.get(key, ())
+            ext = members.pick_image(exts, self.images) or (exts[0] if exts else "*")
+        return str(self.path / f"{key}.{ext}")
+
+    def read(self, worker: int = 0, n_workers: int = 1, skip: base.SkipHandler = None,
+             ) -> Iterator[base.RawSample]:
+        if not 0 <= worker < n_workers:
+            raise DsbenchError(f"worker {worker} is not in 0..{n_workers - 1}")
+        keys = self.units()[worker::n_workers]
+        for key in keys:
+            try:
+                yield self._read_one(key)
+            except SampleError as err:
+                if skip is None:
+                    raise
+                skip(err)
+
+    def _read_one(self, key: str) -> base.RawSample:
+        data: dict[str, bytes] = {}
+        for ext in self.groups[key]:
+            path = self.file(key, ext)
+            try:
+                with base.open_file(path) as f:
+                    data[ext] = f.read()
+            except OSError as exc:
+                raise SampleError(f"cannot read: {exc.strerror or exc}", path=path,
+                                  key=key) from None
+        return members.to_raw(key, self.file(key), data, self.images,
+                              self.expected.get(_directory(key), frozenset()), "directory",
+                              {ext: self.file(key, ext) for ext in data})
+
+    def survey(self) -> dict[str, Any]:
+        by_dir: dict[str, dict[str, dict[str, int]]] = {}
+        for key, exts in self.groups.items():
+            sizes = {}
+            for ext in exts:
+                try:
+                    sizes[ext] = os.stat(self.file(key, ext)).st_size
+                except OSError:
+                    sizes[ext] = 0  # vanished since the listing: reported as zero-byte
+            by_dir.setdefault(_directory(key), {})[key] = sizes
+        acc = members.MemberSurvey("files", self.images, len(by_dir), "directory")
+
+        def open_member(key: str, ext: str) -> IO[bytes]:
+            return base.open_file(self.file(key, ext))
+
+        for directory, groups in by_dir.items():
+            acc.add(directory, groups, [sum(g.values()) for g in groups.values()],
+                    self.file, open_member)
+        s = acc.finish()
+        s["units"] = len(self.groups)
+        s["files"] = sum(len(e) for e in self.groups.values())
+        s["bytes"] = sum(s["sample_bytes"])
+        s["files_per_sample"] = s["files"] / s["samples"] if s["samples"] else 0.0
+        return s
+
+
+class FilesAdapter:
+    name = "files"
+
+    def detect(self, path: Path) -> bool:
+        if not path.is_dir():
+            return False
+        images = members.image_exts(path)
+        for rel, _ in members.walk(path):
+            parsed = members.split_name(rel)
+            if parsed and members.pick_image([parsed[1]], images):
+                return True
+        return False
+
+    def open(self, path: Path) -> FilesExport:
+        if not path.is_dir():
+            raise DsbenchError("not a directory of per-sample files", path=path)
+        groups: dict[str, list[str]] = {}
+        for rel, _ in members.walk(path):
+            parsed = members.split_name(rel)
+            if parsed is not None:
+                groups.setdefault(parsed[0], []).append(parsed[1])
+        if not groups:
+            raise DsbenchError("no sample files here (empty directory?)", path=path)
+        ordered = {k: tuple(sorted(groups[k])) for k in sorted(groups)}
+        by_dir: dict[str, list[tuple[str, ...]]] = {}
+        for key, exts in ordered.items():
+            by_dir.setdefault(_directory(key), []).append(exts)
+        expected = {d: members.expected_exts(g) for d, g in by_dir.items()}
+        return FilesExport(path, ordered, members.image_exts(path), expected)
+
+    def unit_paths(self, spec: ExportSpec, out_dir: Path, unit: int) -> list[Path]:
+        exts = members.member_exts(spec)
+        first = unit * spec.files_per_dir
+        stop = min(_sample_count(spec, out_dir), first + spec.files_per_dir)
+        d = out_dir / DIR_NAME.format(unit)
+        return [d / f"{i:08d}.{ext}" for i in range(first, stop) for ext in exts]
+
+    def write_unit(self, spec: ExportSpec, out_dir: Path, unit: int,
+                   samples: list[dict[str, Any]]) -> None:
+        d = out_dir / DIR_NAME.format(unit)
+        d.mkdir(parents=True, exist_ok=True)
+        for sample in samples:
+            for ext, data in members.sample_members(spec, sample):
+                final = d / f"{sample['__key__']}.{ext}"
+                tmp = base.tmp_path(final)
+                try:
+                    tmp.write_bytes(data)
+                    base.commit(tmp, final)
+                except BaseException:
+                    tmp.unlink(missing_ok=True)
+                    raise
+
+
+def _sample_count(spec: ExportSpec, out_dir: Path) -> int:
+    """Samples in the export being written: the manifest's count (generate's --samples) when
+    there is one, else the definition's; the last directory holds the remainder."""
+    try:
+        return int(json.loads((out_dir / members.MANIFEST).read_text())["samples"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return spec.samples
+
+
+ADAPTER = FilesAdapter()

@@ -1,0 +1,394 @@
+"""Samples stored as groups of members (tar members or files), shared by `wds` and `files`.
+
+WebDataset's convention: a member's key is its path up to the first dot of its basename, and the
+rest is its extension: `./train/000001.jpg` is key `train/000001`, extension `jpg`;
+`00000007.embedding.f32` is key `00000007`, extension `embedding.f32`. All members of a key form
+one sample. A reader yields the image member as the image and every other member as a field named
+by its extension, with its encoding from `base.EXT_ENCODINGS` (longest suffix match).
+
+This module also encodes a synthetic sample into members, as a pipeline writing such an export
+would: with `fields_as = "json"` one `<key>.json` document holds every field except binary
+embeddings; with `fields_as = "members"` each field is its own member (`spec.member_ext`):
+`.cls` ASCII integer, `.txt` UTF-8 text, `.<name>.f32` raw little-endian float32,
+`.<name>.json` a JSON value.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from functools import lru_cache
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from dsbench.adapters import base
+from dsbench.errors import SampleError
+from dsbench.spec import ExportSpec, FieldSpec, member_ext
+from dsbench.summary import CHECK_LIMIT, add_image, finish_image, new_survey, probe_image, problem
+
+MANIFEST = "_dsbench.json"
+# Encodings whose members may legitimately be empty (an empty caption); any other empty member
+# is a broken sample.
+_MAY_BE_EMPTY = (base.ENC_TEXT, base.ENC_BYTES)
+_UNSAFE = re.compile(r"(^|[\\/])\.\.([\\/]|$)|^[\\/]|^[A-Za-z]:")
+
+
+# --- names --------------------------------------------------------------------------------
+
+def split_name(name: str) -> tuple[str, str] | None:
+    """(key, extension) of a member path; None for a name with no `key.ext` basename."""
+    while name.startswith("./"):
+        name = name[2:]
+    dirname, _, basename = name.rpartition("/")
+    stem, dot, ext = basename.partition(".")
+    if not dot or not stem or not ext:
+        return None  # hidden files (".x"), names without an extension: not sample members
+    return (f"{dirname}/{stem}" if dirname else stem), ext
+
+
+def is_unsafe(name: str) -> bool:
+    """True for an absolute name or one with a '..' component: it would point outside."""
+    return bool(_UNSAFE.search(name))
+
+
+def is_ignored(name: str) -> bool:
+    """Readers skip names starting with '.' or '_' (temporaries, the manifest, OS litter)."""
+    return name.startswith((".", "_"))
+
+
+def walk(root: Path) -> Iterator[tuple[str, os.DirEntry[str]]]:
+    """(relative posix path, entry) of every file under `root`, depth-first in name order.
+
+    Ignored names are skipped with everything below them. Symbolic links to directories are
+    not followed, so a link loop cannot make a reader walk forever.
+    """
+    stack = [(root, "")]
+    while stack:
+        directory, prefix = stack.pop()
+        with os.scandir(directory) as it:
+            entries = sorted((e for e in it if not is_ignored(e.name)), key=lambda e: e.name)
+        subdirs = []
+        for e in entries:
+            if e.is_dir(follow_symlinks=False):
+                subdirs.append((Path(e.path), f"{prefix}{e.name}/"))
+            elif e.is_file():
+                yield prefix + e.name, e
+        stack.extend(reversed(subdirs))
+
+
+# --- images and encodings -----------------------------------------------------------------
+
+def image_exts(root: Path) -> dict[str, str]:
+    """Image extensions and their codecs; `.npy` counts as an image in dsbench's raw exports."""
+    exts = dict(base.IMAGE_EXTS)
+    manifest = root / MANIFEST
+    if manifest.is_file():
+        try:
+            codec = json.loads(manifest.read_text())["definition"]["image"]["codec"]
+        except (OSError, ValueError, KeyError, TypeError):
+            codec = None  # a foreign or damaged manifest: fall back to the usual extensions
+        if codec == "raw":
+            exts["npy"] = "raw"
+    return exts
+
+
+def pick_image(exts: Iterable[str], images: Mapping[str, str]) -> str | None:
+    """The member extension holding the image: an exact image extension first, then any
+    extension ending in one (`0.jpg`); None when the sample has no image."""
+    exts = sorted(exts)
+    for e in exts:
+        if e in images:
+            return e
+    for e in exts:
+        if e.rsplit(".", 1)[-1] in images:
+            return e
+    return None
+
+
+def image_codec(ext: str, images: Mapping[str, str]) -> str:
+    return images.get(ext) or images[ext.rsplit(".", 1)[-1]]
+
+
+@lru_cache(maxsize=4096)
+def ext_encoding(ext: str) -> str:
+    """Encoding of a member by its extension: longest matching suffix, else opaque bytes."""
+    parts = ext.split(".")
+    for i in range(len(parts)):
+        enc = base.EXT_ENCODINGS.get(".".join(parts[i:]))
+        if enc is not None:
+            return enc
+    return base.ENC_BYTES
+
+
+@lru_cache(maxsize=1024)
+def _encodings(exts: tuple[str, ...]) -> Mapping[str, str]:
+    # One shared mapping per set of extensions: a shard's samples all get the same object.
+    return {e: ext_encoding(e) for e in exts}
+
+
+def expected_exts(groups: Iterable[Iterable[str]]) -> frozenset[str]:
+    """Extensions that more than half of the groups have: a group lacking one is incomplete."""
+    counts: Counter[str] = Counter()
+    n = 0
+    for exts in groups:
+        n += 1
+        counts.update(set(exts))
+    return frozenset(e for e, c in counts.items() if 2 * c > n)
+
+
+def to_raw(key: str, source: str, members: dict[str, bytes], images: Mapping[str, str],
+           expected: frozenset[str] = frozenset(), container: str = "unit",
+           paths: Mapping[str, str] | None = None) -> base.RawSample:
+    """A RawSample from one key's members; SampleError when the group is incomplete.
+
+    Errors name `source` (the shard, or the sample's image file), or for an empty member its
+    own file when `paths` maps extensions to files.
+    """
+    img = pick_image(members, images)
+    if img is None:
+        have = ", ".join("." + e for e in sorted(members)) or "none"
+        raise SampleError(f"no image member (.{', .'.join(sorted(set(images)))}); "
+                          f"members: {have}", path=source, key=key)
+    missing = sorted(expected - members.keys())
+    if missing:
+        raise SampleError(f"no .{missing[0]} member, which other samples in this {container} "
+                          "have", path=source, key=key)
+    for ext, data in members.items():
+        if not data and (ext == img or ext_encoding(ext) not in _MAY_BE_EMPTY):
+            raise SampleError(f"zero-byte member {key}.{ext}",
+                              path=(paths or {}).get(ext, source), key=key)
+    fields = {e: d for e, d in members.items() if e != img}
+    return base.RawSample(key=key, source=source, image=members[img],
+                          codec=image_codec(img, images), fields=fields,
+                          encodings=_encodings(tuple(sorted(fields))))
+
+
+# --- writing synthetic samples ------------------------------------------------------------
+
+def _binary(f: FieldSpec) -> bool:
+    return f.type == "embedding" and f.encoding == "binary"
+
+
+def _json_value(f: FieldSpec, value: Any) -> Any:
+    return value.tolist() if f.type == "embedding" else value
+
+
+def encode_field(f: FieldSpec, value: Any) -> bytes:
+    """One field as the bytes of its own member."""
+    if f.type == "int":
+        return str(int(value)).encode("ascii")
+    if f.type == "string":
+        return str(value).encode("utf-8")
+    if _binary(f):
+        return np.asarray(value, dtype="<f4").tobytes()
+    return json.dumps(_json_value(f, value)).encode("utf-8")
+
+
+def _own_members(spec: ExportSpec) -> list[FieldSpec]:
+    return [f for f in spec.fields if spec.fields_as == "members" or _binary(f)]
+
+
+def member_exts(spec: ExportSpec) -> list[str]:
+    """Extensions of a synthetic sample's members, in the order they are written."""
+    json_doc = ["json"] if spec.fields_as == "json" else []
+    return [spec.image.ext, *json_doc, *(member_ext(spec, f) for f in _own_members(spec))]
+
+
+def sample_members(spec: ExportSpec, sample: dict[str, Any]) -> list[tuple[str, bytes]]:
+    """(extension, bytes) of every member of a synthetic sample, image first, in spec order."""
+    out = [(spec.image.ext, sample["image"])]
+    if spec.fields_as == "json":
+        doc = {f.name: _json_value(f, sample[f.name]) for f in spec.fields if not _binary(f)}
+        out.append(("json", json.dumps(doc).encode("utf-8")))
+    out += [(member_ext(spec, f), encode_field(f, sample[f.name])) for f in _own_members(spec)]
+    return out
+
+
+# --- survey helpers -----------------------------------------------------------------------
+
+def json_type(value: Any) -> str:
+    """A short type name for a parsed JSON value, as `inspect` prints it."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, str):
+        return "string"
+    if value is None:
+        return "null"
+    if isinstance(value, dict):
+        return "struct{" + ", ".join(value) + "}"
+    if not value:
+        return "list"
+    kinds = {json_type(v) for v in value}
+    if kinds <= {"int", "float"}:
+        return f"list<{'float' if 'float' in kinds else 'int'}>[{len(value)}]"
+    if len(kinds) == 1:
+        return f"list<{kinds.pop()}>"
+    return "list<mixed>"
+
+
+def merge_type(old: str | None, new: str) -> str:
+    """Combine the types seen for one field in several samples (lists of any length agree)."""
+    if old is None or old == new:
+        return new
+    for suffix in (" (json)", " (raw)"):
+        if old.endswith(suffix) and new.endswith(suffix):
+            return merge_type(old.removesuffix(suffix), new.removesuffix(suffix)) + suffix
+    o, n = old.split("[")[0], new.split("[")[0]  # list lengths dropped: they may vary
+    if o == n:
+        return o
+    if o == "list" and n.startswith("list"):
+        return new  # an empty list agrees with any list
+    if n == "list" and o.startswith("list"):
+        return old
+    parts = sorted(set(old.removeprefix("mixed(").removesuffix(")").split("|")) | {new})
+    return "mixed(" + "|".join(parts) + ")"
+
+
+def check_member(ext: str, data: bytes) -> tuple[str, Any]:
+    """(type name, parsed JSON or None) of a field member; ValueError when it is malformed."""
+    enc = ext_encoding(ext)
+    if enc == base.ENC_INT_TEXT:
+        try:
+            int(data.decode("ascii").strip())
+        except (UnicodeDecodeError, ValueError):
+            raise ValueError(f".{ext} is not an ASCII integer: {data[:20]!r}") from None
+        return "int (ascii)", None
+    if enc == base.ENC_TEXT:
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError(f".{ext} is not UTF-8 text: {exc}") from None
+        return "string (utf-8)", None
+    if enc == base.ENC_F32:
+        if len(data) % 4:
+            raise ValueError(f".{ext} holds {len(data)} bytes, not a whole number of float32")
+        return f"float32[{len(data) // 4}] (raw)", None
+    if enc == base.ENC_JSON:
+        try:
+            value = json.loads(data)
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise ValueError(f"invalid JSON in .{ext}: {exc}") from None
+        return ("json object" if isinstance(value, dict) else json_type(value) + " (json)"), value
+    if enc == base.ENC_NPY:
+        return "npy array", None
+    return "bytes", None
+
+
+
+_TYPE_BY_ENCODING = {
+    base.ENC_INT_TEXT: "int (ascii)", base.ENC_TEXT: "string (utf-8)", base.ENC_JSON: "json",
+    base.ENC_F32: "float32 (raw)", base.ENC_NPY: "npy array", base.ENC_BYTES: "bytes",
+}
+
+
+class MemberSurvey:
+    """The survey of a member-based export, built one container (shard or directory) at a time.
+
+    Structure comes from sizes alone (tar headers, directory listings); the first few samples of
+    each container, CHECK_LIMIT in all, are opened to read image headers and parse field members.
+    A field member holding a JSON object also reports its keys, as fields `<ext>.<key>`.
+    `missing_in` of a field lists the containers in which some sample lacks it.
+    """
+
+    def __init__(self, layout: str, images: Mapping[str, str], containers: int,
+                 label: str) -> None:
+        self.survey = new_survey(layout)
+        self.label = label  # what a container is called: "shard", "directory"
+        self.images = images
+        self.check_per = max(1, CHECK_LIMIT // max(1, containers))
+        self.containers: list[str] = []
+        self.exts: set[str] = set()  # every field extension seen
+        self.full: dict[str, set[str]] = {}  # container -> field exts that all its samples have
+        self.inner_full: dict[str, dict[str, set[str]]] = {}  # container -> ext -> JSON keys
+        self.types: dict[str, str] = {}
+        self.inner_types: dict[tuple[str, str], str] = {}
+        self._bad: set[tuple[str, str]] = set()
+
+    def problem(self, container: str, file: str, key: str | None, error: str) -> None:
+        self.survey["problems"].append(problem(file, key, error))
+        if key is not None:
+            self._bad.add((container, key))
+
+    def add(self, container: str, groups: Mapping[str, Mapping[str, int]],
+            sample_bytes: list[int], file_of: Callable[[str, str | None], str],
+            open_member: Callable[[str, str], IO[bytes]]) -> None:
+        """One container's key groups ({key: {ext: size}}), in order, with their bytes."""
+        s = self.survey
+        s["samples"] += len(groups)
+        s["sample_bytes"].extend(sample_bytes)
+        self.containers.append(container)
+        expected = expected_exts(groups.values())
+        full: set[str] | None = None
+        inner: dict[str, set[str]] = {}
+        checked = 0
+        for key, members in groups.items():
+            img = pick_image(members, self.images)
+            exts = set(members) - {img}
+            self.exts |= exts
+            full = exts if full is None else full & exts
+            ok = (container, key) not in self._bad
+            if img is None:
+                self.problem(container, file_of(key, None), key, "no image member")
+                ok = False
+            for ext in sorted(expected - members.keys()):
+                self.problem(container, file_of(key, None), key,
+                             f"no .{ext} member, which other samples in this {self.label} have")
+                ok = False
+            for ext, size in members.items():
+                if size == 0 and (ext == img or ext_encoding(ext) not in _MAY_BE_EMPTY):
+                    self.problem(container, file_of(key, ext), key, f"zero-byte member .{ext}")
+                    ok = False
+            if (ok and img is not None and checked < self.check_per
+                    and s["image"]["count_checked"] < CHECK_LIMIT):
+                checked += 1
+                self._check(container, key, img, sorted(exts), file_of, open_member, inner)
+        self.full[container] = full or set()
+        self.inner_full[container] = inner
+
+    def _check(self, container: str, key: str, img: str, exts: list[str],
+               file_of: Callable[[str, str | None], str],
+               open_member: Callable[[str, str], IO[bytes]], inner: dict[str, set[str]]) -> None:
+        try:
+            with open_member(key, img) as f:
+                add_image(self.survey, *probe_image(f))
+        except (ValueError, OSError) as exc:
+            self.problem(container, file_of(key, img), key, str(exc))
+        for ext in exts:
+            try:
+                with open_member(key, ext) as f:
+                    kind, value = check_member(ext, f.read())
+            except (ValueError, OSError) as exc:
+                self.problem(container, file_of(key, ext), key, str(exc))
+                continue
+            self.types[ext] = merge_type(self.types.get(ext), kind)
+            if isinstance(value, dict):
+                inner[ext] = inner[ext] & set(value) if ext in inner else set(value)
+                for k, v in value.items():
+                    self.inner_types[ext, k] = merge_type(self.inner_types.get((ext, k)),
+                                                          json_type(v))
+
+    def finish(self) -> dict[str, Any]:
+        """The survey dict; the adapter adds units, files, bytes and per-sample figures."""
+        s = self.survey
+        fields: dict[str, Any] = {}
+        for ext in sorted(self.exts):
+            fields[ext] = {"type": self.types.get(ext, _TYPE_BY_ENCODING[ext_encoding(ext)]),
+                           "missing_in": [c for c in self.containers if ext not in self.full[c]]}
+        for (ext, k), kind in sorted(self.inner_types.items()):
+            fields[f"{ext}.{k}"] = {"type": kind, "missing_in": [
+                c for c in self.containers if k not in self.inner_full[c].get(ext, set())]}
+        s["fields"] = fields
+        plural = {"shard": "shards", "directory": "directories"}.get(self.label, self.label)
+        s["containers"] = {"name": plural, "count": len(self.containers)}
+        s["bad_samples"] = len(self._bad)
+        finish_image(s)
+        return s

@@ -1,0 +1,298 @@
+"""WebDataset tar shards (layout `wds`).
+
+Written by dsbench: `shard-000000.tar`, `shard-000001.tar`, ... of `shard_samples` samples each.
+A sample is consecutive members `<key>.<ext>` (the image first, then the fields: see members.py),
+with plain ustar headers: integer mtime 0, uid/gid 0, mode 0644, no user or group names. An
+integer mtime matters: a float one makes Python's tarfile add a PAX header to every member
+(one more 512-byte block or two per member). Same definition and seed, byte-identical shards.
+
+Read: every `*.tar` file at or below the path (names starting with '.' or '_' are ignored), as
+written by webdataset's TarWriter/ShardWriter, GNU tar or Python's tarfile. A shard is streamed
+once, front to back; consecutive members with the same key form one sample. Directories are
+skipped; links, devices and names that are absolute or contain '..' are reported as bad samples
+and never followed: nothing is ever extracted to disk. A shard that ends early (no end-of-archive
+block) or breaks off inside a member is reported with the last complete sample before the break.
+A sample lacking a member that the shard's first sample has is bad (a stream cannot look ahead;
+`inspect` reads the headers first and goes by what most samples of the shard have).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import tarfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from dsbench.adapters import base, members
+from dsbench.errors import DsbenchError, SampleError
+from dsbench.spec import ExportSpec
+from dsbench.summary import apportion
+
+SHARD_NAME = "shard-{:06d}.tar"
+MTIME = 0
+_BLOCK = tarfile.BLOCKSIZE
+
+
+def _report(err: SampleError, skip: base.SkipHandler) -> None:
+    if skip is None:
+        raise err
+    skip(err)
+
+
+def _member_problem(m: tarfile.TarInfo) -> str | None:
+    """Why a member must not be read as part of a sample, or None."""
+    if members.is_unsafe(m.name):
+        return f"unsafe member name {m.name!r} (absolute or with '..'): not read"
+    if m.issym() or m.islnk():
+        return f"link member {m.name!r} -> {m.linkname!r}: links are not followed"
+    if not (m.isfile() or m.isdir()):
+        return f"special member {m.name!r} (device or fifo): not read"
+    return None
+
+
+def _sample_name(m: tarfile.TarInfo) -> tuple[str, str] | None:
+    """(key, ext) of a regular member that belongs to a sample; None for others."""
+    if not m.isfile() or members.is_ignored(m.name.rpartition("/")[2]):
+        return None
+    return members.split_name(m.name)
+
+
+def _ends_cleanly(f: IO[bytes], offset: int) -> bool:
+    """True when an end-of-archive (all-zero) block follows the last member."""
+    f.seek(offset)
+    block = f.read(_BLOCK)
+    return len(block) == _BLOCK and block.count(0) == _BLOCK
+
+
+def _span(m: tarfile.TarInfo) -> int:
+    """Bytes a member takes in the shard: its header blocks (PAX, long names) and padded data."""
+    return m.offset_data - m.offset + -(-m.size // _BLOCK) * _BLOCK
+
+
+@dataclass
+class WdsExport:
+    path: Path
+    shards: list[Path]
+    images: dict[str, str] = field(default_factory=dict)
+    layout: str = "wds"
+
+    def units(self) -> list[str]:
+        return [str(p) for p in self.shards]
+
+    def read(self, worker: int = 0, n_workers: int = 1, skip: base.SkipHandler = None,
+             ) -> Iterator[base.RawSample]:
+        if not 0 <= worker < n_workers:
+            raise DsbenchError(f"worker {worker} is not in 0..{n_workers - 1}")
+        for shard in self.shards[worker::n_workers]:
+            yield from self._read_shard(shard, skip)
+
+    def _read_shard(self, shard: Path, skip: base.SkipHandler) -> Iterator[base.RawSample]:
+        src = str(shard)
+        key: str | None = None  # the sample being collected
+        group: dict[str, bytes] = {}
+        done: set[str] = set()  # keys already yielded: a key seen again is not adjacent
+        last_complete: str | None = None
+        expected: frozenset[str] | None = None  # the first sample's members, for the rest
+
+        def close_group() -> base.RawSample | None:
+            nonlocal expected
+            try:
+                sample = members.to_raw(key or "", src, group, self.images,
+                                        expected or frozenset(), "shard")
+            except SampleError as err:
+                _report(err, skip)
+                return None
+            if expected is None:
+                expected = frozenset(group)
+            return sample
+
+        with base.open_file(shard) as f:
+            try:
+                # Closing a TarFile over a caller's file object would not close the file.
+                tf = tarfile.open(fileobj=f, mode="r|")  # noqa: SIM115
+                for m in tf:
+                    why = _member_problem(m)
+                    if why is not None:
+                        _report(SampleError(why, path=src, key=None), skip)
+                        continue
+                    parsed = _sample_name(m)
+                    if parsed is None:
+                        continue
+                    k, ext = parsed
+                    if k != key:
+                        if key is not None:
+                            sample = close_group()
+                            done.add(key)
+                            last_complete = key
+                            if sample is not None:
+                                yield sample
+                        if k in done:
+                            _report(SampleError("members of this sample are not adjacent in the "
+                                                "shard (write it with `tar --sort=name`)",
+                                                path=src, key=k), skip)
+                        key, group = k, {}
+                    if ext in group:
+                        _report(SampleError(f"duplicate member {m.name!r}", path=src, key=k), skip)
+                        continue
+                    data = tf.extractfile(m)
+                    group[ext] = data.read() if data is not None else b""
+                clean = _ends_cleanly(f, tf.offset)
+                broken = "no end-of-archive block after the last member"
+            except (tarfile.TarError, OSError, EOFError) as exc:
+                if key is None and last_complete is None and not isinstance(exc, OSError):
+                    size = os.fstat(f.fileno()).st_size
+                    msg = "empty file" if size == 0 else f"not a tar archive ({exc})"
+                    _report(SampleError(msg, path=src), skip)
+                    return
+                clean, broken = False, f"{exc}"
+        if clean:
+            if key is not None:
+                sample = close_group()
+                if sample is not None:
+                    yield sample
+            return
+        if key is not None and expected is not None and expected <= group.keys():
+            # Cut at a sample boundary: the last sample has all its members.
+            sample = close_group()
+            last_complete, key = key, None
+            if sample is not None:
+                yield sample
+        # Otherwise the last sample may have lost members to the cut: it is not yielded.
+        after = (f"the last complete sample is {last_complete}" if last_complete
+                 else "no sample before it is complete")
+        _report(SampleError(f"truncated shard: {broken}; {after}", path=src, key=key), skip)
+
+    def survey(self) -> dict[str, Any]:
+        acc = members.MemberSurvey("wds", self.images, len(self.shards), "shard")
+        n_members = 0
+        for shard in self.shards:
+            n_members += self._survey_shard(shard, acc)
+        s = acc.finish()
+        s["units"] = s["files"] = len(self.shards)
+        s["bytes"] = sum(p.stat().st_size for p in self.shards)
+        s["files_per_sample"] = len(self.shards) / s["samples"] if s["samples"] else 0.0
+        s["members_per_sample"] = n_members / s["samples"] if s["samples"] else 0.0
+        return s
+
+    def _survey_shard(self, shard: Path, acc: members.MemberSurvey) -> int:
+        """Read one shard's headers (payloads are skipped by seeking) into the survey."""
+        src = str(shard)
+        name = self._unit_name(shard)
+        groups: dict[str, dict[str, int]] = {}
+        infos: dict[tuple[str, str], tarfile.TarInfo] = {}
+        spans: dict[str, int] = {}
+        n_members = 0
+        with base.open_file(shard) as f:
+            size = os.fstat(f.fileno()).st_size
+            try:
+                tf = tarfile.open(fileobj=f, mode="r:")  # noqa: SIM115 - f is closed below
+            except (tarfile.TarError, OSError, EOFError) as exc:
+                acc.problem(name, src, None, "empty file" if size == 0 else
+                            f"not a tar archive ({exc})")
+                return 0
+            broken: str | None = None
+            broken_inside = False  # the cut is inside a member, not between two
+            last: str | None = None
+            try:
+                for m in tf:
+                    why = _member_problem(m)
+                    if why is not None:
+                        acc.problem(name, src, None, why)
+                        continue
+                    parsed = _sample_name(m)
+                    if parsed is None:
+                        continue
+                    k, ext = parsed
+                    n_members += 1
+                    if k != last and k in groups:
+                        acc.problem(name, src, k, "members of this sample are not adjacent in "
+                                    "the shard")
+                    if ext in groups.setdefault(k, {}):
+                        acc.problem(name, src, k, f"duplicate member {m.name!r}")
+                    groups[k][ext] = m.size
+                    infos[k, ext] = m
+                    spans[k] = spans.get(k, 0) + _span(m)
+                    last = k
+                if not _ends_cleanly(f, tf.offset):
+                    broken = "no end-of-archive block after the last member"
+            except (tarfile.TarError, OSError, EOFError) as exc:
+                broken, broken_inside = str(exc), True
+            if broken is not None:
+                complete = [k for k in groups if k != last]
+                if (last is not None and not broken_inside
+                        and members.expected_exts(groups.values()) <= groups[last].keys()):
+                    complete, last = list(groups), None  # cut at a sample boundary
+                after = (f"the last complete sample is {complete[-1]}" if complete
+                         else "no sample before it is complete")
+                acc.problem(name, src, last, f"truncated shard: {broken}; {after}")
+
+            def open_member(key: str, ext: str) -> IO[bytes]:
+                data = tf.extractfile(infos[key, ext])
+                if data is None:  # only regular members are recorded, so this cannot happen
+                    raise OSError(f"member {key}.{ext} has no data")
+                return data
+
+            acc.add(name, groups, apportion(size, [spans[k] for k in groups]),
+                    lambda _k, _e: src, open_member)
+        return n_members
+
+    def _unit_name(self, shard: Path) -> str:
+        root = self.path if self.path.is_dir() else self.path.parent
+        return shard.relative_to(root).as_posix()
+
+
+class WdsAdapter:
+    name = "wds"
+
+    def detect(self, path: Path) -> bool:
+        if path.is_file():
+            return path.suffix == ".tar" and not members.is_ignored(path.name)
+        if not path.is_dir():
+            return False
+        for rel, _ in members.walk(path):
+            if rel.endswith(".tar"):
+                return True
+            parsed = members.split_name(rel)
+            if parsed and members.pick_image([parsed[1]], base.IMAGE_EXTS):
+                return False  # per-sample image files come first: not a directory of shards
+        return False
+
+    def open(self, path: Path) -> WdsExport:
+        if not path.exists():
+            raise DsbenchError("no such file or directory", path=path)
+        if path.is_file():
+            shards, root = [path], path.parent
+        else:
+            shards = [path / rel for rel, _ in members.walk(path) if rel.endswith(".tar")]
+            root = path
+        if not shards:
+            raise DsbenchError("no .tar shards here", path=path)
+        return WdsExport(path, sorted(shards), members.image_exts(root))
+
+    def unit_paths(self, spec: ExportSpec, out_dir: Path, unit: int) -> list[Path]:
+        return [out_dir / SHARD_NAME.format(unit)]
+
+    def write_unit(self, spec: ExportSpec, out_dir: Path, unit: int,
+                   samples: list[dict[str, Any]]) -> None:
+        final = self.unit_paths(spec, out_dir, unit)[0]
+        tmp = base.tmp_path(final)
+        try:
+            with open(tmp, "wb") as f, \
+                    tarfile.open(fileobj=f, mode="w", format=tarfile.PAX_FORMAT) as tf:
+                for sample in samples:
+                    for ext, data in members.sample_members(spec, sample):
+                        info = tarfile.TarInfo(f"{sample['__key__']}.{ext}")
+                        info.size, info.mtime, info.mode = len(data), MTIME, 0o644
+                        info.uid = info.gid = 0
+                        info.uname = info.gname = ""
+                        tf.addfile(info, io.BytesIO(data))
+            base.commit(tmp, final)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+
+
+ADAPTER = WdsAdapter()

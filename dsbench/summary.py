@@ -1,0 +1,254 @@
+"""The `inspect` summary: layout facts from `Export.survey()`, aggregated and printed.
+
+Every adapter's `survey()` returns one dict of the same shape (see `new_survey`); this module
+holds the helpers that the adapters share to fill it (percentiles, byte apportioning, which
+samples to check, image header probing) and turns it into the summary that `dsbench inspect`
+prints, as text for people or one JSON object for machines.
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+from PIL import Image
+
+from dsbench import fmt
+
+# At most this many images (and JSON documents) are opened to learn codecs, sizes and field
+# types; everything else comes from file sizes, tar headers and columnar footers.
+CHECK_LIMIT = 200
+# How many unit names and problems the summary lists (the counts are always complete).
+LIST_LIMIT = 20
+
+UNIT_NAMES = {"wds": "shards", "arrow": "shards", "parquet": "files", "files": "sample groups"}
+_PIL_CODECS = {"JPEG": "jpeg", "PNG": "png", "WEBP": "webp", "PPM": "ppm", "GIF": "gif"}
+_NPY_MAGIC = b"\x93NUMPY"
+
+
+def new_survey(layout: str) -> dict[str, Any]:
+    """An empty survey of the shape every adapter returns (documented in docs/architecture.md)."""
+    return {
+        "layout": layout, "samples": 0, "units": 0, "files": 0, "bytes": 0, "sample_bytes": [],
+        "files_per_sample": 0.0, "members_per_sample": None, "fields": {},
+        "image": {"codec": "", "count_checked": 0, "width": [], "height": []},
+        "problems": [], "bad_samples": 0,
+        # Optional: {"name": "directories", "count": n} when fields' `missing_in` names
+        # containers other than the units (per-sample files are grouped in directories).
+        "containers": None,
+    }
+
+
+def problem(file: str | Path, key: str | None, error: str) -> dict[str, Any]:
+    return {"file": str(file), "key": key, "error": error}
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100) with linear interpolation; 0 for no values."""
+    if len(values) == 0:
+        return 0.0
+    return float(np.percentile(np.asarray(values, dtype=np.float64), q))
+
+
+def distribution(values: Sequence[float]) -> dict[str, float]:
+    """mean, p50 and p99 of `values` (all 0 when there are none)."""
+    if len(values) == 0:
+        return {"mean": 0.0, "p50": 0.0, "p99": 0.0}
+    arr = np.asarray(values, dtype=np.float64)
+    return {"mean": float(arr.mean()), "p50": float(np.percentile(arr, 50)),
+            "p99": float(np.percentile(arr, 99))}
+
+
+def apportion(total: int, weights: Sequence[int]) -> list[int]:
+    """Split `total` bytes in proportion to `weights` as integers that sum exactly to `total`.
+
+    Used for bytes that belong to a unit but not to one sample (tar end blocks, columnar
+    footers and headers): the remainder after flooring goes to the largest fractions.
+    """
+    n = len(weights)
+    if n == 0:
+        return []
+    w = np.asarray(weights, dtype=np.float64)
+    share = w / w.sum() * total if w.sum() > 0 else np.full(n, total / n)
+    out = np.floor(share).astype(np.int64)
+    rest = int(total - out.sum())
+    if rest > 0:
+        out[np.argsort(-(share - out), kind="stable")[:rest]] += 1
+    return [int(x) for x in out]
+
+
+def spread(n: int, k: int = CHECK_LIMIT) -> list[int]:
+    """At most `k` indices spread evenly over range(n), so that checks see old and new units."""
+    if n <= k:
+        return list(range(n))
+    return sorted({int(i) for i in np.linspace(0, n - 1, k)})
+
+
+def probe_image(data: bytes | IO[bytes]) -> tuple[str, int, int]:
+    """(codec, width, height) from an encoded image's header; ValueError when it is not one.
+
+    PIL reads only the header. A JPEG or PNG whose last bytes are not its end marker is
+    reported as truncated: a copy cut short keeps a valid header, so the header alone
+    would not show it.
+    """
+    f: IO[bytes] = io.BytesIO(data) if isinstance(data, bytes | bytearray | memoryview) else data
+    head = f.read(len(_NPY_MAGIC))
+    f.seek(0)
+    if head == _NPY_MAGIC:
+        try:
+            version = np.lib.format.read_magic(f)
+            read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                           else np.lib.format.read_array_header_2_0)
+            shape, _, _ = read_header(f)
+        except ValueError as exc:
+            raise ValueError(f"not a valid .npy image: {exc}") from None
+        if len(shape) < 2:
+            raise ValueError(f".npy image has shape {shape}, expected (height, width[, channels])")
+        return "raw", int(shape[1]), int(shape[0])
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            im = Image.open(f)
+            codec = _PIL_CODECS.get(im.format or "", (im.format or "unknown").lower())
+            width, height = im.size
+    except Exception as exc:  # PIL raises many types for bad headers; all mean "not an image"
+        raise ValueError(f"not a readable image ({type(exc).__name__}: {exc})") from None
+    f.seek(-12, io.SEEK_END)
+    tail = f.read(12)
+    if codec == "jpeg" and not tail.endswith(b"\xff\xd9"):
+        raise ValueError("JPEG does not end with its end-of-image marker (truncated?)")
+    if codec == "png" and tail[4:8] != b"IEND":
+        raise ValueError("PNG does not end with its IEND chunk (truncated?)")
+    return codec, int(width), int(height)
+
+
+def add_image(survey: dict[str, Any], codec: str, width: int, height: int) -> None:
+    image = survey["image"]
+    image["count_checked"] += 1
+    image.setdefault("codecs", Counter())[codec] += 1
+    image["width"].append(width)
+    image["height"].append(height)
+
+
+def finish_image(survey: dict[str, Any]) -> None:
+    """Name the image codec from the checked images: the common one, or 'mixed: a, b'."""
+    image = survey["image"]
+    codecs: Counter[str] = image.pop("codecs", Counter())
+    if len(codecs) == 1:
+        image["codec"] = next(iter(codecs))
+    elif codecs:
+        image["codec"] = "mixed: " + ", ".join(c for c, _ in codecs.most_common())
+
+
+def summarize(survey: dict[str, Any], path: str | Path = "") -> dict[str, Any]:
+    """The inspect summary: per-sample figures, field types, image sizes, bad samples."""
+    samples = int(survey["samples"])
+    fields = {}
+    for name, info in sorted(survey["fields"].items()):
+        missing = list(info.get("missing_in", []))
+        fields[name] = {"type": info["type"], "missing_in": missing[:LIST_LIMIT],
+                        "missing_in_count": len(missing)}
+    image = survey["image"]
+    widths, heights = image.get("width", []), image.get("height", [])
+    sizes = Counter(f"{w}x{h}" for w, h in zip(widths, heights, strict=True))
+    problems = survey["problems"]
+    by_file = Counter(p["file"] for p in problems)
+    return {
+        "path": str(path),
+        "layout": survey["layout"],
+        "samples": samples,
+        "units": int(survey["units"]),
+        "unit_name": UNIT_NAMES.get(survey["layout"], "units"),
+        "containers": survey.get("containers"),
+        "files": int(survey["files"]),
+        "bytes": int(survey["bytes"]),
+        "bytes_per_sample": distribution(survey["sample_bytes"]),
+        "files_per_sample": float(survey["files_per_sample"]),
+        "members_per_sample": survey.get("members_per_sample"),
+        "fields": fields,
+        "image": {
+            "codec": image.get("codec", ""),
+            "count_checked": int(image.get("count_checked", 0)),
+            "width": _range(widths),
+            "height": _range(heights),
+            "common_sizes": [{"size": s, "count": c} for s, c in sizes.most_common(5)],
+        },
+        "bad_samples": int(survey["bad_samples"]),
+        "problems_count": len(problems),
+        "problems_by_file": dict(by_file.most_common(LIST_LIMIT)),
+        "problems": problems[:LIST_LIMIT],
+    }
+
+
+def _range(values: Sequence[int]) -> dict[str, float]:
+    if not values:
+        return {"min": 0, "p50": 0.0, "max": 0}
+    return {"min": int(min(values)), "p50": percentile(values, 50), "max": int(max(values))}
+
+
+def counted(n: int, plural: str) -> str:
+    """'1 shard', '2 shards', '1 directory'."""
+    if n != 1:
+        return f"{n} {plural}"
+    words = plural.split(" ")
+    last = words[-1]
+    words[-1] = last[:-3] + "y" if last.endswith("ies") else last.removesuffix("s")
+    return f"1 {' '.join(words)}"
+
+
+def render(s: dict[str, Any]) -> str:
+    """The summary as text for a terminal: one fact a line, every figure with its unit."""
+    bps = s["bytes_per_sample"]
+    lines = [
+        f"path:               {s['path']}",
+        f"layout:             {s['layout']}",
+        f"samples:            {counted(s['samples'], 'samples')}",
+        f"{s['unit_name'] + ':':<20}{counted(s['units'], s['unit_name'])}",
+        *([f"{c['name'] + ':':<20}{counted(c['count'], c['name'])}"]
+          if (c := s["containers"]) and c["name"] != s["unit_name"] else []),
+        f"data files:         {counted(s['files'], 'files')}, {fmt.nbytes(s['bytes'])}",
+        f"bytes per sample:   mean {fmt.nbytes(bps['mean'], 'sample')}, "
+        f"p50 {fmt.nbytes(bps['p50'], 'sample')}, p99 {fmt.nbytes(bps['p99'], 'sample')}",
+        f"files per sample:   {fmt.sig(s['files_per_sample'])} files opened/sample",
+    ]
+    if s["members_per_sample"] is not None:
+        lines.append(f"tar members:        {fmt.sig(s['members_per_sample'])} members/sample")
+    lines.append("fields:")
+    if not s["fields"]:
+        lines.append("  (none besides the image)")
+    width = max((len(n) for n in s["fields"]), default=0)
+    where_name = s["containers"]["name"] if s["containers"] else s["unit_name"]
+    for name, info in s["fields"].items():
+        where = f"in all {where_name}"
+        if info["missing_in_count"]:
+            shown = ", ".join(info["missing_in"][:3])
+            more = info["missing_in_count"] - min(3, len(info["missing_in"]))
+            where = (f"missing in {counted(info['missing_in_count'], where_name)}: {shown}"
+                     + (f" and {more} more" if more > 0 else ""))
+        lines.append(f"  {name:<{width}}  {info['type']}  ({where})")
+    im = s["image"]
+    if im["count_checked"]:
+        w, h = im["width"], im["height"]
+        common = ", ".join(f"{c['size']} px ({fmt.percent(c['count'] / im['count_checked'])})"
+                           for c in im["common_sizes"][:3])
+        lines += [
+            f"image:              {im['codec']} ({im['count_checked']} images checked)",
+            f"  width:            {w['min']}-{w['max']} px, p50 {fmt.sig(w['p50'])} px",
+            f"  height:           {h['min']}-{h['max']} px, p50 {fmt.sig(h['p50'])} px",
+            f"  common sizes:     {common}",
+        ]
+    else:
+        lines.append("image:              none checked")
+    lines.append(f"bad samples:        {counted(s['bad_samples'], 'samples')} "
+                 f"({counted(s['problems_count'], 'problems')} found)")
+    for p in s["problems"][:10]:
+        key = f" [sample {p['key']}]" if p["key"] is not None else ""
+        lines.append(f"  {p['file']}{key}: {p['error']}")
+    if s["problems_count"] > 10:
+        lines.append(f"  ... and {s['problems_count'] - 10} more problems")
+    return "\n".join(lines)

@@ -1,0 +1,94 @@
+"""Export definitions: the shipped ones load, and every bad value is a one-line error naming file
+and key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dsbench.cli import main
+from dsbench.errors import DsbenchError
+from dsbench.spec import load_spec, member_ext
+
+FORMATS = Path(__file__).resolve().parents[1] / "formats"
+
+
+@pytest.mark.parametrize("name,layout", [("before", "wds"), ("after", "files"),
+                                         ("arrow", "arrow"), ("parquet", "parquet")])
+def test_shipped_definitions_load(name: str, layout: str) -> None:
+    spec = load_spec(FORMATS / f"{name}.toml")
+    assert spec.name == name
+    assert spec.layout == layout
+    assert spec.image.codec == "jpeg"
+    assert spec.field("label").type == "int"
+
+
+def test_after_adds_the_new_fields_that_before_lacks() -> None:
+    before = {f.name for f in load_spec(FORMATS / "before.toml").fields}
+    after = load_spec(FORMATS / "after.toml")
+    assert before == {"label"}
+    assert {f.name for f in after.fields} - before == {"caption", "embedding", "boxes"}
+    assert after.field("embedding").dim == 768
+    assert after.field("embedding").encoding == "json"
+    assert after.fields_as == "json"
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "def.toml"
+    p.write_text(text)
+    return p
+
+
+BASE = 'name = "x"\nlayout = "wds"\n'
+
+
+@pytest.mark.parametrize("text,key", [
+    (BASE + "colour = 3\n", "colour"),
+    ('name = "x"\n', "layout"),
+    ('name = "x"\nlayout = "zip"\n', "layout"),
+    (BASE + "samples = 0\n", "samples"),
+    (BASE + "samples = 'many'\n", "samples"),
+    (BASE + "[image]\ncodec = 'gif'\n", "image.codec"),
+    (BASE + "[image]\nquality = 101\n", "image.quality"),
+    (BASE + "[image]\nsize = 3\n", "image.size"),
+    (BASE + "[fields.label]\ntype = 'float'\n", "fields.label.type"),
+    (BASE + "[fields.label]\ntype = 'int'\ndim = 3\n", "fields.label.dim"),
+    (BASE + "[fields.e]\ntype = 'embedding'\n", "fields.e.dim"),
+    (BASE + "[fields.e]\ntype = 'embedding'\ndim = 8\nencoding = 'list'\n", "fields.e.encoding"),
+    (BASE + "[fields.c]\ntype = 'string'\nwords = [9, 3]\n", "fields.c.words"),
+    (BASE + "[fields.a]\ntype = 'int'\n[fields.b]\ntype = 'int'\n", "fields.b.ext"),
+    (BASE + "[fields.image]\ntype = 'int'\n", "fields.image"),
+])
+def test_bad_definition_names_file_and_key(tmp_path: Path, text: str, key: str) -> None:
+    path = _write(tmp_path, text)
+    with pytest.raises(DsbenchError) as info:
+        load_spec(path)
+    message = str(info.value)
+    assert str(path) in message
+    assert key in message
+    assert "\n" not in message
+
+
+def test_not_toml_and_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(DsbenchError, match="not valid TOML"):
+        load_spec(_write(tmp_path, "name = \n"))
+    with pytest.raises(DsbenchError, match="no such definition"):
+        load_spec(tmp_path / "absent.toml")
+
+
+def test_generate_cli_bad_definition_exits_2_with_one_line(tmp_path: Path, capsys) -> None:
+    path = _write(tmp_path, BASE + "[image]\ncodec = 'gif'\n")
+    assert main(["generate", str(path), str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "image.codec" in err and str(path) in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_member_extensions_follow_webdataset_conventions() -> None:
+    spec = load_spec(FORMATS / "parquet.toml")
+    assert member_ext(spec, spec.field("label")) == "cls"
+    assert member_ext(spec, spec.field("caption")) == "txt"
+    assert member_ext(spec, spec.field("embedding")) == "embedding.f32"
+    assert member_ext(spec, spec.field("boxes")) == "boxes.json"

@@ -1,0 +1,334 @@
+"""The cluster extrapolator: from one node's measured loader costs to a synchronous job's steps.
+
+API: `ClusterSpec` (the job), `node_budget(cost, cluster)` (supply and demand per node, closed
+form), `simulate(cost, cluster, rng, steps=...)` (the Monte-Carlo, dsbench.simulate), and
+`extrapolate(result_or_cost, cluster, rng)`, which returns the JSON-ready document that
+`dsbench extrapolate --json` prints. All are pure: the only randomness is the Generator passed in.
+
+Assumptions (docs/model.md gives the equations and limits):
+1. One rank per GPU, each with its own DataLoader of `workers_per_gpu` processes; the loader
+   workers of a node share its free cores: cores_per_node - gpus_per_node x trainer_cores_per_gpu.
+2. A worker's batch costs CPU resampled from the measured batches of the run with fewest workers,
+   times the contention factor of the worker sweep (CPU per sample at W workers over the base
+   run), interpolated at the node's load = min(1, workers / free cores); past the measured loads
+   the last factor holds.
+3. More workers than free cores time-share them: each batch takes workers / free cores as long.
+   This is taken as always true (exact when input-bound, pessimistic on latency otherwise).
+4. A batch of another size scales the mean linearly and the spread as its square root.
+5. A network storage profile adds, per sample, files x latency per file plus bytes x workers per
+   node / node bandwidth, on top of what was measured locally; inside a worker reads and CPU work
+   do not overlap.
+6. GPU compute per step is drawn independently per rank and step; a stall (probability q, length
+   T) is independent per rank and step; the all-reduce is a fixed time after the slowest rank.
+7. All workers start together, as at every epoch start without persistent workers.
+8. Demand per node = gpus_per_node x batch / (mean compute + all-reduce): what GPUs that never
+   wait for data consume.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dsbench import explain
+from dsbench import simulate as sim
+from dsbench.errors import DsbenchError
+from dsbench.loadcost import Distribution, LoaderCost
+from dsbench.storage import LOCAL, StorageProfile
+
+DEFAULT_SCALING = (8, 16, 32, 64, 128, 256)
+DEFAULT_STEPS = 10_000
+TARGET_UTIL = 0.9
+MAX_RANKS = 4096
+MAX_RANK_STEPS = 60_000_000  # steps x ranks of the largest job: bounds memory and time
+WHAT_IF_STEPS = 3_000
+_REFINE_TRIES = 8
+DEFAULT_COMPUTE = Distribution("const", 0.25)
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """The job: nodes and their GPUs and cores, the DataLoader, the step and its jitter."""
+
+    nodes: int = 16
+    gpus_per_node: int = 8
+    cores_per_node: int = 96
+    trainer_cores_per_gpu: float = 1.0
+    workers_per_gpu: int = 8
+    prefetch: int = 2
+    batch_size: int = 32
+    compute: Distribution = DEFAULT_COMPUTE
+    allreduce_s: float = 0.0
+    stall_prob: float = 0.0
+    stall_s: float = 0.0
+    storage: StorageProfile = LOCAL
+
+    def __post_init__(self) -> None:
+        for name in ("nodes", "gpus_per_node", "cores_per_node", "workers_per_gpu", "prefetch",
+                     "batch_size"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise DsbenchError(f"{name.replace('_', '-')} must be an integer >= 1, not {v!r}")
+        for name in ("trainer_cores_per_gpu", "allreduce_s", "stall_s"):
+            v = getattr(self, name)
+            if not (math.isfinite(v) and v >= 0):
+                raise DsbenchError(f"{name.replace('_', '-')} must be a finite number >= 0")
+        if not 0 <= self.stall_prob < 1:
+            raise DsbenchError(f"stall-prob must be in [0, 1), not {self.stall_prob}")
+        if self.stall_prob > 0 and self.stall_s <= 0:
+            raise DsbenchError("stall-prob > 0 needs a stall-time > 0")
+        if self.free_cores <= 0:
+            raise DsbenchError(f"no cores left for loader workers: {self.cores_per_node} cores "
+                               f"- {self.gpus_per_node} GPUs x {self.trainer_cores_per_gpu} "
+                               "trainer cores")
+        if self.ranks > MAX_RANKS:
+            raise DsbenchError(f"{self.ranks} ranks: the model simulates at most {MAX_RANKS}")
+
+    @property
+    def ranks(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def free_cores(self) -> float:
+        return self.cores_per_node - self.gpus_per_node * self.trainer_cores_per_gpu
+
+    @property
+    def workers_per_node(self) -> int:
+        return self.gpus_per_node * self.workers_per_gpu
+
+    def replace(self, **changes: Any) -> ClusterSpec:
+        return dataclasses.replace(self, **changes)
+
+    def to_json(self) -> dict[str, object]:
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["compute"] = self.compute.to_json()
+        out["storage"] = self.storage.name
+        return out
+
+
+@dataclass(frozen=True)
+class NodeBudget:
+    """Closed-form supply and demand of one node, and the per-sample terms behind supply."""
+
+    free_cores: float
+    workers: int
+    load: float  # busy-worker share of the free cores, at most 1
+    contention: float  # CPU factor at that load, from the worker sweep
+    oversubscription: float  # workers / free cores, at least 1
+    cpu_s: float  # wall seconds of CPU work per sample in one worker
+    latency_s: float  # seconds per sample waiting for files to open
+    transfer_s: float  # seconds per sample moving bytes over the node's share of the link
+    supply: float  # samples/s the node's workers deliver
+    demand: float  # samples/s the node's GPUs consume when they never wait
+
+    @property
+    def per_sample_s(self) -> float:
+        return self.cpu_s + self.latency_s + self.transfer_s
+
+    @property
+    def ratio(self) -> float:
+        return self.supply / self.demand
+
+    @property
+    def limit(self) -> str:
+        """What bounds supply: 'cores', 'workers', 'file latency' or 'storage bandwidth'."""
+        terms = {"cpu": self.cpu_s, "file latency": self.latency_s,
+                 "storage bandwidth": self.transfer_s}
+        top = max(terms, key=terms.__getitem__)
+        if top == "cpu":
+            return "cores" if self.oversubscription > 1 else "workers"
+        return top
+
+    def to_json(self) -> dict[str, object]:
+        out = dataclasses.asdict(self)
+        out |= {"per_sample_s": self.per_sample_s, "supply_over_demand": self.ratio,
+                "limit": self.limit}
+        return out
+
+
+def node_budget(cost: LoaderCost, cluster: ClusterSpec) -> NodeBudget:
+    """Samples/s per node: workers / (per-sample wall time of one worker), against demand."""
+    free, workers = cluster.free_cores, cluster.workers_per_node
+    load = min(1.0, workers / free)
+    contention = cost.contention_at(load)
+    over = max(1.0, workers / free)
+    cpu = cost.cpu_s_per_sample * contention * over
+    latency = cost.files_per_sample * cluster.storage.per_file_s
+    transfer = cost.bytes_per_sample * workers / cluster.storage.node_bytes_per_s
+    demand = cluster.gpus_per_node * cluster.batch_size / (cluster.compute.mean
+                                                            + cluster.allreduce_s)
+    return NodeBudget(free, workers, load, contention, over, cpu, latency, transfer,
+                      supply=workers / (cpu + latency + transfer), demand=demand)
+
+
+def simulate(cost: LoaderCost, cluster: ClusterSpec, rng: np.random.Generator, *,
+             steps: int = DEFAULT_STEPS, ranks: Sequence[int] | None = None,
+             loader: bool = True) -> sim.SimResult:
+    """Monte-Carlo of the job (and of the same job at other rank counts, `ranks`).
+
+    `loader=False` replaces the loader with one that is never late: the utilization ceiling that
+    compute jitter, stalls and the all-reduce leave.
+    """
+    jobs = tuple(ranks) if ranks else (cluster.ranks,)
+    if any(n < 1 or n > MAX_RANKS for n in jobs):
+        raise DsbenchError(f"rank counts must be between 1 and {MAX_RANKS}")
+    warmup = cluster.workers_per_gpu * cluster.prefetch
+    if steps <= 2 * warmup or steps < 100:
+        raise DsbenchError(f"--steps {steps}: need at least 100 and more than twice workers x "
+                           f"prefetch ({2 * warmup})")
+    if steps * max(jobs) > MAX_RANK_STEPS:
+        raise DsbenchError(f"{steps} steps x {max(jobs)} ranks is more than the model runs "
+                           f"({MAX_RANK_STEPS:.0e}); lower --steps")
+    budget = node_budget(cost, cluster)
+    batch, factor = cluster.batch_size, budget.contention * budget.oversubscription
+    io_s = (budget.latency_s + budget.transfer_s) * batch
+
+    def batch_wall(g: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
+        if not loader:
+            return np.zeros(shape)
+        return cost.sample_batch_cpu(g, shape, batch) * factor + io_s
+
+    return sim.run(batch_wall, cluster.compute.sample, workers=cluster.workers_per_gpu,
+                   prefetch=cluster.prefetch, jobs=jobs, steps=steps, rng=rng,
+                   allreduce_s=cluster.allreduce_s, stall_prob=cluster.stall_prob,
+                   stall_s=cluster.stall_s, timeline_job=cluster.ranks)
+
+
+def extrapolate(source: Mapping[str, Any] | LoaderCost, cluster: ClusterSpec,
+                rng: np.random.Generator, *, steps: int = DEFAULT_STEPS,
+                scaling: Sequence[int] = DEFAULT_SCALING, path: str | None = None,
+                sources: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Everything `dsbench extrapolate` reports, as plain data.
+
+    `source` is a bench result document (dsbench.results.read_result) or a LoaderCost.
+    `sources` maps ClusterSpec fields to where their value came from when it was not stated by
+    the caller: "default" (dsbench's assumption) or "measured" (taken from the result), so the
+    output can say which inputs were assumed; unnamed fields count as "stated".
+    """
+    cost = source if isinstance(source, LoaderCost) else LoaderCost.from_result(source, path)
+    if not scaling or any(n < 1 for n in scaling):
+        raise DsbenchError("--scaling needs rank counts >= 1")
+    main_rng, ceiling_rng, what_if_rng = rng.spawn(3)
+    budget = node_budget(cost, cluster)
+    jobs = sorted({1, cluster.ranks, *scaling})
+    result = simulate(cost, cluster, main_rng, steps=steps, ranks=jobs)
+    main = result.column(cluster.ranks)
+    ceiling = simulate(cost, cluster, ceiling_rng, steps=min(steps, WHAT_IF_STEPS),
+                       loader=False)
+    ceiling_util = float(ceiling.gpu_util[0])
+    what_if_seed = int(what_if_rng.integers(2**62))
+
+    verdict, verdict_text = explain.verdict(budget)
+    scaling_rows = _scaling_rows(result, sorted(set(scaling)))
+    return {
+        "kind": "dsbench-extrapolation", "schema_version": 1,
+        "model_note": "a model, not a measurement: every figure follows from the inputs listed",
+        "inputs": explain.inputs(cost, cluster, dict(sources or {})),
+        "loader": cost.to_json(), "cluster": cluster.to_json(),
+        "storage": cluster.storage.to_json(), "node": budget.to_json(),
+        "supply_samples_per_s_per_node": budget.supply,
+        "demand_samples_per_s_per_node": budget.demand,
+        "supply_over_demand": budget.ratio, "verdict": verdict, "verdict_text": verdict_text,
+        "ranks": cluster.ranks, "steps": steps, "warmup_steps": result.warmup,
+        "step_time_s": result.stats(cluster.ranks),
+        "gpu_util": float(result.gpu_util[main]),
+        "data_wait_share": float(result.data_wait_share[main]),
+        "samples_per_s_per_node": cluster.gpus_per_node * cluster.batch_size
+        / result.stats(cluster.ranks)["mean"],
+        "timeline": {"ranks": result.timeline_ranks, "bucket_s": result.timeline_bucket_s,
+                     "gpu_util": [round(float(u), 4) for u in result.timeline],
+                     "note": explain.timeline_note(budget, cluster, result)},
+        "what_if": _what_if(cost, cluster, steps, what_if_seed, ceiling_util),
+        "scaling": scaling_rows,
+        "scaling_reference_p99_s": result.stats(1)["p99"],
+        "mechanism": explain.scaling_mechanism(scaling_rows, result.stats(1)["p99"],
+                                               _alone(result)),
+    }
+
+
+def _alone(result: sim.SimResult) -> float:
+    """Share of a single rank's steps above its own p99 (1%, or less where steps tie)."""
+    return float(np.mean(result.step_s[:, result.column(1)] > result.stats(1)["p99"]))
+
+
+def _scaling_rows(result: sim.SimResult, scaling: Sequence[int]) -> list[dict[str, float]]:
+    reference, alone = result.stats(1)["p99"], _alone(result)
+    rows = []
+    for n in scaling:
+        x = result.step_s[:, result.column(n)]
+        st = result.stats(n)
+        rows.append({"ranks": n, "mean_s": st["mean"], "p50_s": st["p50"], "p99_s": st["p99"],
+                     "max_s": st["max"], "slow_step_fraction": float(np.mean(x > reference)),
+                     "independent_fraction": 1.0 - (1.0 - alone) ** n,
+                     "gpu_util": float(result.gpu_util[result.column(n)])})
+    return rows
+
+
+def _sim_util(cost: LoaderCost, cluster: ClusterSpec, steps: int, seed: int) -> float:
+    # The same seed for every candidate: candidates differ by their settings, not by noise.
+    res = simulate(cost, cluster, np.random.default_rng(seed), steps=steps)
+    return float(res.gpu_util[0])
+
+
+def _what_if(cost: LoaderCost, cluster: ClusterSpec, steps: int, seed: int,
+             ceiling_util: float) -> dict[str, Any]:
+    """Workers per GPU, and cores per node, that bring utilization to TARGET_UTIL."""
+    need = cluster.gpus_per_node * cluster.batch_size * TARGET_UTIL / cluster.compute.mean
+    out: dict[str, Any] = {"target_util": TARGET_UTIL, "ceiling_util": ceiling_util,
+                           "supply_needed_samples_per_s_per_node": need,
+                           "workers_per_gpu": None, "cores_per_node": None, "reason": None}
+    cap = (cluster.storage.node_bytes_per_s / cost.bytes_per_sample
+           if cost.bytes_per_sample > 0 else math.inf)
+    out["storage_cap_samples_per_s_per_node"] = None if math.isinf(cap) else cap
+    if ceiling_util < TARGET_UTIL or cap < need:
+        out["reason"] = "ceiling" if ceiling_util < TARGET_UTIL else "storage"
+        return out
+    sim_steps = min(steps, WHAT_IF_STEPS)
+    max_workers = 256
+
+    def try_workers(w: int) -> tuple[ClusterSpec, float] | None:
+        for _ in range(_REFINE_TRIES):
+            if w > max_workers:
+                return None
+            spec = cluster.replace(workers_per_gpu=w)
+            if 2 * w * spec.prefetch >= sim_steps:
+                return None
+            u = _sim_util(cost, spec, sim_steps, seed)
+            if u >= TARGET_UTIL:
+                return spec, u
+            w += 1
+        return None
+
+    w = next((w for w in range(1, max_workers + 1)
+              if node_budget(cost, cluster.replace(workers_per_gpu=w)).supply >= need), None)
+    found = try_workers(w) if w is not None else None
+    if found:
+        out["workers_per_gpu"] = {"workers_per_gpu": found[0].workers_per_gpu,
+                                  "simulated_util": found[1]}
+
+    def with_cores(c: int) -> ClusterSpec:
+        free = c - cluster.gpus_per_node * cluster.trainer_cores_per_gpu
+        w = max(cluster.workers_per_gpu, math.ceil(free / cluster.gpus_per_node))
+        return cluster.replace(cores_per_node=c, workers_per_gpu=min(w, max_workers))
+
+    lowest = math.floor(cluster.gpus_per_node * cluster.trainer_cores_per_gpu) + 1
+    c = next((c for c in range(lowest, 16_385) if node_budget(cost, with_cores(c)).supply >= need),
+             None)
+    for _ in range(_REFINE_TRIES if c is not None else 0):
+        spec = with_cores(c)
+        if 2 * spec.workers_per_gpu * spec.prefetch >= sim_steps:
+            break
+        u = _sim_util(cost, spec, sim_steps, seed)
+        if u >= TARGET_UTIL:
+            out["cores_per_node"] = {"cores_per_node": c, "workers_per_gpu": spec.workers_per_gpu,
+                                     "simulated_util": u}
+            break
+        c = math.ceil(c * 1.05)
+    if out["workers_per_gpu"] is None:
+        out["reason"] = "cores" if out["cores_per_node"] else "search"
+    return out

@@ -1,0 +1,144 @@
+"""Words for the cluster model's numbers: the verdict, where each input came from, mechanisms.
+
+Kept apart from dsbench.cluster so that the arithmetic stays short; every sentence here is built
+from figures the model computed, never from fixed claims.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from dsbench import fmt
+
+if TYPE_CHECKING:
+    from dsbench.cluster import ClusterSpec, NodeBudget
+    from dsbench.loadcost import LoaderCost
+    from dsbench.simulate import SimResult
+
+BALANCED = (0.97, 1.10)  # supply / demand inside this band: neither side has real slack
+
+
+def verdict(budget: NodeBudget) -> tuple[str, str]:
+    """('input-bound' | 'compute-bound' | 'balanced', a sentence saying by how much)."""
+    r = budget.ratio
+    if r < BALANCED[0]:
+        return "input-bound", (
+            f"input-bound: the loaders supply {fmt.ratio(r)} of the samples/s the GPUs consume "
+            f"({fmt.ratio(1 / r)} short); limit: {budget.limit}")
+    if r > BALANCED[1]:
+        return "compute-bound", (
+            f"compute-bound: the loaders could supply {fmt.ratio(r)} the samples/s the GPUs "
+            f"consume ({fmt.percent(r - 1)} headroom)")
+    return "balanced", (
+        f"balanced: supply is {fmt.ratio(r)} of demand, so any hiccup in the loader becomes a "
+        f"wait; limit: {budget.limit}")
+
+
+def _row(name: str, value: Any, text: str, source: str, note: str = "") -> dict[str, Any]:
+    return {"name": name, "value": value, "text": text, "source": source, "note": note}
+
+
+def inputs(cost: LoaderCost, cluster: ClusterSpec,
+           sources: dict[str, str]) -> list[dict[str, Any]]:
+    """Every input of the model with its value and source: measured, stated, default, profile."""
+    where = f"{cost.path}: " if cost.path else ""
+    base = (f"{where}{len(cost.batch_cpu_s)} batches of {cost.measured_batch} samples, "
+            f"{cost.base_workers} worker(s)") if cost.origin == "measured" else ""
+    rows = [_row("cpu_s_per_sample", cost.cpu_s_per_sample,
+                 fmt.seconds(cost.cpu_s_per_sample, "sample"), cost.source_of("cpu_s_per_sample"),
+                 base)]
+    if cost.origin == "stated":
+        rows.append(_row("cpu_cv", cost.cpu_cv, fmt.sig(cost.cpu_cv), "stated",
+                         "per-sample coefficient of variation; batches are lognormal"))
+    if cost.origin == "measured":
+        pts = ", ".join(f"{fmt.ratio(f)} at load {fmt.percent(a)}" for a, f in cost.contention
+                        if a > 0)
+        rows.append(_row("contention", cost.contention_at(1.0), pts or "no sweep", "measured",
+                         "CPU per sample at W workers over the base run; load = W / cores"))
+    rows += [
+        _row("files_per_sample", cost.files_per_sample, fmt.sig(cost.files_per_sample),
+             cost.source_of("files_per_sample")),
+        _row("bytes_per_sample", cost.bytes_per_sample, fmt.nbytes(cost.bytes_per_sample),
+             cost.source_of("bytes_per_sample")),
+    ]
+    units = {"allreduce_s": fmt.seconds(cluster.allreduce_s),
+             "stall_s": fmt.seconds(cluster.stall_s),
+             "stall_prob": fmt.percent(cluster.stall_prob),
+             "compute": cluster.compute.describe()}
+    for name in ("nodes", "gpus_per_node", "cores_per_node", "trainer_cores_per_gpu",
+                 "workers_per_gpu", "prefetch", "batch_size", "compute", "allreduce_s",
+                 "stall_prob", "stall_s"):
+        value = getattr(cluster, name)
+        if name in units:
+            text = units[name]
+        else:
+            text = str(value) if isinstance(value, int) else fmt.sig(float(value))
+        rows.append(_row(name, value.to_json() if name == "compute" else value, text,
+                         sources.get(name, "stated")))
+    st = cluster.storage
+    text = "measured (adds nothing)" if st.is_local else (
+        f"{st.name}: {fmt.seconds(st.per_file_s)}/file, {fmt.nbytes(st.node_bytes_per_s)}/s "
+        "per node")
+    rows.append(_row("storage", st.name, text,
+                     "measured" if st.is_local else ("stated" if st.name == "custom" else
+                                                     "profile"), st.source))
+    return rows
+
+
+def timeline_note(budget: NodeBudget, cluster: ClusterSpec, result: SimResult) -> str:
+    """Why the GPU timeline looks the way it does, from the per-batch time and the bursts."""
+    tl = result.timeline
+    batch_s = budget.per_sample_s * cluster.batch_size
+    w = cluster.workers_per_gpu
+    if tl.size == 0:
+        return "no timeline"
+    high, low = float(np.mean(tl >= 0.9)), float(np.mean(tl <= 0.1))
+    shares = (f"{fmt.percent(high)} of seconds at >= 90% busy, {fmt.percent(low)} at <= 10%")
+    if budget.ratio >= BALANCED[0]:
+        return (f"{shares}. The loaders keep ahead: the prefetch queues ({w} workers x "
+                f"{cluster.prefetch} batches per GPU) stay full and the GPUs seldom wait.")
+    if batch_s >= 2 * result.timeline_bucket_s:
+        return (f"{shares}. Each of the {w} workers of a GPU needs {fmt.seconds(batch_s)} per "
+                f"batch and they started together, so batches arrive in bursts of about {w}: "
+                f"the GPU computes them back to back (~100%), drains the queue, then waits for "
+                f"the next burst (~0%), a cycle of about {fmt.seconds(batch_s)}.")
+    return (f"{shares}. Batches take {fmt.seconds(batch_s)} each, less than a timeline bucket, "
+            "so the waits average out into a steady utilization below 100%.")
+
+
+def scaling_mechanism(rows: list[dict[str, Any]], reference_s: float, alone: float) -> str:
+    """The fan-out in words: a step waits for the slowest rank."""
+    if not rows:
+        return ""
+    last, first = rows[-1], rows[0]
+    base = ("Every step waits for the slowest rank at the all-reduce, so a job of N ranks is "
+            "slow whenever any one rank is.")
+    if alone == 0 and last["slow_step_fraction"] == 0:
+        shared = first["p99_s"] > 1.5 * first["p50_s"]
+        return (f"{base} Here no step, of one rank or of {last['ranks']}, exceeds one rank's p99 "
+                f"({fmt.seconds(reference_s)}): "
+                + ("the long steps are a rhythm every rank shares (its workers started together "
+                   "and run at the same pace), not independent hiccups," if shared else
+                   "the steps do not vary,")
+                + " so adding ranks changes nothing. Per-rank jitter (--stall-prob, a --compute "
+                  "distribution, a loader that is barely ahead) is what a larger job pays for.")
+    text = (f"{base} A rank alone exceeds {fmt.seconds(reference_s)} "
+            f"(its own p99) in {fmt.percent(alone)} of steps; at {first['ranks']} ranks "
+            f"{fmt.percent(first['slow_step_fraction'])} of steps do, at {last['ranks']} ranks "
+            f"{fmt.percent(last['slow_step_fraction'])} (independent ranks would give "
+            f"{fmt.percent(last['independent_fraction'])}).")
+    if last["slow_step_fraction"] >= 1.5 * max(first["slow_step_fraction"], alone):
+        text += " The tail grows with the number of ranks, not with the work per rank."
+        if last["slow_step_fraction"] < 0.8 * last["independent_fraction"]:
+            text += (" It grows less than for independent ranks because the barrier couples "
+                     "them: while all wait for the slowest, the others' workers refill their "
+                     "queues.")
+    else:
+        text += " Here the tail hardly grows with the number of ranks"
+        text += (": the long steps come from a rhythm every rank shares (its workers started "
+                 "together and run at the same pace), so the job follows its most-delayed rank "
+                 "rather than adding up independent hiccups." if first["p99_s"] > 1.5
+                 * first["p50_s"] else ".")
+    return text

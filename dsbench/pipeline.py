@@ -1,0 +1,330 @@
+"""The loader's per-sample work, as a training job does it: decode, fields, transform, collate.
+
+Stages (their CPU time is what `dsbench bench` reports per sample):
+
+* ``read``: the reader's ``next()``; the adapter's own work (opening, seeking, untarring).
+* ``decode``: the image to pixels. JPEG with Pillow (default) or simplejpeg when asked for,
+  PNG and other codecs with Pillow, raw ``.npy`` with numpy.
+* ``fields``: every non-image field parsed by its stored encoding (``base.ENC_*``). Numeric
+  lists become numpy arrays, as a job must before it can stack them; a JSON document holding an
+  object is spread into one field per key.
+* ``transform``: an ImageNet-style training transform on uint8 pixels: random-resized-crop to
+  224 x 224 (scale (0.08, 1), ratio (3/4, 4/3), torchvision's sampling rule) and a horizontal
+  flip with p = 0.5, from a seeded numpy Generator; optionally normalised to float32.
+* ``collate``: B transformed images copied into one contiguous (B, 224, 224, 3) array (HWC, the
+  layout of the decoded pixels) and the parsed fields stacked where they are arrays or numbers.
+
+CPU time is taken with `time.process_time` (the OS's per-process CPU clock) so that threads an
+adapter starts (pyarrow's) are charged to the stage that caused them.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+from PIL import Image
+
+from dsbench.adapters import base
+from dsbench.adapters.base import RawSample
+from dsbench.errors import DsbenchError, SampleError
+
+STAGES = ("read", "decode", "fields", "transform", "collate")
+DECODERS = ("pillow", "simplejpeg")
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+Pixels = Image.Image | np.ndarray
+# What a decoder or a parser may raise on bad data; anything else is a bug and propagates.
+_BAD_DATA = (OSError, ValueError, SyntaxError, EOFError, TypeError, KeyError, IndexError,
+             UnicodeDecodeError, Image.DecompressionBombError)
+
+
+def _pillow_decode(data: bytes) -> Image.Image:
+    im = Image.open(io.BytesIO(data))
+    if im.mode != "RGB":
+        return im.convert("RGB")
+    im.load()  # Image.open only reads the header; the decode happens here
+    return im
+
+
+def _npy_decode(data: bytes) -> np.ndarray:
+    arr = np.load(io.BytesIO(data), allow_pickle=False)
+    if arr.ndim != 3 or arr.shape[2] != 3 or arr.dtype != np.uint8:
+        raise ValueError(f"expected an HxWx3 uint8 array, got {arr.dtype} {arr.shape}")
+    return arr
+
+
+def make_decoder(name: str = "pillow") -> Callable[[RawSample], Pixels]:
+    """A function from a raw sample to its pixels; SampleError naming file and key on bad data."""
+    if name not in DECODERS:
+        raise DsbenchError(f"unknown decoder {name!r} (known: {', '.join(DECODERS)})")
+    jpeg: Callable[[bytes], Pixels] = _pillow_decode
+    if name == "simplejpeg":
+        try:
+            import simplejpeg
+        except ImportError:
+            raise DsbenchError("--decoder simplejpeg needs simplejpeg: "
+                               "pip install 'dsbench[fast]'") from None
+
+        def jpeg(data: bytes) -> Pixels:
+            return simplejpeg.decode_jpeg(data, colorspace="RGB")
+
+    def decode(raw: RawSample) -> Pixels:
+        try:
+            if raw.codec == "jpeg":
+                return jpeg(raw.image)
+            if raw.codec in ("raw", "npy"):
+                return _npy_decode(raw.image)
+            return _pillow_decode(raw.image)
+        except _BAD_DATA as exc:
+            raise SampleError(f"cannot decode {raw.codec} image: {exc}", path=raw.source,
+                              key=raw.key) from None
+
+    return decode
+
+
+def _numeric(value: Any) -> Any:
+    """A list of numbers as a numpy array (float32 for floats, as models take them)."""
+    if isinstance(value, list) and value and type(value[0]) in (int, float):
+        arr = np.asarray(value)
+        if arr.dtype.kind == "f":
+            return arr.astype(np.float32)
+        if arr.dtype.kind in "iu":
+            return arr
+    return value
+
+
+def _parse(encoding: str | None, value: Any) -> Any:
+    if encoding == base.ENC_INT_TEXT:
+        return int(value)
+    if encoding == base.ENC_TEXT:
+        return value.decode("utf-8") if isinstance(value, bytes | bytearray | memoryview) \
+            else str(value)
+    if encoding == base.ENC_JSON:
+        return json.loads(value)
+    if encoding == base.ENC_F32:
+        return np.frombuffer(value, dtype="<f4")
+    if encoding == base.ENC_NPY:
+        return np.load(io.BytesIO(value), allow_pickle=False)
+    if encoding == base.ENC_VALUE:
+        return _numeric(value)
+    return value  # unknown member extension: opaque bytes, passed on as stored
+
+
+def parse_fields(raw: RawSample) -> dict[str, Any]:
+    """Every non-image field of `raw`, parsed by its encoding."""
+    out: dict[str, Any] = {}
+    for name, value in raw.fields.items():
+        encoding = raw.encodings.get(name)
+        try:
+            parsed = _parse(encoding, value)
+        except _BAD_DATA as exc:
+            raise SampleError(f"cannot parse field {name!r} ({encoding}): {exc}",
+                              path=raw.source, key=raw.key) from None
+        if encoding == base.ENC_JSON and isinstance(parsed, dict):
+            # One JSON document holding all fields (`<key>.json`): one field per key.
+            for k, v in parsed.items():
+                out[k if k not in out else f"{name}.{k}"] = _numeric(v)
+        else:
+            out[name] = _numeric(parsed) if encoding == base.ENC_JSON else parsed
+    return out
+
+
+def resized_crop_params(width: int, height: int, rng: np.random.Generator,
+                        scale: tuple[float, float] = (0.08, 1.0),
+                        ratio: tuple[float, float] = (3 / 4, 4 / 3)) -> tuple[int, int, int, int]:
+    """(top, left, crop height, crop width) drawn as torchvision's RandomResizedCrop draws them.
+
+    Ten tries at an area fraction uniform in `scale` and a log-uniform aspect ratio in `ratio`;
+    when none fits, a centre crop clamped to the ratio range.
+    """
+    area = width * height
+    log_lo, log_hi = math.log(ratio[0]), math.log(ratio[1])
+    for _ in range(10):
+        target_area = area * rng.uniform(scale[0], scale[1])
+        aspect = math.exp(rng.uniform(log_lo, log_hi))
+        w = round(math.sqrt(target_area * aspect))
+        h = round(math.sqrt(target_area / aspect))
+        if 0 < w <= width and 0 < h <= height:
+            top = int(rng.integers(0, height - h + 1))
+            left = int(rng.integers(0, width - w + 1))
+            return top, left, h, w
+    in_ratio = width / height
+    if in_ratio < min(ratio):
+        w, h = width, round(width / min(ratio))
+    elif in_ratio > max(ratio):
+        w, h = round(height * max(ratio)), height
+    else:
+        w, h = width, height
+    return (height - h) // 2, (width - w) // 2, h, w
+
+
+class Transform(Protocol):
+    """A per-sample transform; the runner sizes its batch buffers from `out_shape`/`out_dtype`."""
+
+    out_shape: tuple[int, ...]
+    out_dtype: str
+
+    def __call__(self, pixels: Pixels, rng: np.random.Generator) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class TrainTransform:
+    """Random-resized-crop to `size` and a random horizontal flip; float32 mean/std optional."""
+
+    size: int = 224
+    scale: tuple[float, float] = (0.08, 1.0)
+    ratio: tuple[float, float] = (3 / 4, 4 / 3)
+    flip_p: float = 0.5
+    normalize: bool = False
+    mean: tuple[float, float, float] = IMAGENET_MEAN
+    std: tuple[float, float, float] = IMAGENET_STD
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        return (self.size, self.size, 3)
+
+    @property
+    def out_dtype(self) -> str:
+        return "float32" if self.normalize else "uint8"
+
+    def __call__(self, pixels: Pixels, rng: np.random.Generator) -> np.ndarray:
+        im = pixels if isinstance(pixels, Image.Image) else Image.fromarray(pixels)
+        top, left, h, w = resized_crop_params(im.width, im.height, rng, self.scale, self.ratio)
+        # resize(box=...) resamples straight from the crop box: torchvision's crop-then-resize
+        # without the intermediate copy.
+        out = im.resize((self.size, self.size), Image.Resampling.BILINEAR,
+                        box=(left, top, left + w, top + h))
+        if rng.random() < self.flip_p:
+            out = out.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+        arr = np.asarray(out)
+        if not self.normalize:
+            return arr
+        # (x / 255 - mean) / std as one multiply-add per value.
+        gain = 1.0 / (255.0 * np.asarray(self.std, dtype=np.float32))
+        offset = np.asarray(self.mean, dtype=np.float32) / np.asarray(self.std, dtype=np.float32)
+        return arr.astype(np.float32) * gain - offset
+
+
+def collate_fields(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Stack each field across a batch: same-shape arrays and plain numbers become one array."""
+    names: dict[str, None] = {}
+    for item in items:
+        names.update(dict.fromkeys(item))
+    out: dict[str, Any] = {}
+    for name in names:
+        values = [item.get(name) for item in items]
+        first = values[0]
+        if isinstance(first, np.ndarray) and all(
+                isinstance(v, np.ndarray) and v.shape == first.shape and v.dtype == first.dtype
+                for v in values):
+            out[name] = np.stack(values)
+        elif all(type(v) is int for v in values):
+            out[name] = np.asarray(values, dtype=np.int64)
+        elif all(type(v) is float for v in values):
+            out[name] = np.asarray(values, dtype=np.float64)
+        else:
+            out[name] = values
+    return out
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """What every loader worker does to each sample; plain data, so it travels to workers."""
+
+    decoder: str = "pillow"
+    transform: Transform = field(default_factory=TrainTransform)
+    on_error: str = "raise"
+
+    def __post_init__(self) -> None:
+        if self.on_error not in base.ON_ERROR:
+            raise DsbenchError(f"unknown error policy {self.on_error!r} "
+                               f"(known: {', '.join(base.ON_ERROR)})")
+        make_decoder(self.decoder)  # fail here, in the caller, not in every worker
+
+
+@dataclass
+class StageTimes:
+    """CPU seconds per stage, accumulated over the samples of one batch."""
+
+    seconds: list[float] = field(default_factory=lambda: [0.0] * len(STAGES))
+
+    def as_dict(self) -> dict[str, float]:
+        return dict(zip(STAGES, self.seconds, strict=True))
+
+
+class BatchBuilder:
+    """Builds whole batches from an endless sample stream, timing every stage on the CPU clock.
+
+    `read(skip)` opens that stream, passing the reader a skip handler under `on_error="skip"`.
+    Bad samples either raise (`on_error="raise"`) or are recorded in `skipped` and replaced by
+    the next sample, so that every batch holds `batch_size` samples.
+    """
+
+    def __init__(self, pipeline: Pipeline,
+                 read: Callable[[base.SkipHandler], Iterator[RawSample]],
+                 rng: np.random.Generator) -> None:
+        self.decode = make_decoder(pipeline.decoder)
+        self.transform = pipeline.transform
+        self.skip = pipeline.on_error == "skip"
+        self.rng = rng
+        self.skipped: list[SampleError] = []
+        self.samples = read(self.skipped.append if self.skip else None)
+
+    def _bad(self, err: SampleError) -> None:
+        if not self.skip:
+            raise err
+        self.skipped.append(err)
+
+    def next_sample(self, t: list[float]) -> tuple[str, np.ndarray, dict[str, Any]]:
+        """The next good sample, transformed: (key, pixels, fields); stage times added to `t`."""
+        clock = time.process_time
+        while True:
+            t0 = clock()
+            raw = next(self.samples)
+            t1 = clock()
+            t[0] += t1 - t0
+            try:
+                pixels = self.decode(raw)
+            except SampleError as err:
+                t[1] += clock() - t1
+                self._bad(err)
+                continue
+            t2 = clock()
+            t[1] += t2 - t1
+            try:
+                parsed = parse_fields(raw)
+            except SampleError as err:
+                t[2] += clock() - t2
+                self._bad(err)
+                continue
+            t3 = clock()
+            t[2] += t3 - t2
+            out = self.transform(pixels, self.rng)
+            t[3] += clock() - t3
+            return raw.key, out, parsed
+
+    def build(self, images: np.ndarray, times: StageTimes) -> tuple[list[str], dict[str, Any]]:
+        """Fill `images` (B rows) with transformed samples; return their keys and fields."""
+        clock = time.process_time
+        t = times.seconds
+        keys: list[str] = []
+        fields: list[dict[str, Any]] = []
+        for row in range(len(images)):
+            key, out, parsed = self.next_sample(t)
+            t4 = clock()
+            images[row] = out
+            keys.append(key)
+            fields.append(parsed)
+            t[4] += clock() - t4
+        t5 = clock()
+        collated = collate_fields(fields)
+        t[4] += clock() - t5
+        return keys, collated

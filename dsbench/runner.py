@@ -1,0 +1,340 @@
+"""The loader benchmark: W worker processes feed the main process batches; the OS counts the cost.
+
+Modelled on torch's DataLoader. Worker i owns `units[i::W]` and cycles over it; it builds whole
+batches of B into a shared-memory ring of `prefetch + 1` slots (`prefetch` ready batches plus
+the one the main process is using) and sends only a small report per batch. The main process
+takes batches round-robin over the workers, as DataLoader does, as fast as it can or waiting out
+an emulated training step (`step_time_s`) per batch, and frees each slot when done with it.
+
+A round: start workers, consume `warmup_batches` per worker (start-up and warm caches, recorded
+but not counted), then a measured window of whole round-robin cycles lasting `seconds` (or
+exactly `batches` batches). Figures over the window:
+
+* samples/s = window samples / window wall time (the main process's clock);
+* CPU s/sample = (main process getrusage(RUSAGE_SELF) delta + each worker's own getrusage delta
+  between its last report before the window and its last one in it) / window samples; the
+  workers' totals from getrusage(RUSAGE_CHILDREN) after they are reaped are the cross-check;
+* stages, bytes and files per sample from the same report deltas; peak PSS of the process tree.
+
+The public entry point is `run_bench(path, BenchOptions(...)) -> result document`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import resource
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+
+from dsbench import machine, results, stats, worker
+from dsbench.errors import DsbenchError
+from dsbench.loaders import ShmSource, TorchSource
+from dsbench.pipeline import DECODERS, STAGES, Pipeline, TrainTransform, Transform
+from dsbench.worker import BatchReport, Opener
+
+BACKENDS = ("dsbench", "torch")
+# PSS is read from /proc/<pid>/smaps_rollup, which costs about a millisecond per process: sample
+# it at the window's edges and at most this often inside it (its CPU is not charged to the run).
+PSS_INTERVAL_S = 2.0
+SKIPPED_KEPT = 20
+MIN_WINDOW_BATCHES = 3  # per worker; fewer and the window is mostly edge effects
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    """How to run the benchmark; validated here, so bad options fail before any process starts."""
+
+    workers: tuple[int, ...] = (1,)
+    batch_size: int = 64
+    seconds: float = 10.0
+    rounds: int = 3
+    warmup_batches: int = 2  # per worker
+    step_time_s: float = 0.0
+    cold: bool = False
+    decoder: str = "pillow"
+    normalize: bool = False
+    on_error: str = "raise"
+    backend: str = "dsbench"
+    prefetch: int = 2
+    seed: int = 0
+    batches: int | None = None  # measure exactly this many batches per round instead of seconds
+    transform: Transform | None = None  # replaces the training transform (e.g. a known cost)
+    opener: Opener | None = None  # opens the export in each worker (default: adapters)
+    stall_s: float = 120.0  # a worker silent this long fails the run
+
+    def __post_init__(self) -> None:
+        def bad(option: str, value: object, want: str) -> DsbenchError:
+            return DsbenchError(f"--{option} must be {want}, got {value!r}")
+        if not self.workers or any(isinstance(w, bool) or not isinstance(w, int) or w < 1
+                                   for w in self.workers):
+            raise bad("workers", self.workers, "a list of positive integers")
+        for name, lo in (("batch_size", 1), ("rounds", 1), ("warmup_batches", 1),
+                         ("prefetch", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+                raise bad(name.replace("_", "-"), value, f"an integer >= {lo}")
+        if not (math.isfinite(self.seconds) and self.seconds > 0):
+            raise bad("seconds", self.seconds, "a positive number")
+        if not (math.isfinite(self.step_time_s) and self.step_time_s >= 0):
+            raise bad("step-time", self.step_time_s, "a non-negative number")
+        if self.batches is not None and self.batches < 1:
+            raise bad("batches", self.batches, "a positive integer")
+        if self.backend not in BACKENDS:
+            raise bad("backend", self.backend, " or ".join(BACKENDS))
+        if self.decoder not in DECODERS:
+            raise bad("decoder", self.decoder, " or ".join(DECODERS))
+        self.pipeline()  # checks the error policy and that the decoder is installed
+
+    def pipeline(self) -> Pipeline:
+        transform = self.transform or TrainTransform(normalize=self.normalize)
+        return Pipeline(decoder=self.decoder, transform=transform, on_error=self.on_error)
+
+    def config(self, path: str | Path) -> dict[str, Any]:
+        return {"path": str(path), "workers": list(self.workers), "batch_size": self.batch_size,
+                "seconds": self.seconds, "rounds": self.rounds,
+                "warmup_batches": self.warmup_batches, "step_time_s": self.step_time_s,
+                "cold": self.cold, "decoder": self.decoder, "normalize": self.normalize,
+                "on_error": self.on_error, "backend": self.backend, "prefetch": self.prefetch,
+                "seed": self.seed, "batches": self.batches,
+                "transform": type(self.pipeline().transform).__name__}
+
+
+def evict(path: Path) -> int:
+    """Drop the export's files from the page cache (POSIX_FADV_DONTNEED); returns files evicted.
+
+    Dirty pages cannot be dropped, so each file is flushed first.
+    """
+    files = [path] if path.is_file() else [Path(d) / f for d, _, fs in os.walk(path) for f in fs]
+    for f in files:
+        try:
+            fd = os.open(f, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            os.fdatasync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return len(files)
+
+
+def tree_pss() -> int:
+    """Proportional set size of this process and all its descendants, in bytes."""
+    me = psutil.Process()
+    total = 0
+    for p in [me, *me.children(recursive=True)]:
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+            total += p.memory_full_info().pss
+    return total
+
+
+def _children_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def _self_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def _measure(source: ShmSource | TorchSource, opts: BenchOptions, n_workers: int
+             ) -> dict[str, Any]:
+    """Warm up, then the measured window; everything per window, nothing logged inside it."""
+    t_start = time.perf_counter()
+    before: list[BatchReport | None] = [None] * n_workers
+    warmup_samples = 0
+    for _ in range(n_workers * opts.warmup_batches):
+        report = source.next()
+        source.release(report)
+        before[report.worker] = report
+        warmup_samples += len(report.keys)
+    warmup_s = time.perf_counter() - t_start
+    peak_pss = tree_pss()
+    step = opts.step_time_s
+    reports: list[BatchReport] = []
+    excluded_cpu = 0.0
+    next_pss = time.perf_counter() + PSS_INTERVAL_S
+    cpu0 = _self_cpu()
+    t0 = time.perf_counter()
+    while True:
+        report = source.next()
+        if step:
+            # The stand-in for accelerator compute: the batch is in use until the step ends.
+            time.sleep(step)
+        source.release(report)
+        reports.append(report)
+        if len(reports) % n_workers:
+            continue
+        now = time.perf_counter()
+        if (len(reports) >= opts.batches) if opts.batches else (now - t0 >= opts.seconds):
+            break
+        if now >= next_pss:
+            c = time.thread_time()
+            peak_pss = max(peak_pss, tree_pss())
+            excluded_cpu += time.thread_time() - c
+            next_pss = time.perf_counter() + PSS_INTERVAL_S
+    t1 = time.perf_counter()
+    main_cpu = _self_cpu() - cpu0 - excluded_cpu
+    peak_pss = max(peak_pss, tree_pss())
+
+    after: list[BatchReport] = list(before)  # type: ignore[arg-type]
+    for r in reports:
+        after[r.worker] = r
+    first, last = before, after
+    assert all(r is not None for r in first)  # warmup_batches >= 1 guarantees a report each
+
+    def delta(field: str) -> float:
+        return float(sum(getattr(b, field) - getattr(a, field)  # type: ignore[union-attr]
+                         for a, b in zip(first, last, strict=True)))
+
+    samples = sum(len(r.keys) for r in reports)
+    wall = t1 - t0
+    workers_cpu = delta("cpu_s")
+    stage_s = np.sum([r.stages for r in reports], axis=0)
+    errors = [e for r in reports for e in r.errors]
+    return {
+        "samples": samples, "batches": len(reports), "wall_s": wall,
+        "cpu_s": main_cpu + workers_cpu, "main_cpu_s": main_cpu, "workers_cpu_s": workers_cpu,
+        "samples_per_s": samples / wall, "cpu_s_per_sample": (main_cpu + workers_cpu) / samples,
+        "accelerator_util": (len(reports) * step / wall) if step else None,
+        "stages_s": dict(zip(STAGES, map(float, stage_s), strict=True)),
+        "read_bytes": delta("read_chars"), "mapped_bytes": delta("mapped_bytes"),
+        # Opens are counted from each worker's start, warm-up included: a shard layout opens a
+        # file only every few thousand samples, which a short window would miss altogether.
+        "opens": float(sum(r.opens for r in last)),  # type: ignore[union-attr]
+        "opens_samples": warmup_samples + samples, "skipped_samples": int(delta("skipped")),
+        "skipped": errors, "batch_cpu_s": [r.batch_cpu_s for r in reports],
+        "peak_pss_bytes": peak_pss, "warmup_batches": n_workers * opts.warmup_batches,
+        "warmup_s": warmup_s,
+    }
+
+
+def run_round(path: Path, opts: BenchOptions, n_workers: int) -> dict[str, Any]:
+    """One round with fresh worker processes (start-up is outside the measured window)."""
+    if opts.cold:
+        evict(path)
+    reaped0 = _children_cpu()
+    source: ShmSource | TorchSource
+    if opts.backend == "torch":
+        source = TorchSource(path, opts.pipeline(), n_workers, opts)
+    else:
+        source = ShmSource(path, opts.pipeline(), n_workers, opts)
+    try:
+        out = _measure(source, opts, n_workers)
+    finally:
+        source.close()
+    out["workers_cpu_s_reaped"] = _children_cpu() - reaped0
+    return out
+
+
+def _round_row(r: dict[str, Any]) -> dict[str, Any]:
+    keys = ("samples", "batches", "wall_s", "cpu_s", "main_cpu_s", "workers_cpu_s",
+            "workers_cpu_s_reaped", "samples_per_s", "cpu_s_per_sample", "accelerator_util",
+            "warmup_batches", "warmup_s", "peak_pss_bytes")
+    return {k: r[k] for k in keys}
+
+
+def summarize_run(n_workers: int, opts: BenchOptions, rounds: list[dict[str, Any]]
+                  ) -> dict[str, Any]:
+    """One worker count's figures over its rounds."""
+    sps = stats.summarize([r["samples_per_s"] for r in rounds], seed=opts.seed)
+    cpu = stats.summarize([r["cpu_s_per_sample"] for r in rounds], seed=opts.seed)
+    samples = sum(r["samples"] for r in rounds)
+    au = [r["accelerator_util"] for r in rounds if r["accelerator_util"] is not None]
+    skipped = [e for r in rounds for e in r["skipped"]][:SKIPPED_KEPT]
+    return {
+        "workers": n_workers, "batch_size": opts.batch_size,
+        "samples_per_s": sps.median, "samples_per_s_iqr": list(sps.iqr),
+        "samples_per_s_ci95": list(sps.ci95), "samples_per_s_spread": sps.relative_spread,
+        "cpu_s_per_sample": cpu.median, "cpu_s_per_sample_iqr": list(cpu.iqr),
+        "cpu_s_per_sample_ci95": list(cpu.ci95), "cpu_s_per_sample_spread": cpu.relative_spread,
+        "stages": {s: sum(r["stages_s"][s] for r in rounds) / samples for s in STAGES},
+        "bytes_per_sample": sum(r["read_bytes"] + r["mapped_bytes"] for r in rounds) / samples,
+        "mapped_bytes_per_sample": sum(r["mapped_bytes"] for r in rounds) / samples,
+        "files_per_sample": sum(r["opens"] for r in rounds)
+        / sum(r["opens_samples"] for r in rounds),
+        "peak_pss_bytes": max(r["peak_pss_bytes"] for r in rounds),
+        "samples": samples, "skipped_samples": sum(r["skipped_samples"] for r in rounds),
+        "skipped": skipped,
+        "accelerator_util": stats.median(au) if au else None,
+        "scaling_efficiency": None,
+        "batch_cpu_s": [x for r in rounds for x in r["batch_cpu_s"]],
+        "rounds": [_round_row(r) for r in rounds],
+    }
+
+
+def _warnings(run: dict[str, Any], opts: BenchOptions) -> list[str]:
+    out = []
+    w = run["workers"]
+    for key, label in (("samples_per_s", "samples/s"), ("cpu_s_per_sample", "CPU per sample")):
+        spread = run[f"{key}_spread"]
+        if spread > stats.SPREAD_WARNING:
+            out.append(f"{label} with {w} workers varies by {100 * spread:.3g}% between rounds "
+                       f"(IQR/median): use a longer --seconds, more --rounds, or a quieter "
+                       f"machine before comparing it")
+    short = min(r["batches"] for r in run["rounds"]) / w
+    if short < MIN_WINDOW_BATCHES:
+        out.append(f"the measured window with {w} workers held only {short:.3g} batches per "
+                   f"worker: use a longer --seconds or a smaller --batch-size")
+    for r in run["rounds"]:
+        # Window CPU is a part of what the reaped workers used in all; more is an accounting bug.
+        if r["workers_cpu_s"] > r["workers_cpu_s_reaped"] * 1.01 + 0.05:
+            out.append(f"worker CPU in the window ({r['workers_cpu_s']:.3g} s) exceeds the reaped "
+                       f"total ({r['workers_cpu_s_reaped']:.3g} s): CPU figures are suspect")
+    return out
+
+
+def export_summary(path: Path, opener: Opener | None) -> tuple[dict[str, Any], int]:
+    """The export's `inspect` summary and its number of units (what workers split)."""
+    export = worker.open_export(str(path), opener)
+    units = len(export.units())
+    survey = export.survey()
+    try:
+        from dsbench.summary import summarize
+    except ImportError:
+        return survey, units
+    return summarize(survey, path), units
+
+
+def run_bench(path: str | Path, opts: BenchOptions, progress: Progress | None = None
+              ) -> dict[str, Any]:
+    """Benchmark the export at `path` for every worker count in `opts.workers`."""
+    p = Path(path)
+    say = progress or (lambda _msg: None)
+    summary, units = export_summary(p, opts.opener)
+    if max(opts.workers) > units:
+        raise DsbenchError(f"{units} units (shards or samples) cannot feed {max(opts.workers)} "
+                           f"workers: use --workers {units} or fewer", path=p)
+    info = machine.collect()
+    runs, warnings = [], []
+    for n_workers in opts.workers:
+        rounds = []
+        for i in range(opts.rounds):
+            r = run_round(p, opts, n_workers)
+            rounds.append(r)
+            say(f"bench {p.name}: {n_workers} workers, round {i + 1}/{opts.rounds}: "
+                f"{r['samples_per_s']:.4g} samples/s, "
+                f"{1e3 * r['cpu_s_per_sample']:.3g} ms CPU/sample")
+        run = summarize_run(n_workers, opts, rounds)
+        runs.append(run)
+        warnings += _warnings(run, opts)
+    base = next((r for r in runs if r["workers"] == 1), min(runs, key=lambda r: r["workers"]))
+    for run in runs:
+        per_worker = base["samples_per_s"] / base["workers"]
+        run["scaling_efficiency"] = run["samples_per_s"] / (run["workers"] * per_worker)
+    for w in warnings:
+        say(f"warning: {w}")
+    return results.new_document(info, summary, opts.config(p), runs, warnings)

@@ -1,0 +1,243 @@
+"""One loader worker: read its slice of the export, build whole batches, hand them over.
+
+A worker does one thing and returns plain data. It owns the disjoint slice
+`units[worker::n_workers]` and cycles over it (epochs), so a time-bounded round never runs dry.
+Each batch is written into a free slot of the worker's shared-memory ring (images, then the
+collated fields as a pickle whose array buffers lie out of band next to it); only a small
+`BatchReport` goes over the pipe. The main process sends a slot index back when it is done with
+a batch, or ``STOP``.
+
+Every report carries the worker's cumulative counters as they stand after that batch: CPU from
+getrusage(RUSAGE_SELF), bytes from /proc/self/io read_chars (less the bytes of the control pipe
+and of reading /proc/self/io, which are the harness's, not the reader's), files opened and bytes
+memory-mapped from `base.io_counters()`. The main process subtracts two reports to get the cost
+of exactly the batches between them.
+
+The main process's handles on its workers are in loaders.py.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import resource
+import signal
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from multiprocessing.shared_memory import SharedMemory
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from dsbench.adapters import base
+from dsbench.adapters.base import Export, RawSample
+from dsbench.errors import DsbenchError, SampleError
+from dsbench.pipeline import STAGES, BatchBuilder, Pipeline, StageTimes
+
+STOP = -1
+ALIGN = 64
+# The first this many skipped samples of a worker are reported with file, key and error.
+ERRORS_KEPT = 20
+
+Opener = Callable[[str], Export]
+
+
+class BatchReport(NamedTuple):
+    """What a worker says about one batch it built (cumulative counters are since its start)."""
+
+    worker: int
+    seq: int
+    slot: int
+    keys: list[str]
+    stages: list[float]  # CPU s of this batch per stage, in pipeline.STAGES order
+    batch_cpu_s: float  # CPU s to build this batch, on the worker's process clock
+    cpu_s: float  # cumulative getrusage(RUSAGE_SELF) user + system
+    read_chars: int  # cumulative, control-pipe bytes excluded
+    opens: int  # cumulative files opened (base.io_counters)
+    mapped_bytes: int  # cumulative memory-mapped bytes (base.io_counters)
+    skipped: int  # cumulative skipped samples
+    errors: list[dict[str, Any]]  # skipped samples new since the previous report (capped)
+    extras: tuple[Any, ...] | None  # where the collated fields are (see pack_fields)
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """Everything a worker process needs; plain data, pickled once at start-up."""
+
+    path: str
+    worker: int
+    n_workers: int
+    batch_size: int
+    pipeline: Pipeline
+    seed: int
+    shm_name: str
+    slots: int
+    slot_bytes: int
+    image_bytes: int
+    opener: Opener | None = None
+
+
+def open_export(path: str, opener: Opener | None) -> Export:
+    if opener is not None:
+        return opener(path)
+    from dsbench.adapters import open_export as open_any
+    return open_any(path)
+
+
+def endless(export: Export, worker: int, n_workers: int,
+            skip: base.SkipHandler) -> Iterator[RawSample]:
+    """The worker's slice, epoch after epoch."""
+    while True:
+        n = 0
+        for sample in export.read(worker, n_workers, skip):
+            n += 1
+            yield sample
+        if n == 0:
+            raise DsbenchError(f"worker {worker} of {n_workers} read no samples from its slice "
+                               "(empty, or every sample was skipped)", path=export.path)
+
+
+class ReadChars:
+    """This process's read_chars (/proc/self/io `rchar`) less the bytes of reading it.
+
+    Reading the counter is itself a read that the next value would include; each read's length
+    is kept and subtracted, so that only the reader's bytes remain. 0 where /proc is missing.
+    """
+
+    def __init__(self) -> None:
+        try:
+            self.fd: int | None = os.open("/proc/self/io", os.O_RDONLY)
+        except OSError:
+            self.fd = None
+        self.own = 0
+
+    def __call__(self) -> int:
+        if self.fd is None:
+            return 0
+        data = os.pread(self.fd, 4096, 0)
+        value = int(data.split(b"rchar:", 1)[1].split(None, 1)[0]) - self.own
+        self.own += len(data)
+        return value
+
+
+_read_chars: ReadChars | None = None
+
+
+def read_chars() -> int:
+    global _read_chars
+    if _read_chars is None:
+        _read_chars = ReadChars()
+    return _read_chars()
+
+
+def cpu_now() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def _aligned(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+def pages(n: int) -> int:
+    return -(-n // 4096) * 4096
+
+
+def pack_fields(fields: dict[str, Any], buf: memoryview, offset: int,
+                capacity: int) -> tuple[Any, ...]:
+    """Put collated fields into `buf[offset:offset+capacity]`: a pickle plus its array buffers.
+
+    Returns where they are, ("shm", [(offset, length), ...]); when they do not fit, the pickle
+    and buffers themselves, ("inline", data, buffers), to go over the pipe with the report.
+    """
+    raw: list[pickle.PickleBuffer] = []
+    data = pickle.dumps(fields, protocol=5, buffer_callback=raw.append)
+    chunks = [memoryview(data), *(b.raw() for b in raw)]
+    if sum(_aligned(c.nbytes) for c in chunks) > capacity:
+        return ("inline", data, [bytes(c) for c in chunks[1:]])
+    layout = []
+    pos = offset
+    for c in chunks:
+        buf[pos:pos + c.nbytes] = c
+        layout.append((pos, c.nbytes))
+        pos += _aligned(c.nbytes)
+    return ("shm", layout)
+
+
+def unpack_fields(extras: tuple[Any, ...], buf: memoryview) -> dict[str, Any]:
+    """The fields `pack_fields` stored; arrays are views of `buf`, valid until the slot is freed."""
+    if extras[0] == "inline":
+        return pickle.loads(extras[1], buffers=extras[2])
+    (start, n), *rest = extras[1]
+    return pickle.loads(buf[start:start + n], buffers=[buf[p:p + k] for p, k in rest])
+
+
+def error_record(err: SampleError) -> dict[str, Any]:
+    return {"file": None if err.path is None else str(err.path), "key": err.key,
+            "error": str(err)}
+
+
+def run(spec: WorkerSpec, data: Connection, ctrl: Connection) -> None:
+    """The worker process's body: batches until STOP, or one error message and exit code 1."""
+    # Ctrl-C is the main process's to handle: it stops every worker and cleans up.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        _loop(spec, data, ctrl)
+    except (EOFError, BrokenPipeError):
+        pass  # the main process went away; nothing left to report to
+    except DsbenchError as exc:
+        data.send(("error", str(exc), True))
+        raise SystemExit(1) from None
+    except Exception:
+        data.send(("error", f"worker {spec.worker} failed:\n{traceback.format_exc()}", False))
+        raise SystemExit(1) from None
+
+
+def _loop(spec: WorkerSpec, data: Connection, ctrl: Connection) -> None:
+    export = open_export(spec.path, spec.opener)
+    rng = np.random.default_rng([spec.seed, spec.worker])
+    builder = BatchBuilder(spec.pipeline, lambda skip: endless(export, spec.worker,
+                                                              spec.n_workers, skip), rng)
+    transform = spec.pipeline.transform
+    shape = (spec.batch_size, *transform.out_shape)
+    shm = SharedMemory(spec.shm_name)
+    free = list(range(spec.slots))
+    ctrl_bytes = 0
+    reported_errors = 0
+    seq = 0
+    try:
+        while True:
+            # Freed slots and STOP; block only when every slot holds an unconsumed batch.
+            while not free or ctrl.poll():
+                msg = ctrl.recv_bytes()
+                ctrl_bytes += 4 + len(msg)  # multiprocessing's 4-byte length header
+                slot = int(msg)
+                if slot == STOP:
+                    return
+                free.append(slot)
+            slot = free.pop(0)
+            base_off = slot * spec.slot_bytes
+            images = np.ndarray(shape, dtype=transform.out_dtype, buffer=shm.buf,
+                                offset=base_off)
+            times = StageTimes()
+            c0 = time.process_time()
+            keys, fields = builder.build(images, times)
+            c1 = time.process_time()
+            extras = pack_fields(fields, shm.buf, base_off + spec.image_bytes,
+                                 spec.slot_bytes - spec.image_bytes)
+            c2 = time.process_time()
+            times.seconds[STAGES.index("collate")] += c2 - c1
+            del images
+            new = builder.skipped[reported_errors:ERRORS_KEPT]
+            reported_errors += len(new)
+            opens, mapped = base.io_counters()
+            data.send(BatchReport(
+                spec.worker, seq, slot, keys, times.seconds, c2 - c0, cpu_now(),
+                read_chars() - ctrl_bytes, opens, mapped,
+                len(builder.skipped), [error_record(e) for e in new], extras))
+            seq += 1
+    finally:
+        shm.close()

@@ -1,0 +1,147 @@
+"""`dsbench extrapolate`: exit codes, one-line errors, the --json object and the text report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dsbench import results
+from dsbench.cli import main
+from dsbench.generate import generate
+from dsbench.runner import BenchOptions, run_bench
+from dsbench.spec import parse_spec
+
+
+@pytest.fixture(scope="module")
+def bench_doc(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    """A real bench result: 12 per-sample files of 64 x 48 JPEGs, swept over 1 and 2 workers."""
+    out = tmp_path_factory.mktemp("cli") / "export"
+    spec = parse_spec({"name": "tiny-files", "layout": "files", "fields_as": "json",
+                       "image": {"sizes": "fixed", "width": 64, "height": 48},
+                       "fields": {"label": {"type": "int"}}}, "test")
+    generate(spec, out, samples=12, jobs=1)
+    return run_bench(out, BenchOptions(workers=(1, 2), batch_size=2, rounds=1, batches=4,
+                                       warmup_batches=1))
+
+
+FAST = ["--steps", "300", "--scaling", "2,4", "--nodes", "1"]
+REQUIRED_KEYS = {"step_time_s", "gpu_util", "supply_samples_per_s_per_node",
+                 "demand_samples_per_s_per_node", "verdict", "scaling", "timeline"}
+
+
+@pytest.fixture
+def result(tmp_path: Path, bench_doc: dict[str, object]) -> Path:
+    return results.write_result(tmp_path / "result.json", bench_doc)
+
+
+def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, object]:
+    assert main(["extrapolate", *argv, "--json"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1  # one object on one line
+    return json.loads(out)
+
+
+def test_json_object_from_a_result_file(result: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    doc = run_json(capsys, str(result), *FAST, "--compute", "normal:0.25,0.01")
+    assert doc.keys() >= REQUIRED_KEYS
+    assert set(doc["step_time_s"]) >= {"mean", "p50", "p99", "max"}  # type: ignore[arg-type]
+    st = doc["step_time_s"]
+    assert st["p50"] <= st["p99"] <= st["max"]  # type: ignore[index]
+    assert 0 < doc["gpu_util"] <= 1  # type: ignore[operator]
+    assert doc["verdict"] in ("input-bound", "compute-bound", "balanced")
+    rows = doc["scaling"]
+    assert [r["ranks"] for r in rows] == [2, 4]  # type: ignore[union-attr]
+    for r in rows:  # type: ignore[union-attr]
+        assert {"ranks", "mean_s", "p50_s", "p99_s", "slow_step_fraction"} <= r.keys()
+    assert isinstance(doc["timeline"]["gpu_util"], list)  # type: ignore[index]
+    sources = {r["name"]: r["source"] for r in doc["inputs"]}  # type: ignore[union-attr]
+    assert sources["cpu_s_per_sample"] == "measured"
+    assert sources["batch_size"] == "measured"
+    assert sources["compute"] == "stated"
+    assert sources["cores_per_node"] == "default"
+
+
+def test_stated_cost_instead_of_a_result(capsys: pytest.CaptureFixture[str]) -> None:
+    doc = run_json(capsys, "--cpu-per-sample", "0.004", "--cpu-cv", "0.5", *FAST,
+                   "--storage", "efs", "--files-per-sample", "2", "--bytes-per-sample", "1e5")
+    sources = {r["name"]: r["source"] for r in doc["inputs"]}  # type: ignore[union-attr]
+    assert sources["cpu_s_per_sample"] == "stated"
+    assert sources["files_per_sample"] == "stated"
+    assert sources["storage"] == "profile"
+    assert doc["node"]["latency_s"] == pytest.approx(2 * 2e-3)  # type: ignore[index]
+
+
+def test_override_of_a_measured_figure_is_marked_stated(
+        result: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    doc = run_json(capsys, str(result), *FAST, "--files-per-sample", "0.001")
+    sources = {r["name"]: r["source"] for r in doc["inputs"]}  # type: ignore[union-attr]
+    assert sources["files_per_sample"] == "stated"
+    assert sources["bytes_per_sample"] == "measured"
+
+
+def test_same_seed_same_json(result: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [str(result), *FAST, "--stall-prob", "0.02", "--stall-time", "0.5", "--seed", "4"]
+    assert run_json(capsys, *argv) == run_json(capsys, *argv)
+
+
+def test_text_report(result: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["extrapolate", str(result), *FAST, "--storage", "s3", "--cores-per-node", "24",
+            "--batch-size", "32"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    for part in ("a model, not a measurement", "Inputs", "Per node", "verdict  input-bound",
+                 "Step time", "GPU utilization timeline", "What if", "Scaling",
+                 "Every step waits for the slowest rank", "ms/sample"):
+        assert part in out, part
+    assert "█" in out
+
+
+@pytest.mark.parametrize(("argv", "needle"), [
+    ([], "either RESULT.json or --cpu-per-sample"),
+    (["RESULT", "--cpu-per-sample", "0.01"], "not both"),
+    (["--cpu-per-sample", "0.01", "--compute", "gamma:1,2"], "unknown distribution"),
+    (["--cpu-per-sample", "0.01", "--compute", "fast"], "expected SECONDS"),
+    (["--cpu-per-sample", "0.01", "--storage", "tape"], "unknown profile"),
+    (["--cpu-per-sample", "0.01", "--nodes", "0"], "nodes must be"),
+    (["--cpu-per-sample", "-1"], "must be a finite number"),
+    (["--cpu-per-sample", "0.01", "--stall-prob", "1.5", "--stall-time", "1"], "stall-prob"),
+    (["--cpu-per-sample", "0.01", "--steps", "10"], "--steps 10"),
+    (["--cpu-per-sample", "0.01", "--scaling", "8,x"], "--scaling"),
+    (["--cpu-per-sample", "0.01", "--cores-per-node", "8"], "no cores left"),
+])
+def test_bad_options_exit_2_with_one_line(argv: list[str], needle: str, result: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [str(result) if a == "RESULT" else a for a in argv]
+    if "--steps" not in argv:
+        argv += ["--steps", "300"]
+    assert main(["extrapolate", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dsbench extrapolate: error:") and err.count("\n") == 1
+    assert needle in err
+
+
+def test_bad_result_files_exit_2_naming_file_and_key(
+        tmp_path: Path, bench_doc: dict[str, object], capsys: pytest.CaptureFixture[str]) -> None:
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"schema_version": 1, "runs": [')
+    assert main(["extrapolate", str(broken), *FAST]) == 2
+    err = capsys.readouterr().err
+    assert str(broken) in err and err.count("\n") == 1
+    doc = json.loads(json.dumps(bench_doc))
+    del doc["runs"][0]["batch_cpu_s"]
+    missing = tmp_path / "missing.json"
+    missing.write_text(json.dumps(doc))
+    assert main(["extrapolate", str(missing), *FAST]) == 2
+    err = capsys.readouterr().err
+    assert str(missing) in err and "batch_cpu_s" in err and err.count("\n") == 1
+    assert main(["extrapolate", str(tmp_path / "nope.json"), *FAST]) == 2
+    assert "nope.json" in capsys.readouterr().err
+
+
+def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["extrapolate", "--cpu-per-sample", "x"])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err.count("\n") == 1

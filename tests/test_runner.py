@@ -1,0 +1,247 @@
+"""The multi-process runner: stage CPU of known cost, exact opens and bytes, skip accounting,
+errors, clean teardown, accelerator utilisation, the torch backend.
+
+Workers are real spawned processes reading real exports written on the fly (a few samples of
+64 x 48 images), except where a fake Export isolates a known cost.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from collections.abc import Iterator
+from multiprocessing import resource_tracker
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+import pytest
+
+from dsbench import adapters
+from dsbench.adapters.base import ENC_INT_TEXT, RawSample, SkipHandler
+from dsbench.errors import DsbenchError
+from dsbench.generate import generate
+from dsbench.images import make_image
+from dsbench.runner import BenchOptions, run_bench
+from dsbench.spec import ExportSpec, ImageSpec, parse_spec
+from dsbench.worker import ReadChars
+
+SPIN_S = 0.002
+
+
+class SpinTransform:
+    """Burns SPIN_S of this thread's CPU per sample, then returns a small fixed image."""
+
+    out_shape = (16, 16, 3)
+    out_dtype = "uint8"
+
+    def __init__(self, cpu_s: float = SPIN_S) -> None:
+        self.cpu_s = cpu_s
+
+    def __call__(self, pixels: object, rng: np.random.Generator) -> np.ndarray:
+        end = time.thread_time() + self.cpu_s
+        while time.thread_time() < end:
+            pass
+        return np.zeros(self.out_shape, np.uint8)
+
+
+class MemoryExport:
+    """A fake Export holding eight tiny JPEG samples in memory: reading costs no I/O."""
+
+    layout = "memory"
+
+    def __init__(self, path: str) -> None:
+        self.path = Path(path)
+        spec = ImageSpec(sizes="fixed", width=32, height=24)
+        self.images = [make_image(spec, np.random.default_rng([0, i])) for i in range(8)]
+
+    def units(self) -> list[str]:
+        return [f"{i:08d}" for i in range(8)]
+
+    def read(self, worker: int = 0, n_workers: int = 1, skip: SkipHandler = None
+             ) -> Iterator[RawSample]:
+        for i in range(worker, 8, n_workers):
+            yield RawSample(f"{i:08d}", str(self.path), self.images[i], "jpeg",
+                            {"cls": b"%d" % i}, {"cls": ENC_INT_TEXT})
+
+    def survey(self) -> dict[str, Any]:
+        from dsbench.summary import new_survey
+        return new_survey("memory") | {"samples": 8, "units": 8}
+
+
+def _spec(layout: str, **extra: Any) -> ExportSpec:
+    return parse_spec({"name": f"tiny-{layout}", "layout": layout,
+                       "image": {"codec": "jpeg", "sizes": "fixed", "width": 64, "height": 48},
+                       "fields": {"label": {"type": "int", "classes": 10}}, **extra}, "test")
+
+
+@pytest.fixture(scope="module")
+def files_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("files") / "export"
+    spec = parse_spec({"name": "tiny-files", "layout": "files", "fields_as": "json",
+                       "image": {"sizes": "fixed", "width": 64, "height": 48},
+                       "fields": {"label": {"type": "int"},
+                                  "caption": {"type": "string", "words": [2, 5]}}}, "test")
+    generate(spec, out, samples=12, jobs=1)
+    return out
+
+
+@pytest.fixture(scope="module")
+def wds_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("wds") / "export"
+    generate(_spec("wds", shard_samples=4), out, samples=12, jobs=1)
+    return out
+
+
+@pytest.fixture()
+def corrupt_export(files_export: Path, tmp_path: Path) -> tuple[Path, str]:
+    out = tmp_path / "corrupt"
+    shutil.copytree(files_export, out)
+    jpg = sorted(out.rglob("*.jpg"))[5]
+    jpg.write_bytes(jpg.read_bytes()[:200])  # truncated: the header survives, the scan does not
+    return out, jpg.name.split(".")[0]
+
+
+def _stray() -> list[psutil.Process]:
+    """Children of this process other than multiprocessing's resource tracker."""
+    tracker = getattr(resource_tracker._resource_tracker, "_pid", None)
+    return [p for p in psutil.Process().children(recursive=True) if p.pid != tracker]
+
+
+def _segments() -> list[Path]:
+    import os
+    return list(Path("/dev/shm").glob(f"dsbench-{os.getpid()}-*"))
+
+
+def _export_bytes(path: Path, suffixes: tuple[str, ...]) -> int:
+    # The manifest (`_dsbench.json`) is not part of the data a loader reads.
+    return sum(p.stat().st_size for p in path.rglob("*")
+               if p.suffix in suffixes and not p.name.startswith(("_", ".")))
+
+
+def test_a_stage_of_known_cpu_cost_is_measured_within_10_percent() -> None:
+    opts = BenchOptions(workers=(1,), batch_size=4, rounds=1, batches=40,
+                        transform=SpinTransform(), opener=MemoryExport)
+    doc = run_bench("/memory", opts)
+    run = doc["runs"][0]
+    assert run["samples"] == 160
+    assert run["stages"]["transform"] == pytest.approx(SPIN_S, rel=0.10)
+    # Stages are parts of the worker's CPU, which is part of the run's.
+    assert sum(run["stages"].values()) <= run["cpu_s_per_sample"]
+    assert all(b >= 4 * SPIN_S for b in run["batch_cpu_s"]) and len(run["batch_cpu_s"]) == 40
+    rnd = run["rounds"][0]
+    assert rnd["workers_cpu_s"] <= rnd["workers_cpu_s_reaped"]
+    assert run["files_per_sample"] == 0.0
+    assert not _stray() and not _segments()
+
+
+def test_opens_and_bytes_per_sample_are_exact_on_per_sample_files(files_export: Path) -> None:
+    # 6 keys per worker, 3 per batch; after one warm-up batch, 2 batches per worker read each
+    # of its keys exactly once: one jpg and one json.
+    opts = BenchOptions(workers=(2,), batch_size=3, rounds=1, warmup_batches=1, batches=4)
+    run = run_bench(files_export, opts)["runs"][0]
+    assert run["samples"] == 12
+    assert run["files_per_sample"] == 2.0
+    want = _export_bytes(files_export, (".jpg", ".json")) / 12
+    assert run["bytes_per_sample"] == pytest.approx(want, rel=1e-3)
+    assert set(run["stages"]) == {"read", "decode", "fields", "transform", "collate"}
+    assert not _stray() and not _segments()
+
+
+def test_opens_per_sample_are_one_per_shard(wds_export: Path) -> None:
+    # Three shards of 4; batches of 4: the window reads shards 1, 2 and 0, one open each.
+    opts = BenchOptions(workers=(1,), batch_size=4, rounds=1, warmup_batches=1, batches=3)
+    run = run_bench(wds_export, opts)["runs"][0]
+    assert run["samples"] == 12
+    assert run["files_per_sample"] == 1 / 4
+    # The tar reader reads some blocks twice (the end-of-archive check), so the reference is
+    # what one epoch through the same adapter reads in this process, measured the same way.
+    export = adapters.open_export(wds_export)
+    list(export.read())  # first epoch: lazy imports and caches
+    counter = ReadChars()
+    start = counter()
+    assert len(list(export.read())) == 12
+    want = (counter() - start) / 12
+    assert want >= _export_bytes(wds_export, (".tar",)) / 12
+    assert run["bytes_per_sample"] == pytest.approx(want, rel=1e-3)
+
+
+def test_skip_policy_counts_every_skipped_read(corrupt_export: tuple[Path, str]) -> None:
+    path, bad_key = corrupt_export
+    # 11 good samples per epoch; 44 good samples in the window span exactly 4 reads of the bad.
+    opts = BenchOptions(workers=(1,), batch_size=4, rounds=1, warmup_batches=1, batches=11,
+                        on_error="skip")
+    run = run_bench(path, opts)["runs"][0]
+    assert run["samples"] == 44
+    assert run["skipped_samples"] == 4
+    first = run["skipped"][0]
+    assert first["key"].endswith(bad_key) and bad_key in first["file"]
+    assert "cannot decode" in first["error"]
+
+
+def test_a_bad_sample_fails_the_run_naming_file_and_key(corrupt_export: tuple[Path, str]
+                                                         ) -> None:
+    path, bad_key = corrupt_export
+    opts = BenchOptions(workers=(2,), batch_size=4, rounds=1, batches=4)
+    with pytest.raises(DsbenchError) as exc:
+        run_bench(path, opts)
+    msg = str(exc.value)
+    assert bad_key in msg and str(path) in msg and "\n" not in msg
+    assert not _stray() and not _segments()
+
+
+def test_more_workers_than_units_is_refused_before_starting(wds_export: Path) -> None:
+    with pytest.raises(DsbenchError, match="--workers 3 or fewer"):
+        run_bench(wds_export, BenchOptions(workers=(4,)))
+    assert not _stray()
+
+
+@pytest.mark.parametrize("bad", [dict(workers=()), dict(batch_size=0), dict(seconds=-1.0),
+                                 dict(backend="jax"), dict(prefetch=0), dict(on_error="x"),
+                                 dict(warmup_batches=0)])
+def test_bad_options_are_refused(bad: dict[str, Any]) -> None:
+    with pytest.raises(DsbenchError):
+        BenchOptions(**bad)
+
+
+def test_accelerator_utilisation_with_an_emulated_step() -> None:
+    fast = BenchOptions(workers=(1,), batch_size=2, rounds=1, batches=15, step_time_s=0.02,
+                        transform=SpinTransform(0.0), opener=MemoryExport)
+    au_fast = run_bench("/memory", fast)["runs"][0]["accelerator_util"]
+    # The loader needs ~40 ms of CPU per batch for a 10 ms step: the accelerator waits.
+    slow = BenchOptions(workers=(1,), batch_size=4, rounds=1, batches=10, step_time_s=0.01,
+                        transform=SpinTransform(0.01), opener=MemoryExport)
+    au_slow = run_bench("/memory", slow)["runs"][0]["accelerator_util"]
+    assert au_fast > 0.85
+    assert au_slow < 0.5
+    no_step = BenchOptions(workers=(1,), batch_size=2, rounds=1, batches=3, opener=MemoryExport,
+                           transform=SpinTransform(0.0))
+    assert run_bench("/memory", no_step)["runs"][0]["accelerator_util"] is None
+
+
+def test_torch_backend_missing_is_one_clear_error(files_export: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch now raises ImportError
+    monkeypatch.setitem(sys.modules, "torch.utils.data", None)
+    with pytest.raises(DsbenchError, match=r"pip install 'dsbench\[torch\]'"):
+        run_bench(files_export, BenchOptions(backend="torch", rounds=1, batches=1))
+
+
+def test_torch_backend_measures_the_same_figures(files_export: Path) -> None:
+    pytest.importorskip("torch")
+    opts = BenchOptions(workers=(2,), batch_size=3, rounds=1, warmup_batches=1, batches=4,
+                        backend="torch")
+    run = run_bench(files_export, opts)["runs"][0]
+    assert run["samples"] == 12
+    assert run["files_per_sample"] == 2.0
+    assert run["cpu_s_per_sample"] > sum(run["stages"].values()) > 0
+    assert len(run["batch_cpu_s"]) == 4
+    assert not _stray()
+
+
+def test_layouts_open_through_the_adapters(files_export: Path, wds_export: Path) -> None:
+    # The runner opens exports through adapters.open_export, like everything else.
+    assert adapters.open_export(files_export).layout == "files"
+    assert adapters.open_export(wds_export).layout == "wds"

@@ -1,0 +1,159 @@
+"""`dsbench bench` end to end: the JSON document, the table, bad options, a killed worker and
+Ctrl-C, with nothing left behind (processes or shared memory)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from dsbench.cli import main
+from dsbench.generate import generate
+from dsbench.results import read_result
+from dsbench.spec import parse_spec
+
+RUN_KEYS = {"workers", "batch_size", "samples_per_s", "samples_per_s_iqr", "samples_per_s_ci95",
+            "cpu_s_per_sample", "cpu_s_per_sample_iqr", "cpu_s_per_sample_ci95", "stages",
+            "bytes_per_sample", "files_per_sample", "peak_pss_bytes", "samples",
+            "skipped_samples", "skipped", "accelerator_util", "scaling_efficiency",
+            "batch_cpu_s", "rounds"}
+CONFIG_KEYS = {"path", "batch_size", "seconds", "rounds", "warmup_batches", "step_time_s",
+               "cold", "decoder", "normalize", "on_error", "backend", "prefetch"}
+
+
+@pytest.fixture(scope="module")
+def export(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("cli") / "export"
+    spec = parse_spec({"name": "tiny", "layout": "files", "fields_as": "json",
+                       "image": {"sizes": "fixed", "width": 64, "height": 48},
+                       "fields": {"label": {"type": "int"}}}, "test")
+    generate(spec, out, samples=12, jobs=1)
+    return out
+
+
+def test_bench_writes_every_key_and_prints_a_table_with_units(
+        export: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "result.json"
+    rc = main(["bench", str(export), "--workers", "1,2", "--seconds", "0.3", "--rounds", "2",
+               "--batch-size", "2", "--step-time", "0.001", "--json", str(out)])
+    assert rc == 0
+    doc = read_result(out)  # validates the schema too
+    assert doc["schema_version"] == 1 and doc["kind"] == "dsbench-bench"
+    assert {"created_utc", "dsbench_version", "machine", "export", "config", "runs"} <= set(doc)
+    assert set(doc["config"]) >= CONFIG_KEYS
+    assert doc["export"]["layout"] == "files"
+    assert [r["workers"] for r in doc["runs"]] == [1, 2]
+    for run in doc["runs"]:
+        assert set(run) >= RUN_KEYS
+        assert set(run["stages"]) == {"read", "decode", "fields", "transform", "collate"}
+        assert len(run["rounds"]) == 2
+        assert {"samples", "wall_s", "cpu_s", "samples_per_s", "cpu_s_per_sample"} <= set(
+            run["rounds"][0])
+        assert run["files_per_sample"] == 2.0
+        assert 0 < run["accelerator_util"] <= 1
+        assert len(run["batch_cpu_s"]) == sum(r["batches"] for r in run["rounds"])
+    assert doc["runs"][0]["scaling_efficiency"] == 1.0
+    text = capsys.readouterr().out
+    assert "samples/s" in text and ("ms/sample" in text or "µs/sample" in text)
+    assert "files/sample" in text and "kB/sample" in text
+    assert json.loads(out.read_text())["runs"][1]["workers"] == 2
+
+
+@pytest.mark.parametrize("args,want", [
+    (["--workers", "1,x"], "--workers expects positive integers"),
+    (["--workers", "0"], "--workers expects positive integers"),
+    (["--batch-size", "0"], "--batch-size must be an integer >= 1"),
+    (["--seconds", "0"], "--seconds must be a positive number"),
+])
+def test_bad_options_are_one_line_and_exit_2(export: Path, args: list[str], want: str,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", str(export), *args]) == 2
+    err = capsys.readouterr().err
+    assert want in err and err.count("\n") == 1
+
+
+def test_a_missing_export_is_one_line_and_exit_2(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err
+    assert "no such file or directory" in err and err.count("\n") == 1
+
+
+def _start(export: Path) -> subprocess.Popen[str]:
+    # A session of its own, so that everything it starts can be found (and none of it missed).
+    return subprocess.Popen([sys.executable, "-m", "dsbench", "bench", str(export), "--workers",
+                             "2", "--seconds", "60", "--rounds", "1", "--batch-size", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def _workers(proc: subprocess.Popen[str], n: int, timeout: float = 30.0) -> list[psutil.Process]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = [c for c in psutil.Process(proc.pid).children()
+                 if "spawn_main" in " ".join(c.cmdline()) and
+                 "resource_tracker" not in " ".join(c.cmdline())]
+        if len(found) == n:
+            return found
+        time.sleep(0.1)
+    raise AssertionError("workers did not start")
+
+
+def _left_behind(session: int) -> list[str]:
+    """Processes still in the session, or its shared-memory segments, after a grace period."""
+    deadline = time.monotonic() + 5.0
+    while True:
+        procs = []
+        for p in psutil.process_iter(["pid", "cmdline"]):
+            try:
+                if os.getsid(p.pid) == session:
+                    procs.append(" ".join(p.info["cmdline"] or []))
+            except (ProcessLookupError, PermissionError):
+                pass
+        segments = [s.name for s in Path("/dev/shm").glob(f"dsbench-{session}-*")]
+        if (not procs and not segments) or time.monotonic() > deadline:
+            return procs + segments
+        time.sleep(0.1)
+
+
+def test_a_killed_worker_fails_the_run_quickly_and_cleanly(export: Path) -> None:
+    proc = _start(export)
+    try:
+        victim = _workers(proc, 2)[1]
+        time.sleep(1.0)  # into the warm-up or the window: both must notice
+        victim.send_signal(signal.SIGKILL)
+        t0 = time.monotonic()
+        _, err = proc.communicate(timeout=20)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 2
+    assert took < 5.0
+    assert "killed by signal SIGKILL" in err and err.strip().count("\n") == 0, err
+    assert _left_behind(proc.pid) == []
+
+
+def test_ctrl_c_stops_every_worker_and_leaves_nothing(export: Path) -> None:
+    proc = _start(export)
+    try:
+        _workers(proc, 2)
+        time.sleep(1.0)
+        os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole group
+        t0 = time.monotonic()
+        _, err = proc.communicate(timeout=20)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130
+    assert "interrupted" in err and "Traceback" not in err, err
+    assert took < 10.0
+    assert _left_behind(proc.pid) == []

@@ -19,6 +19,7 @@ import itertools
 import os
 import signal
 import time
+import warnings
 from collections.abc import Iterator
 from multiprocessing.connection import Connection, wait
 from multiprocessing.shared_memory import SharedMemory
@@ -64,7 +65,12 @@ def torch_collate(items: list[tuple[Any, ...]]) -> dict[str, Any]:
 
     global _torch_last_cpu
     c0 = time.process_time()
-    images = default_collate([torch.from_numpy(np.ascontiguousarray(it[2])) for it in items])
+    with warnings.catch_warnings():
+        # Pillow's pixels are read-only arrays; torch warns about wrapping them, but they are
+        # only read here (stacked into a new shared-memory tensor), never written.
+        warnings.simplefilter("ignore", UserWarning)
+        images = default_collate([torch.from_numpy(np.ascontiguousarray(it[2]))
+                                  for it in items])
     fields = collate_fields([it[3] for it in items])
     for name, value in fields.items():
         if isinstance(value, np.ndarray):

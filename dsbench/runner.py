@@ -26,7 +26,7 @@ import math
 import os
 import resource
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -312,29 +312,51 @@ def export_summary(path: Path, opener: Opener | None) -> tuple[dict[str, Any], i
 def run_bench(path: str | Path, opts: BenchOptions, progress: Progress | None = None
               ) -> dict[str, Any]:
     """Benchmark the export at `path` for every worker count in `opts.workers`."""
-    p = Path(path)
+    return run_benches([path], opts, progress)[0]
+
+
+def run_benches(paths: Sequence[str | Path], opts: BenchOptions,
+                progress: Progress | None = None) -> list[dict[str, Any]]:
+    """Benchmark several exports with their rounds interleaved (A1 B1 A2 B2 ...).
+
+    Machine drift (a neighbour starting a job, thermal throttling) then lands on every export
+    alike instead of on whichever happened to run last, so their ratios stay honest.
+    """
+    ps = [Path(p) for p in paths]
     say = progress or (lambda _msg: None)
-    summary, units = export_summary(p, opts.opener)
-    if max(opts.workers) > units:
-        raise DsbenchError(f"{units} units (shards or samples) cannot feed {max(opts.workers)} "
-                           f"workers: use --workers {units} or fewer", path=p)
+    summaries = []
+    for p in ps:
+        summary, units = export_summary(p, opts.opener)
+        if max(opts.workers) > units:
+            raise DsbenchError(f"{units} units (shards or samples) cannot feed "
+                               f"{max(opts.workers)} workers: use --workers {units} or fewer",
+                               path=p)
+        summaries.append(summary)
     info = machine.collect()
-    runs, warnings = [], []
+    runs: list[list[dict[str, Any]]] = [[] for _ in ps]
+    warnings: list[list[str]] = [[] for _ in ps]
     for n_workers in opts.workers:
-        rounds = []
+        rounds: list[list[dict[str, Any]]] = [[] for _ in ps]
         for i in range(opts.rounds):
-            r = run_round(p, opts, n_workers)
-            rounds.append(r)
-            say(f"bench {p.name}: {n_workers} workers, round {i + 1}/{opts.rounds}: "
-                f"{r['samples_per_s']:.4g} samples/s, "
-                f"{1e3 * r['cpu_s_per_sample']:.3g} ms CPU/sample")
-        run = summarize_run(n_workers, opts, rounds)
-        runs.append(run)
-        warnings += _warnings(run, opts)
-    base = next((r for r in runs if r["workers"] == 1), min(runs, key=lambda r: r["workers"]))
-    for run in runs:
-        per_worker = base["samples_per_s"] / base["workers"]
-        run["scaling_efficiency"] = run["samples_per_s"] / (run["workers"] * per_worker)
-    for w in warnings:
-        say(f"warning: {w}")
-    return results.new_document(info, summary, opts.config(p), runs, warnings)
+            for k, p in enumerate(ps):
+                r = run_round(p, opts, n_workers)
+                rounds[k].append(r)
+                say(f"bench {p.name}: {n_workers} workers, round {i + 1}/{opts.rounds}: "
+                    f"{r['samples_per_s']:.4g} samples/s, "
+                    f"{1e3 * r['cpu_s_per_sample']:.3g} ms CPU/sample")
+        for k in range(len(ps)):
+            run = summarize_run(n_workers, opts, rounds[k])
+            runs[k].append(run)
+            warnings[k] += _warnings(run, opts)
+    docs = []
+    for k, p in enumerate(ps):
+        base = next((r for r in runs[k] if r["workers"] == 1),
+                    min(runs[k], key=lambda r: r["workers"]))
+        for run in runs[k]:
+            per_worker = base["samples_per_s"] / base["workers"]
+            run["scaling_efficiency"] = run["samples_per_s"] / (run["workers"] * per_worker)
+        for w in warnings[k]:
+            say(f"warning: {p.name}: {w}")
+        docs.append(results.new_document(info, summaries[k], opts.config(p), runs[k],
+                                         warnings[k]))
+    return docs

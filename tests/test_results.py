@@ -22,6 +22,7 @@ def _round(samples: int, wall: float, cpu: float) -> dict[str, Any]:
             "accelerator_util": None, "warmup_batches": 2, "warmup_s": 0.5,
             "peak_pss_bytes": 1e8, "stages_s": {s: cpu / 10 for s in STAGES},
             "read_bytes": 1000.0 * samples, "mapped_bytes": 0.0, "opens": 2.0 * samples,
+            "opens_samples": samples,
             "skipped_samples": 0, "skipped": [], "batch_cpu_s": [0.01] * (samples // 4)}
 
 

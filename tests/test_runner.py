@@ -168,6 +168,29 @@ def test_opens_per_sample_are_one_per_shard(wds_export: Path) -> None:
     assert run["bytes_per_sample"] == pytest.approx(want, rel=1e-3)
 
 
+def test_a_webdataset_export_written_by_webdataset_itself(tmp_path: Path) -> None:
+    import webdataset as wds
+
+    spec = ImageSpec(sizes="fixed", width=64, height=48)
+    out = tmp_path / "theirs"
+    out.mkdir()
+    for shard in range(2):
+        with wds.TarWriter(str(out / f"train-{shard:04d}.tar")) as sink:
+            for i in range(shard * 6, shard * 6 + 6):
+                sink.write({"__key__": f"sample{i:05d}", "jpg": make_image(
+                    spec, np.random.default_rng(i)), "cls": i % 3,
+                            "json": {"caption": f"photo {i}", "score": [0.5, 0.25]}})
+    opts = BenchOptions(workers=(2,), batch_size=3, rounds=1, warmup_batches=1, batches=4)
+    doc = run_bench(out, opts)
+    run = doc["runs"][0]
+    assert doc["export"]["layout"] == "wds"
+    assert run["samples"] == 12
+    # Opens count from each worker's start: 3 warm-up and 6 window samples from its 6-sample
+    # shard, which it opens at its 1st and 7th sample: 2 opens per 9 samples.
+    assert run["files_per_sample"] == 4 / 18
+    assert run["stages"]["fields"] > 0
+
+
 def test_skip_policy_counts_every_skipped_read(corrupt_export: tuple[Path, str]) -> None:
     path, bad_key = corrupt_export
     # 11 good samples per epoch; 44 good samples in the window span exactly 4 reads of the bad.

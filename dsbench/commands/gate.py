@@ -1,0 +1,65 @@
+"""dsbench gate BASE CAND: exit 0 when the candidate holds, 1 when it regresses, 2 on bad input."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from dsbench import gate, tables
+from dsbench.commands.sides import add_side_arguments, compare_sides
+from dsbench.errors import DsbenchError
+
+HELP = ("CI throughput gate: hard limits on bytes, files and CPU per sample, a soft one on "
+        "samples/s; thresholds from options or [tool.dsbench.gate] in pyproject.toml")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_side_arguments(p)
+    t = p.add_argument_group("thresholds (override [tool.dsbench.gate] in pyproject.toml)")
+    d = gate.Thresholds()
+    t.add_argument("--max-bytes-ratio", type=float, help=f"(default {d.max_bytes_ratio:g})")
+    t.add_argument("--max-files-ratio", type=float, help=f"(default {d.max_files_ratio:g})")
+    t.add_argument("--max-cpu-ratio", type=float,
+                   help=f"fails only when significant too (default {d.max_cpu_ratio:g})")
+    t.add_argument("--min-throughput-ratio", type=float,
+                   help=f"soft: warns (default {d.min_throughput_ratio:g})")
+    t.add_argument("--strict-throughput", action="store_true", default=None,
+                   help="make the samples/s limit hard too")
+    t.add_argument("--gate-workers", type=int, default=None,
+                   help="worker count to gate on (default: the largest measured)")
+    t.add_argument("--config", type=Path, default=None,
+                   help="pyproject.toml to read thresholds from (default: the nearest one "
+                        "above the current directory)")
+    o = p.add_argument_group("output")
+    o.add_argument("--markdown", action="store_true", help="print markdown instead of text")
+    o.add_argument("--summary", type=Path, metavar="FILE",
+                   help="append the markdown summary here (e.g. $GITHUB_STEP_SUMMARY)")
+    o.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def run(args: argparse.Namespace) -> int:
+    pyproject = args.config if args.config else gate.find_pyproject(Path.cwd())
+    if args.config and not args.config.is_file():
+        raise DsbenchError("no such file", path=args.config)
+    overrides = {k: getattr(args, k) for k in ("max_bytes_ratio", "max_files_ratio",
+                                               "max_cpu_ratio", "min_throughput_ratio",
+                                               "strict_throughput")}
+    thresholds = gate.load_thresholds(pyproject, overrides)
+    comparison = compare_sides(args, with_cluster=False)
+    result = gate.evaluate(comparison, thresholds, args.gate_workers)
+    markdown = gate.render(result, markdown=True) + "\n\n" + tables.render(comparison,
+                                                                          markdown=True)
+    if args.summary:
+        try:
+            with open(args.summary, "a", encoding="utf-8") as f:
+                f.write(markdown + "\n")
+        except OSError as exc:
+            raise DsbenchError(f"cannot write the summary: {exc}", path=args.summary) from None
+    if args.json:
+        print(json.dumps({"gate": result, "comparison": comparison}))
+    elif args.markdown:
+        print(markdown)
+    else:
+        print(gate.render(result) + "\n\n" + tables.render(comparison))
+    return int(result["exit_code"])

@@ -1,0 +1,127 @@
+"""The CI throughput gate: does a candidate export (or reader) hold against the base?
+
+Hard limits apply to figures that repeat from run to run: bytes and files per sample (counts),
+and CPU per sample, which fails only when it is over its limit *and* the rise is significant
+(its bootstrap interval excludes no change), so machine noise alone cannot fail a build.
+Samples/s is wall-clock and noisy on shared CI machines: it is a soft limit that warns, unless
+`strict_throughput` makes it hard.
+
+Thresholds come from, in increasing precedence: the defaults here, a `[tool.dsbench.gate]` table
+in the nearest pyproject.toml, and command-line options.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dsbench import fmt
+from dsbench.compare import format_value
+from dsbench.errors import DsbenchError
+
+PASS, WARN, FAIL = "pass", "warn", "fail"
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    max_bytes_ratio: float = 1.05
+    max_files_ratio: float = 1.05
+    max_cpu_ratio: float = 1.10
+    min_throughput_ratio: float = 0.90
+    strict_throughput: bool = False
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.name == "strict_throughput":
+                if not isinstance(v, bool):
+                    raise DsbenchError(f"gate threshold {f.name} must be true or false, not {v!r}")
+            elif isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
+                raise DsbenchError(f"gate threshold {f.name} must be a positive number, not {v!r}")
+
+
+def find_pyproject(start: Path) -> Path | None:
+    for d in (start, *start.parents):
+        if (d / "pyproject.toml").is_file():
+            return d / "pyproject.toml"
+    return None
+
+
+def load_thresholds(pyproject: Path | None, overrides: dict[str, Any]) -> Thresholds:
+    """Defaults, then pyproject's [tool.dsbench.gate], then the options that were given."""
+    values: dict[str, Any] = {}
+    if pyproject is not None:
+        try:
+            data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            raise DsbenchError(f"cannot read gate thresholds: {exc}", path=pyproject) from None
+        table = data.get("tool", {}).get("dsbench", {}).get("gate", {})
+        if not isinstance(table, dict):
+            raise DsbenchError("[tool.dsbench.gate] must be a table", path=pyproject)
+        known = {f.name for f in dataclasses.fields(Thresholds)}
+        for key, value in table.items():
+            name = key.replace("-", "_")
+            if name not in known:
+                raise DsbenchError(f"tool.dsbench.gate.{key}: unknown threshold (known: "
+                                   f"{', '.join(sorted(known))})", path=pyproject)
+            values[name] = value
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return Thresholds(**values)
+    except DsbenchError as exc:
+        raise DsbenchError(str(exc), path=pyproject) from None
+
+
+def _check(metric: dict[str, Any], limit: float, hard: bool, lower_limit: bool = False,
+           needs_significance: bool = False) -> dict[str, Any]:
+    ratio = metric["ratio"]
+    over = ratio < limit if lower_limit else ratio > limit
+    if needs_significance and over and not metric["significant"]:
+        over = False  # over the line only by noise
+    status = (FAIL if hard else WARN) if over else PASS
+    sign = ">=" if lower_limit else "<="
+    return {"metric": metric["metric"], "label": metric["label"], "status": status,
+            "hard": hard, "ratio": ratio, "limit": f"ratio {sign} {fmt.sig(limit)}",
+            "base": metric["base"], "cand": metric["cand"],
+            "significant": metric["significant"]}
+
+
+def evaluate(comparison: dict[str, Any], t: Thresholds, workers: int | None = None
+             ) -> dict[str, Any]:
+    """Checks of one worker count's metrics (the largest measured on both sides by default)."""
+    if not comparison["comparable"]:
+        raise DsbenchError("results are not comparable: "
+                           + "; ".join(comparison["not_comparable_reasons"]))
+    runs = {r["workers"]: r for r in comparison["runs"]}
+    w = max(runs) if workers is None else workers
+    if w not in runs:
+        raise DsbenchError(f"--workers {w} was not measured on both sides (measured: "
+                           f"{', '.join(map(str, sorted(runs)))})")
+    m = {x["metric"]: x for x in runs[w]["metrics"]}
+    checks = [
+        _check(m["bytes_per_sample"], t.max_bytes_ratio, hard=True),
+        _check(m["files_per_sample"], t.max_files_ratio, hard=True),
+        _check(m["cpu_s_per_sample"], t.max_cpu_ratio, hard=True, needs_significance=True),
+        _check(m["samples_per_s"], t.min_throughput_ratio, hard=t.strict_throughput,
+               lower_limit=True, needs_significance=True),
+    ]
+    failed = [c for c in checks if c["status"] == FAIL]
+    return {"kind": "dsbench-gate", "workers": w, "thresholds": dataclasses.asdict(t),
+            "checks": checks, "passed": not failed,
+            "exit_code": 1 if failed else 0}
+
+
+def render(gate: dict[str, Any], markdown: bool = False) -> str:
+    icon = {PASS: "pass", WARN: "WARN", FAIL: "FAIL"}
+    rows = [[icon[c["status"]], c["label"], format_value(c["metric"], c["base"]),
+             format_value(c["metric"], c["cand"]), fmt.ratio(c["ratio"])
+             if c["ratio"] != float("inf") else "inf", c["limit"],
+             "hard" if c["hard"] else "soft"] for c in gate["checks"]]
+    verdict = "PASSED" if gate["passed"] else "FAILED"
+    head = f"dsbench gate {verdict} ({gate['workers']} loader workers)"
+    table = fmt.table(["", "check", "base", "candidate", "ratio", "limit", "kind"], rows,
+                      markdown=markdown)
+    return (f"### {head}\n\n{table}" if markdown else f"{head}\n{table}")

@@ -1,0 +1,105 @@
+"""gate: exit codes, hard and soft limits, thresholds from pyproject.toml and options."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dsbench import compare, gate, results
+from dsbench.cli import main
+from dsbench.errors import DsbenchError
+from tests.resultdocs import MACHINE, document, run
+
+
+def _gate(base: dict, cand: dict, **t: object) -> dict:
+    return gate.evaluate(compare.compare(base, cand), gate.Thresholds(**t))  # type: ignore[arg-type]
+
+
+def _status(g: dict, metric: str) -> str:
+    return next(c["status"] for c in g["checks"] if c["metric"] == metric)
+
+
+def test_a_result_against_itself_passes() -> None:
+    doc = document([run()])
+    g = _gate(doc, doc)
+    assert g["passed"] and g["exit_code"] == 0
+    assert {c["status"] for c in g["checks"]} == {"pass"}
+
+
+def test_more_files_per_sample_fails_hard() -> None:
+    g = _gate(document([run(files_per_sample=0.001)]), document([run(files_per_sample=2.0)]))
+    assert _status(g, "files_per_sample") == "fail"
+    assert g["exit_code"] == 1
+
+
+def test_bytes_limit_is_a_ratio_threshold() -> None:
+    base = document([run(bytes_per_sample=100_000)])
+    assert _status(_gate(base, document([run(bytes_per_sample=104_000)])),
+                   "bytes_per_sample") == "pass"
+    assert _status(_gate(base, document([run(bytes_per_sample=106_000)])),
+                   "bytes_per_sample") == "fail"
+    assert _status(_gate(base, document([run(bytes_per_sample=106_000)]), max_bytes_ratio=1.1),
+                   "bytes_per_sample") == "pass"
+
+
+def test_cpu_over_the_limit_only_by_noise_passes() -> None:
+    base = document([run(cpu=[0.0040, 0.0050, 0.0060])])
+    noisy = document([run(cpu=[0.0042, 0.0056, 0.0065])])  # ratio 1.12, intervals overlap
+    g = _gate(base, noisy)
+    assert _status(g, "cpu_s_per_sample") == "pass"
+    clear = document([run(cpu=[0.0070, 0.0071, 0.0072])])
+    assert _status(_gate(base, clear), "cpu_s_per_sample") == "fail"
+
+
+def test_throughput_is_soft_unless_strict() -> None:
+    base = document([run(sps=[400, 405, 395])])
+    slow = document([run(sps=[300, 305, 295])])
+    g = _gate(base, slow)
+    assert _status(g, "samples_per_s") == "warn" and g["exit_code"] == 0
+    g = _gate(base, slow, strict_throughput=True)
+    assert _status(g, "samples_per_s") == "fail" and g["exit_code"] == 1
+
+
+def test_not_comparable_results_are_an_input_error() -> None:
+    other = document([run()], machine=dict(MACHINE, usable_cores=64))
+    with pytest.raises(DsbenchError, match="not comparable"):
+        _gate(document([run()]), other)
+
+
+def test_thresholds_from_pyproject_and_options(tmp_path: Path) -> None:
+    pp = tmp_path / "pyproject.toml"
+    pp.write_text("[tool.dsbench.gate]\nmax_bytes_ratio = 1.5\nstrict-throughput = true\n")
+    t = gate.load_thresholds(pp, {"max_cpu_ratio": 1.2, "max_files_ratio": None})
+    assert (t.max_bytes_ratio, t.strict_throughput, t.max_cpu_ratio) == (1.5, True, 1.2)
+    assert t.max_files_ratio == gate.Thresholds().max_files_ratio
+    pp.write_text("[tool.dsbench.gate]\nmax_byte_ratio = 1.5\n")
+    with pytest.raises(DsbenchError, match="max_byte_ratio"):
+        gate.load_thresholds(pp, {})
+    pp.write_text("[tool.dsbench.gate]\nmax_bytes_ratio = -1\n")
+    with pytest.raises(DsbenchError, match=str(pp)):
+        gate.load_thresholds(pp, {})
+
+
+def _write(tmp_path: Path, name: str, doc: dict) -> str:
+    p = tmp_path / name
+    results.write_result(p, doc)
+    return str(p)
+
+
+def test_gate_cli_exit_codes_and_markdown_summary(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)  # no pyproject.toml above: defaults apply
+    a = _write(tmp_path, "a.json", document([run()]))
+    b = _write(tmp_path, "b.json", document([run(files_per_sample=2.0)]))
+    summary = tmp_path / "summary.md"
+    assert main(["gate", a, a]) == 0
+    assert "PASSED" in capsys.readouterr().out
+    assert main(["gate", a, b, "--summary", str(summary)]) == 1
+    out = capsys.readouterr().out
+    assert "FAILED" in out and "files opened per sample" in out
+    md = summary.read_text()
+    assert md.startswith("### dsbench gate FAILED") and "| FAIL | files opened per sample" in md
+    assert main(["gate", a, str(tmp_path / "missing.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "missing.json" in err
+    assert main(["gate", a, b, "--max-files-ratio", "0"]) == 2

@@ -56,6 +56,7 @@ _rings = itertools.count()
 # --- torch backend: the same work inside torch.utils.data.DataLoader's workers -------------
 
 _torch_last_cpu = 0.0
+_torch_setup_opens = 0
 
 
 def torch_collate(items: list[tuple[Any, ...]]) -> dict[str, Any]:
@@ -82,7 +83,8 @@ def torch_collate(items: list[tuple[Any, ...]]) -> dict[str, Any]:
     errors = [e for it in items for e in it[6]]
     opens, mapped = base.io_counters()
     report = BatchReport(last[0], -1, -1, [it[1] for it in items], stages,
-                         c1 - _torch_last_cpu, cpu_now(), read_chars(), opens, mapped, last[5],
+                         c1 - _torch_last_cpu, cpu_now(), read_chars(),
+                         opens - _torch_setup_opens, mapped, last[5],
                          errors, None)
     _torch_last_cpu = c1
     return {"images": images, "fields": fields, "report": report}
@@ -99,10 +101,11 @@ def _make_torch_samples() -> type:
             self.path, self.pipeline, self.seed, self.opener = path, pipeline, seed, opener
 
         def __iter__(self) -> Iterator[tuple[Any, ...]]:
-            global _torch_last_cpu
+            global _torch_last_cpu, _torch_setup_opens
             info = get_worker_info()
             worker, n_workers = (info.id, info.num_workers) if info else (0, 1)
             export = open_export(self.path, self.opener)
+            _torch_setup_opens = base.io_counters()[0]  # set-up, as in worker.py: not counted
             builder = BatchBuilder(self.pipeline, lambda skip: endless(export, worker,
                                                                       n_workers, skip),
                                    np.random.default_rng([self.seed, worker]))
@@ -320,7 +323,18 @@ class TorchSource:
         old = signal.signal(signal.SIGINT, signal.SIG_IGN)
         try:
             it, self.it = self.it, None
-            if it is not None:
+            if it is None:
+                return
+            try:
                 it._shutdown_workers()
+            except RuntimeError:
+                # torch's SIGCHLD handler reports a worker that died while exiting (seen here:
+                # an abort, "terminate called without an active exception", at interpreter exit
+                # in about one torch worker shutdown in 25). The window was measured by then;
+                # make sure every worker is gone and carry on.
+                for w in getattr(it, "_workers", []):
+                    if w.is_alive():
+                        w.terminate()
+                    w.join(2.0)
         finally:
             signal.signal(signal.SIGINT, old)

@@ -20,6 +20,7 @@ adapter starts (pyarrow's) are charged to the stage that caused them.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import math
@@ -207,10 +208,18 @@ class TrainTransform:
         arr = np.asarray(out)
         if not self.normalize:
             return arr
-        # (x / 255 - mean) / std as one multiply-add per value.
-        gain = 1.0 / (255.0 * np.asarray(self.std, dtype=np.float32))
-        offset = np.asarray(self.mean, dtype=np.float32) / np.asarray(self.std, dtype=np.float32)
-        return arr.astype(np.float32) * gain - offset
+        # (x / 255 - mean) / std as one multiply into a new float32 array and one subtract.
+        gain, offset = _normalization(self.mean, self.std)
+        norm = np.multiply(arr, gain, dtype=np.float32)
+        norm -= offset
+        return norm
+
+
+@functools.lru_cache(maxsize=8)
+def _normalization(mean: tuple[float, ...], std: tuple[float, ...]
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    s = np.asarray(std, dtype=np.float32)
+    return (1.0 / (255.0 * s)).astype(np.float32), np.asarray(mean, dtype=np.float32) / s
 
 
 def collate_fields(items: Sequence[dict[str, Any]]) -> dict[str, Any]:

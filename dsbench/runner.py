@@ -16,7 +16,9 @@ exactly `batches` batches). Figures over the window:
   workers' totals from getrusage(RUSAGE_CHILDREN) after they are reaped are the cross-check;
 * stages, bytes and files per sample from the same report deltas; peak PSS of the process tree.
 
-The public entry point is `run_bench(path, BenchOptions(...)) -> result document`.
+The public entry point is `run_bench(path, BenchOptions(...)) -> result document`. Workers are
+started with `spawn`, which imports the caller's `__main__` module in each worker: a script that
+calls `run_bench` must do so under `if __name__ == "__main__":`.
 """
 
 from __future__ import annotations

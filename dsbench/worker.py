@@ -56,7 +56,7 @@ class BatchReport(NamedTuple):
     batch_cpu_s: float  # CPU s to build this batch, on the worker's process clock
     cpu_s: float  # cumulative getrusage(RUSAGE_SELF) user + system
     read_chars: int  # cumulative, control-pipe bytes excluded
-    opens: int  # cumulative files opened (base.io_counters)
+    opens: int  # cumulative files opened to read samples (base.io_counters, set-up excluded)
     mapped_bytes: int  # cumulative memory-mapped bytes (base.io_counters)
     skipped: int  # cumulative skipped samples
     errors: list[dict[str, Any]]  # skipped samples new since the previous report (capped)
@@ -198,6 +198,9 @@ def run(spec: WorkerSpec, data: Connection, ctrl: Connection) -> None:
 
 def _loop(spec: WorkerSpec, data: Connection, ctrl: Connection) -> None:
     export = open_export(spec.path, spec.opener)
+    # Files opened while opening the export (headers, footers) are set-up, once per worker;
+    # reports count only the files opened to read samples.
+    setup_opens = base.io_counters()[0]
     rng = np.random.default_rng([spec.seed, spec.worker])
     builder = BatchBuilder(spec.pipeline, lambda skip: endless(export, spec.worker,
                                                               spec.n_workers, skip), rng)
@@ -236,7 +239,7 @@ def _loop(spec: WorkerSpec, data: Connection, ctrl: Connection) -> None:
             opens, mapped = base.io_counters()
             data.send(BatchReport(
                 spec.worker, seq, slot, keys, times.seconds, c2 - c0, cpu_now(),
-                read_chars() - ctrl_bytes, opens, mapped,
+                read_chars() - ctrl_bytes, opens - setup_opens, mapped,
                 len(builder.skipped), [error_record(e) for e in new], extras))
             seq += 1
     finally:

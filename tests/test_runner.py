@@ -20,13 +20,14 @@ import psutil
 import pytest
 
 from dsbench import adapters
+from dsbench.adapters import base
 from dsbench.adapters.base import ENC_INT_TEXT, RawSample, SkipHandler
 from dsbench.errors import DsbenchError
 from dsbench.generate import generate
 from dsbench.images import make_image
 from dsbench.runner import BenchOptions, run_bench
 from dsbench.spec import ExportSpec, ImageSpec, parse_spec
-from dsbench.worker import ReadChars
+from dsbench.worker import ReadChars, pack_fields, unpack_fields
 
 SPIN_S = 0.002
 
@@ -150,21 +151,31 @@ def test_opens_and_bytes_per_sample_are_exact_on_per_sample_files(files_export: 
     assert not _stray() and not _segments()
 
 
-def test_opens_per_sample_are_one_per_shard(wds_export: Path) -> None:
-    # Three shards of 4; batches of 4: the window reads shards 1, 2 and 0, one open each.
+@pytest.mark.parametrize("layout", ["wds", "arrow", "parquet"])
+def test_opens_and_bytes_per_sample_on_shards(layout: str, wds_export: Path,
+                                              tmp_path_factory: pytest.TempPathFactory) -> None:
+    if layout == "wds":
+        path = wds_export
+    else:
+        path = tmp_path_factory.mktemp(layout) / "export"
+        generate(_spec(layout, shard_samples=4), path, samples=12, jobs=1)
+    # Three shards of 4, batches of 4: warm-up reads shard 0, the window shards 1, 2 and 0;
+    # one open each. Files the adapter opens to open the export (footers) are set-up, not counted.
     opts = BenchOptions(workers=(1,), batch_size=4, rounds=1, warmup_batches=1, batches=3)
-    run = run_bench(wds_export, opts)["runs"][0]
+    run = run_bench(path, opts)["runs"][0]
     assert run["samples"] == 12
     assert run["files_per_sample"] == 1 / 4
-    # The tar reader reads some blocks twice (the end-of-archive check), so the reference is
-    # what one epoch through the same adapter reads in this process, measured the same way.
-    export = adapters.open_export(wds_export)
+    # Readers may read some bytes twice (a tar's end-of-archive check, a Parquet footer), so the
+    # reference is what one epoch through the same adapter reads in this process, counted the
+    # same way: read system calls plus memory-mapped bytes.
+    export = adapters.open_export(path)
     list(export.read())  # first epoch: lazy imports and caches
     counter = ReadChars()
-    start = counter()
+    start, mapped = counter(), base.io_counters()[1]
     assert len(list(export.read())) == 12
-    want = (counter() - start) / 12
-    assert want >= _export_bytes(wds_export, (".tar",)) / 12
+    want = (counter() - start + base.io_counters()[1] - mapped) / 12
+    if layout != "arrow":  # a memory map touches only the buffers used, not the whole file
+        assert want >= 0.9 * _export_bytes(path, (".tar", ".parquet")) / 12
     assert run["bytes_per_sample"] == pytest.approx(want, rel=1e-3)
 
 
@@ -268,3 +279,19 @@ def test_layouts_open_through_the_adapters(files_export: Path, wds_export: Path)
     # The runner opens exports through adapters.open_export, like everything else.
     assert adapters.open_export(files_export).layout == "files"
     assert adapters.open_export(wds_export).layout == "wds"
+
+
+@pytest.mark.parametrize("capacity", [1 << 20, 64])
+def test_fields_travel_through_the_slot_or_inline_when_too_big(capacity: int) -> None:
+    fields = {"label": np.arange(4, dtype=np.int64), "emb": np.ones((4, 768), np.float32),
+              "caption": ["a", "b", "c", "d"], "boxes": [[{"x": 0.5}], [], [], []]}
+    buf = memoryview(bytearray(8 + capacity))
+    extras = pack_fields(fields, buf, 8, capacity)
+    assert extras[0] == ("shm" if capacity > 64 else "inline")
+    back = unpack_fields(extras, buf)
+    assert back["caption"] == fields["caption"] and back["boxes"] == fields["boxes"]
+    assert np.array_equal(back["emb"], fields["emb"]) and back["emb"].dtype == np.float32
+    assert np.array_equal(back["label"], fields["label"])
+    if extras[0] == "shm":
+        # Zero-copy: the arrays are views of the slot, not copies.
+        assert not back["emb"].flags.owndata

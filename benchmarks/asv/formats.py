@@ -1,0 +1,108 @@
+"""What reading each export definition in dsbench/formats/ costs per sample, tracked over commits.
+
+`setup_cache` writes a small export (SAMPLES samples) of every shipped definition, once per
+environment and commit, so a commit that changes a definition (say, the current export `before`
+re-exported as per-sample files) or the code that writes or reads it shows up here.
+
+asv treats every value as lower-is-better, so only costs are tracked: CPU ms, bytes and files per
+sample, never samples/s. The CPU figure is the loader benchmark's own (the OS's accounting of the
+main process and its worker process over the measured window), because asv's process_time timer
+cannot see child processes.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, ClassVar
+
+import dsbench
+from dsbench.adapters import open_export
+from dsbench.generate import generate
+from dsbench.pipeline import make_decoder, parse_fields
+from dsbench.runner import BenchOptions, run_bench
+from dsbench.spec import load_spec
+
+FORMATS_DIR = Path(dsbench.__file__).parent / "formats"
+EXPORTS = sorted(p.stem for p in FORMATS_DIR.glob("*.toml"))
+SAMPLES = 200
+BATCH = 20
+# Whole passes over the export, so that the per-sample figures are exact: the runner counts bytes
+# over the measured window and opens from the worker's start, and a shard is opened (and, for the
+# columnar layouts, read a record batch or row group at a time) only when a pass reaches it.
+# A warm-up of one pass and a window of one pass make both figures those of one whole pass.
+PASS_BATCHES = SAMPLES // BATCH
+
+
+def write_exports() -> dict[str, str]:
+    """Generate a SAMPLES-sample export of every definition; definition name -> export path."""
+    out = {}
+    for name in EXPORTS:
+        path = Path("exports", name).resolve()
+        generate(load_spec(FORMATS_DIR / f"{name}.toml"), path, samples=SAMPLES, seed=0)
+        out[name] = str(path)
+    return out
+
+
+def three_digits(x: float) -> float:
+    """Three significant digits, as every figure dsbench shows; asv prints track values as is."""
+    return float(f"{x:.3g}")
+
+
+def measure(path: str) -> dict[str, Any]:
+    """One round of the loader benchmark over one pass of SAMPLES samples, with one worker."""
+    opts = BenchOptions(workers=(1,), batch_size=BATCH, batches=PASS_BATCHES, rounds=1,
+                        warmup_batches=PASS_BATCHES)
+    run = run_bench(path, opts)["runs"][0]
+    if run["samples"] != SAMPLES:
+        # The per-sample figures are exact only for a window of one whole pass.
+        raise RuntimeError(f"{path}: window held {run['samples']} samples, not {SAMPLES}")
+    return run
+
+
+class ReadCost:
+    """Per-sample cost of loading each export definition, as a training job's loader does."""
+
+    params: ClassVar[list[str]] = EXPORTS
+    param_names: ClassVar[list[str]] = ["export"]
+    timeout = 300
+
+    def setup_cache(self) -> dict[str, str]:
+        return write_exports()
+
+    def setup(self, exports: dict[str, str], export: str) -> None:
+        self.path = exports[export]
+
+    def track_cpu_ms_per_sample(self, exports: dict[str, str], export: str) -> float:
+        return three_digits(1e3 * measure(self.path)["cpu_s_per_sample"])
+
+    track_cpu_ms_per_sample.unit = "ms/sample"  # type: ignore[attr-defined]
+
+    def track_bytes_per_sample(self, exports: dict[str, str], export: str) -> float:
+        return three_digits(measure(self.path)["bytes_per_sample"])
+
+    track_bytes_per_sample.unit = "bytes/sample"  # type: ignore[attr-defined]
+    track_bytes_per_sample.processes = 1  # type: ignore[attr-defined]  # exact: one is enough
+
+    def track_files_per_sample(self, exports: dict[str, str], export: str) -> float:
+        return three_digits(measure(self.path)["files_per_sample"])
+
+    track_files_per_sample.unit = "files/sample"  # type: ignore[attr-defined]
+    track_files_per_sample.processes = 1  # type: ignore[attr-defined]
+
+    def time_read_decode_shard(self, exports: dict[str, str], export: str) -> None:
+        # The whole small export: one shard of SAMPLES samples for the sharded layouts, one
+        # directory of them for per-sample files; 0.25 to 0.4 s of CPU per call here.
+        decode = make_decoder("pillow")
+        n = 0
+        for raw in open_export(self.path).read():
+            decode(raw)
+            parse_fields(raw)
+            n += 1
+        if n != SAMPLES:
+            raise RuntimeError(f"{self.path}: read {n} samples, not {SAMPLES}")
+
+    # Reading happens in this process: its CPU clock counts pyarrow's threads and ignores
+    # whatever else the machine is doing.
+    time_read_decode_shard.timer = time.process_time  # type: ignore[attr-defined]
+    time_read_decode_shard.repeat = (2, 5, 10.0)  # type: ignore[attr-defined]

@@ -14,9 +14,9 @@ HELP = ("measure samples/s, CPU per sample and where it goes, bytes and files pe
         "reading an export with W worker processes")
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
+def add_window_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """What to measure and for how long: shared by `bench`, `compare` and `gate`."""
     d = BenchOptions()
-    p.add_argument("path", help="the export: a directory of shards or files, or one file")
     p.add_argument("--workers", default="1",
                    help="worker counts to run, comma-separated, e.g. 1,2,4 (default 1)")
     p.add_argument("--batch-size", type=int, default=d.batch_size,
@@ -25,16 +25,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"length of each measured window in s (default {d.seconds:g})")
     p.add_argument("--rounds", type=int, default=d.rounds,
                    help=f"rounds per worker count, each with fresh workers (default {d.rounds})")
+    p.add_argument("--cold", action="store_true",
+                   help="evict the export's files from the page cache before each round")
+    p.add_argument("--decoder", choices=DECODERS, default=d.decoder,
+                   help="JPEG decoder (simplejpeg: pip install 'dsbench[fast]')")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    d = BenchOptions()
+    p.add_argument("path", help="the export: a directory of shards or files, or one file")
+    add_window_arguments(p)
     p.add_argument("--warmup-batches", type=int, default=d.warmup_batches,
                    help=f"batches per worker before the window, not counted "
                         f"(default {d.warmup_batches})")
     p.add_argument("--step-time", type=float, default=d.step_time_s, metavar="S",
                    help="emulated training step per batch in s; reports accelerator "
                         "utilization (default 0: consume as fast as possible)")
-    p.add_argument("--cold", action="store_true",
-                   help="evict the export's files from the page cache before each round")
-    p.add_argument("--decoder", choices=DECODERS, default=d.decoder,
-                   help="JPEG decoder (simplejpeg: pip install 'dsbench[fast]')")
     p.add_argument("--normalize", action="store_true",
                    help="end the transform with float32 mean/std normalisation")
     p.add_argument("--prefetch", type=int, default=d.prefetch,

@@ -7,10 +7,9 @@ from typing import Any
 
 from dsbench import fmt
 from dsbench.cluster import ClusterSpec
-from dsbench.commands.bench import parse_workers
+from dsbench.commands.bench import add_window_arguments, parse_workers
 from dsbench.compare import cluster_predictions, compare, load_or_measure
 from dsbench.loadcost import DIST_SYNTAX, Distribution
-from dsbench.pipeline import DECODERS
 from dsbench.runner import BenchOptions
 from dsbench.storage import PROFILES, parse_storage
 
@@ -18,17 +17,8 @@ from dsbench.storage import PROFILES, parse_storage
 def add_side_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("base", help="the current export: a result .json or an export path")
     p.add_argument("cand", help="the candidate export: a result .json or an export path")
-    d = BenchOptions()
     m = p.add_argument_group("measuring export paths (both in one run, rounds interleaved)")
-    m.add_argument("--workers", default="1", help="worker counts, e.g. 1,2 (default 1)")
-    m.add_argument("--batch-size", type=int, default=d.batch_size,
-                   help=f"samples per batch (default {d.batch_size})")
-    m.add_argument("--seconds", type=float, default=d.seconds,
-                   help=f"measured window per round in s (default {d.seconds:g})")
-    m.add_argument("--rounds", type=int, default=d.rounds,
-                   help=f"rounds per export and worker count (default {d.rounds})")
-    m.add_argument("--decoder", choices=DECODERS, default=d.decoder, help="JPEG decoder")
-    m.add_argument("--cold", action="store_true", help="evict page cache before each round")
+    add_window_arguments(m)
     m.add_argument("--save", nargs=2, metavar=("BASE_JSON", "CAND_JSON"),
                    help="write both sides' result documents")
 

@@ -42,6 +42,7 @@ class SimResult:
     ranks: tuple[int, ...]
     warmup: int
     step_s: np.ndarray
+    start_s: np.ndarray  # per job: when the first counted step starts (the warmup's length)
     gpu_util: np.ndarray  # per job: total compute / (ranks x total step time), measured steps
     data_wait_share: np.ndarray  # per job: step time lost to late batches / step time
     timeline_ranks: int
@@ -132,6 +133,7 @@ def run(sample_cost: Sampler, sample_compute: Sampler, *, workers: int, prefetch
     bucket_s, timeline = busy_timeline(step_start[:, None] + tl_taken, tl_compute,
                                        float(step_end[:, tl].sum()))
     return SimResult(ranks=tuple(sizes), warmup=warmup, step_s=step_end[counted].copy(),
+                     start_s=step_end[:warmup].sum(axis=0),
                      gpu_util=util, data_wait_share=wait_share, timeline_ranks=tl_ranks,
                      timeline_bucket_s=bucket_s, timeline=timeline)
 

@@ -15,7 +15,7 @@ from dsbench import __version__
 from dsbench.errors import DsbenchError
 
 # Module names under dsbench.commands; each has HELP, add_arguments(parser) and run(args) -> int.
-COMMANDS = ["generate", "inspect", "bench", "compare", "gate", "extrapolate", "budget"]
+COMMANDS = ["demo", "generate", "inspect", "bench", "compare", "gate", "extrapolate", "budget"]
 
 
 class _Parser(argparse.ArgumentParser):

@@ -15,9 +15,10 @@ Assumptions (docs/model.md gives the equations and limits):
 3. More workers than free cores time-share them: each batch takes workers / free cores as long.
    This is taken as always true (exact when input-bound, pessimistic on latency otherwise).
 4. A batch of another size scales the mean linearly and the spread as its square root.
-5. A network storage profile adds, per sample, files x latency per file plus bytes x workers per
-   node / node bandwidth, on top of what was measured locally; inside a worker reads and CPU work
-   do not overlap.
+5. A network storage profile adds, per sample, files x latency per file plus the transfer of its
+   bytes over the node's link, which the node's workers share (processor sharing: a transfer is
+   slower the busier the link), on top of what was measured locally; inside a worker reads and
+   CPU work do not overlap.
 6. GPU compute per step is drawn independently per rank and step; a stall (probability q, length
    T) is independent per rank and step; the all-reduce is a fixed time after the slowest rank.
 7. All workers start together, as at every epoch start without persistent workers.
@@ -122,7 +123,7 @@ class NodeBudget:
     oversubscription: float  # workers / free cores, at least 1
     cpu_s: float  # wall seconds of CPU work per sample in one worker
     latency_s: float  # seconds per sample waiting for files to open
-    transfer_s: float  # seconds per sample moving bytes over the node's share of the link
+    transfer_s: float  # seconds per sample moving its bytes over the node's shared link
     supply: float  # samples/s the node's workers deliver
     demand: float  # samples/s the node's GPUs consume when they never wait
 
@@ -159,11 +160,31 @@ def node_budget(cost: LoaderCost, cluster: ClusterSpec) -> NodeBudget:
     over = max(1.0, workers / free)
     cpu = cost.cpu_s_per_sample * contention * over
     latency = cost.files_per_sample * cluster.storage.per_file_s
-    transfer = cost.bytes_per_sample * workers / cluster.storage.node_bytes_per_s
+    transfer = link_transfer_s(cost.bytes_per_sample, workers, cpu + latency,
+                               cluster.storage.node_bytes_per_s)
     demand = cluster.gpus_per_node * cluster.batch_size / (cluster.compute.mean
                                                             + cluster.allreduce_s)
     return NodeBudget(free, workers, load, contention, over, cpu, latency, transfer,
                       supply=workers / (cpu + latency + transfer), demand=demand)
+
+
+def link_transfer_s(nbytes: float, workers: int, other_s: float, link_bytes_per_s: float
+                    ) -> float:
+    """Seconds one sample's bytes take on a node link that `workers` share.
+
+    Each worker alternates `other_s` of other work (CPU, waiting for opens) with a transfer of
+    `nbytes`, and the transfers in flight share the link equally (processor sharing). At link
+    utilisation rho a transfer then takes nbytes / (BW (1 - rho)) (the M/M/1-PS sojourn time),
+    and rho is where the workers' own rate meets it: rho a + rho / (1 - rho) = workers with
+    a = BW other_s / nbytes. The smaller root of that quadratic, written so it does not cancel.
+    Supply then approaches BW / nbytes as workers grow and never exceeds it.
+    """
+    if nbytes <= 0 or math.isinf(link_bytes_per_s):
+        return 0.0
+    a = link_bytes_per_s * other_s / nbytes
+    b = a + 1.0 + workers
+    rho = 2.0 * workers / (b + math.sqrt(max(b * b - 4.0 * a * workers, 0.0)))
+    return nbytes / (link_bytes_per_s * (1.0 - rho))
 
 
 def simulate(cost: LoaderCost, cluster: ClusterSpec, rng: np.random.Generator, *,

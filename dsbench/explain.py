@@ -104,8 +104,11 @@ def timeline_note(budget: NodeBudget, cluster: ClusterSpec, result: SimResult) -
                 f"batch and they started together, so batches arrive in bursts of about {w}: "
                 f"the GPU computes them back to back (~100%), drains the queue, then waits for "
                 f"the next burst (~0%), a cycle of about {fmt.seconds(batch_s)}.")
-    return (f"{shares}. Batches take {fmt.seconds(batch_s)} each, less than a timeline bucket, "
-            "so the waits average out into a steady utilization below 100%.")
+    lo, hi = np.percentile(tl[tl.size // 10:], [10, 90])  # past the start-up
+    bucket = fmt.seconds(result.timeline_bucket_s)
+    return (f"{shares}. Batches take {fmt.seconds(batch_s)} each, under two {bucket} buckets, "
+            "so each bucket holds part of a burst and part of a wait: the utilization swings "
+            f"between about {fmt.percent(lo)} and {fmt.percent(hi)} rather than 0% and 100%.")
 
 
 def scaling_mechanism(rows: list[dict[str, Any]], reference_s: float, alone: float) -> str:

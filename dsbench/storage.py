@@ -3,8 +3,9 @@
 A bench result is measured on one machine, usually from local disk or the page cache: that is the
 `local` profile, which adds nothing. A network profile adds, per sample,
 
-    files_per_sample x per_file_s                       (the round trips of opening each file)
-  + bytes_per_sample x workers_per_node / node_bytes_per_s   (the worker's share of the node's link)
+    files_per_sample x per_file_s        (the round trips of opening each file)
+  + bytes_per_sample / (node_bytes_per_s x (1 - link utilisation))
+                                         (moving the bytes over the link the node's workers share)
 
 so a per-sample layout (2 files per sample) pays its latency on every sample while a sharded layout
 (0.001 files per sample) pays it once per shard. `per_file_s` is `ops_per_file x op_latency_s`.

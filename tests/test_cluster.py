@@ -10,7 +10,7 @@ import re
 import numpy as np
 import pytest
 
-from dsbench.cluster import ClusterSpec, extrapolate, node_budget, simulate
+from dsbench.cluster import ClusterSpec, extrapolate, link_transfer_s, node_budget, simulate
 from dsbench.errors import DsbenchError
 from dsbench.loadcost import Distribution, LoaderCost
 from dsbench.storage import PROFILES, parse_storage
@@ -294,3 +294,25 @@ def test_cluster_spec_refuses_impossible_jobs() -> None:
     with pytest.raises(DsbenchError, match="--steps"):
         simulate(LoaderCost.stated(0.01), ClusterSpec(), rng(), steps=20)
 
+
+
+@pytest.mark.parametrize("workers", [1, 8, 64, 512])
+@pytest.mark.parametrize("other_s", [0.0, 1e-3, 0.05])
+def test_a_shared_link_never_carries_more_than_its_bandwidth(workers: int, other_s: float
+                                                             ) -> None:
+    nbytes, bw = 100e3, 1e9
+    t = link_transfer_s(nbytes, workers, other_s, bw)
+    supply = workers / (other_s + t)
+    rho = supply * nbytes / bw
+    assert 0 < rho < 1
+    # The processor-sharing sojourn time at that utilisation, and the fixed point it solves.
+    assert t == pytest.approx(nbytes / (bw * (1 - rho)), rel=1e-9)
+    if other_s == 0:
+        assert rho == pytest.approx(workers / (workers + 1))
+
+
+def test_a_lightly_used_link_moves_a_sample_at_nearly_full_speed() -> None:
+    t = link_transfer_s(100e3, 4, 0.05, 1e9)  # 4 workers x 2 MB/s against 1 GB/s
+    assert t == pytest.approx(100e3 / 1e9, rel=0.01)
+    assert link_transfer_s(100e3, 4, 0.05, math.inf) == 0.0
+    assert link_transfer_s(0.0, 4, 0.05, 1e9) == 0.0

@@ -1,0 +1,179 @@
+"""The demo's output directory: the result files, the whole demo document, the plots, one HTML page.
+
+`write_all(doc, out, progress)` writes everything `dsbench demo --out DIR` keeps; `render_html`
+builds the page alone. The page is self-contained (inline CSS, the plots as data: URIs, nothing
+fetched), so it can be mailed, attached to a CI run or opened offline, and every value taken from
+the document is HTML-escaped, since paths and CPU names are whatever the machine reported.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from dsbench import demo, fmt, plots, results, tables
+
+NO_MATPLOTLIB = "matplotlib is not installed (pip install 'dsbench[plot]')"
+
+# What each figure shows, and whether it is a measurement or the model's; keyed by file name.
+CAPTIONS = {
+    "worker_scaling.png": "Measured on this machine: loader throughput (samples/s) against the "
+                          "number of loader workers, per export; bars are the interquartile "
+                          "range of the rounds, dashed lines ideal linear scaling from the "
+                          "lowest worker count.",
+    "step_time_64_vs_128.png": "Modelled, not measured: the fraction of training steps slower "
+                               "than a given step time (s), for the same job on 64 and 128 "
+                               "GPUs; dotted lines mark after's p99.",
+    "gpu_util_timeline.png": "Modelled, not measured: GPU utilization (%) over the first "
+                             "120 s of the simulated job, before and after.",
+    "cpu_by_stage.png": "Measured on this machine: CPU time per sample (µs/sample) in each "
+                        "pipeline stage, from the run with the fewest loader workers.",
+}
+
+CSS = """
+body { font-family: system-ui, sans-serif; max-width: 1000px; margin: 2em auto; padding: 0 1em;
+       color: #222; line-height: 1.4; }
+h1 { font-size: 1.6em; } h2 { margin-top: 1.8em; border-bottom: 1px solid #ccc; }
+table { border-collapse: collapse; margin: 0.5em 0 1em; font-size: 0.92em; }
+th, td { border: 1px solid #ddd; padding: 0.25em 0.6em; }
+th { background: #f3f3f3; text-align: left; } td { text-align: right; }
+td:first-child { text-align: left; }
+pre { background: #f7f7f7; padding: 0.8em; overflow-x: auto; white-space: pre-wrap; }
+figure { margin: 1.5em 0; } img { max-width: 100%; border: 1px solid #eee; }
+figcaption { font-size: 0.9em; color: #444; }
+.note { color: #555; font-size: 0.92em; } .skipped { background: #fff4e0; padding: 0.6em; }
+"""
+
+
+def write_all(doc: dict[str, Any], out: Path, progress: Callable[[str], None]) -> list[Path]:
+    """Write the demo's files under `out`; every path written, in the order written."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results").mkdir(exist_ok=True)
+    written = [results.write_result(out / "results" / f"{name}.json", res)
+               for name, res in doc["results"].items()]
+    written.append(_write_text(out / "demo.json", json.dumps(doc, indent=1) + "\n"))
+    images: dict[str, bytes] = {}
+    if plots.available():
+        pngs = plots.write_plots(doc, out / "plots")
+        written += pngs
+        images = {p.name: p.read_bytes() for p in pngs}
+    else:
+        progress(f"demo: {NO_MATPLOTLIB}: no plots")
+    written.append(_write_text(out / "report.html", render_html(doc, images)))
+    return written
+
+
+def _write_text(path: Path, text: str) -> Path:
+    # Atomic like the result files: an open browser tab or a CI upload never sees half a file.
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def render_html(doc: dict[str, Any], images: dict[str, bytes],
+                skipped_reason: str = NO_MATPLOTLIB) -> str:
+    """The whole report as one HTML page; `images` maps PNG file names to their bytes."""
+    machine = doc["results"]["before"]["machine"]
+    spec = doc["cluster_spec"]
+    parts = [
+        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+        "<title>dsbench demo report</title>", f"<style>{CSS}</style></head><body>",
+        "<h1>dsbench demo: before, after and a candidate export</h1>",
+        f'<p class="note">Measured on {_e(machine["cpu_model"])} with '
+        f'{_e(machine["usable_cores"])} usable cores; carried by a model to {_e(spec["nodes"])} '
+        f'nodes x {_e(spec["gpus_per_node"])} GPUs.</p>',
+        "<h2>Verdict</h2>", f"<pre>{_e(chr(10).join(demo.verdict_lines(doc)))}</pre>",
+        "<h2>Measured on this machine</h2>", _measured_table(doc),
+        *_comparisons(doc),
+        f"<h2>Predicted cluster (a model, not a measurement; {_e(spec['nodes'])} nodes x "
+        f"{_e(spec['gpus_per_node'])} GPUs)</h2>", _cluster_table(doc),
+        "<h2>Figures</h2>", *_figures(doc, images, skipped_reason),
+        "<h2>Model assumptions</h2>",
+        f"<p>{_e(demo.assumptions_text(spec, doc['results']['before']))}</p>",
+        "</body></html>",
+    ]
+    return "\n".join(parts) + "\n"
+
+
+def _e(value: object) -> str:
+    return html.escape(str(value))
+
+
+def _workers(n: int) -> str:
+    return f"{n} loader worker{'s' if n != 1 else ''}"
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _measured_table(doc: dict[str, Any]) -> str:
+    rows = []
+    for name, res in doc["results"].items():
+        for r in sorted(res["runs"], key=lambda r: r["workers"]):
+            lo, hi = r["samples_per_s_iqr"]
+            rows.append([name, res["export"]["layout"], _workers(r["workers"]),
+                         fmt.rate(r["samples_per_s"]),
+                         f"{fmt.sig(lo)} to {fmt.sig(hi)} samples/s",
+                         f"{fmt.sig(1e3 * r['cpu_s_per_sample'])} ms/sample",
+                         f"{fmt.sig(r['files_per_sample'])} files/sample",
+                         fmt.nbytes(r["bytes_per_sample"], "sample")])
+    return _table(["export", "layout", "loader workers", "throughput", "throughput IQR",
+                   "CPU per sample", "files opened", "bytes read"], rows)
+
+
+def _comparisons(doc: dict[str, Any]) -> list[str]:
+    out = []
+    for name, comp in doc["comparisons"].items():
+        out.append(f"<h2>{_e(name)} vs before (measured on this machine)</h2>")
+        out.append(f'<p class="note">base: {_e(comp["base"]["path"])} '
+                   f'({_e(comp["base"]["layout"])}); candidate: {_e(comp["cand"]["path"])} '
+                   f'({_e(comp["cand"]["layout"])})</p>')
+        if not comp["comparable"]:
+            out.append(f"<p>Not comparable: {_e('; '.join(comp['not_comparable_reasons']))}</p>")
+            continue
+        for run in comp["runs"]:
+            out.append(f"<h3>{_e(_workers(run['workers']))}</h3>")
+            out.append(_table(tables.HEADERS, tables.metric_rows(run)))
+            moved = [a["text"] for a in run["attribution"] if a["delta"] != 0]
+            if moved:
+                out.append(f"<p>Where the cost moved: {_e(', '.join(moved))}</p>")
+    return out
+
+
+def _cluster_table(doc: dict[str, Any]) -> str:
+    rows = []
+    for name, e in doc["cluster"].items():
+        st = e["step_time_s"]
+        rows.append([name, f"{e['ranks']} GPUs", fmt.seconds(st["mean"]), fmt.seconds(st["p50"]),
+                     fmt.seconds(st["p99"]), fmt.seconds(st["max"]), fmt.percent(e["gpu_util"]),
+                     fmt.ratio(e["supply_over_demand"]), e["verdict"]])
+    return _table(["export", "job", "mean step", "p50 step", "p99 step", "max step", "GPU util",
+                   "loader supply / GPU demand", "verdict"], rows)
+
+
+def _figures(doc: dict[str, Any], images: dict[str, bytes], skipped_reason: str) -> list[str]:
+    if not images:
+        return [f'<p class="skipped">Plots were skipped: {_e(skipped_reason)}. The tables above '
+                "hold the same figures.</p>"]
+    out = []
+    for name, data in images.items():
+        caption = CAPTIONS.get(name, name)
+        if name == "gpu_util_timeline.png" and doc["cluster"]["after"].get("timeline"):
+            # The model's own reading of the oscillation, next to the picture of it.
+            caption += " " + doc["cluster"]["after"]["timeline"]["note"]
+        encoded = base64.b64encode(data).decode("ascii")
+        out.append(f'<figure><img src="data:image/png;base64,{encoded}" alt="{_e(name)}">'
+                   f"<figcaption>{_e(caption)}</figcaption></figure>")
+    return out

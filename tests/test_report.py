@@ -1,0 +1,111 @@
+"""report and plots: the demo's output directory and HTML page, from a synthetic demo document.
+
+The document is built by the real demo model from made-up bench results (tests/resultdocs.py),
+so no benchmark runs; a small two-node cluster and few steps keep the simulation quick.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dsbench import demo, plots, report, results
+from tests.resultdocs import document, run
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def _docs() -> dict[str, dict[str, Any]]:
+    before = document([run(1), run(2, sps=[790.0, 800.0, 810.0])], layout="wds",
+                      path="/x/before")
+    # after: the incident's re-export: more CPU per sample and two files opened per sample.
+    slow_cpu = [0.0064, 0.0065, 0.0066]
+    after_stages = {"read": 0.0004, "decode": 0.0030, "fields": 0.0015, "transform": 0.0015,
+                    "collate": 0.0001}
+    after = document([run(1, sps=[300.0, 305.0, 310.0], cpu=slow_cpu, files_per_sample=2.0,
+                          stages=after_stages),
+                      run(2, sps=[590.0, 600.0, 610.0], cpu=slow_cpu, files_per_sample=2.0,
+                          stages=after_stages)],
+                     layout="files", path="/x/after")
+    arrow = document([run(1, sps=[420.0, 425.0, 430.0]), run(2, sps=[830.0, 840.0, 850.0])],
+                     layout="arrow", path="/x/arrow")
+    return {"before": before, "after": after, "arrow": arrow}
+
+
+@pytest.fixture(scope="module")
+def doc() -> dict[str, Any]:
+    opts = demo.DemoOptions(steps=400, cluster=demo.DEMO_CLUSTER.replace(nodes=2))
+    return demo.model(_docs(), exports={n: "/x/" + n for n in demo.EXPORTS}, opts=opts,
+                      progress=lambda m: None)
+
+
+@pytest.fixture(scope="module")
+def written(doc: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+            ) -> tuple[Path, list[Path]]:
+    out = tmp_path_factory.mktemp("demo") / "out"
+    return out, report.write_all(doc, out, progress=lambda m: None)
+
+
+def test_write_all_writes_results_document_plots_and_page(
+        written: tuple[Path, list[Path]]) -> None:
+    out, paths = written
+    names = [p.relative_to(out).as_posix() for p in paths]
+    assert names == ["results/before.json", "results/after.json", "results/arrow.json",
+                     "demo.json", *(f"plots/{f}" for f in plots.FILES), "report.html"]
+    assert all(p.is_file() for p in paths)
+    assert json.loads((out / "demo.json").read_text())["kind"] == "dsbench-demo"
+    for name in plots.FILES:
+        data = (out / "plots" / name).read_bytes()
+        assert data.startswith(PNG_SIGNATURE), name
+        assert len(data) > 10_000, name
+    # Nothing left behind by the atomic writes.
+    assert not [p for p in out.rglob(".*tmp*")]
+
+
+def test_result_files_read_back_as_bench_results(written: tuple[Path, list[Path]],
+                                                 doc: dict[str, Any]) -> None:
+    out, _ = written
+    back = results.read_result(out / "results" / "after.json")
+    assert back["runs"][0]["files_per_sample"] == 2.0
+    assert back == doc["results"]["after"]
+
+
+def test_page_is_self_contained_and_carries_units(written: tuple[Path, list[Path]],
+                                                  doc: dict[str, Any]) -> None:
+    out, _ = written
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert len(re.findall(r'src="data:image/png;base64,[A-Za-z0-9+/=]+"', page)) == 4
+    assert 'src="http' not in page and "<script" not in page and 'href="http' not in page
+    assert demo.verdict_lines(doc)[0] in page
+    for unit in ("samples/s", "ms/sample", "files/sample", "B/sample", " ms", "GPUs", "%"):
+        assert unit in page, unit
+    assert "Modelled, not measured" in page and "Measured on this machine" in page
+    assert "Plots were skipped" not in page
+
+
+def test_without_matplotlib_no_plots_and_one_notice(doc: dict[str, Any], tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(plots, "available", lambda: False)
+    messages: list[str] = []
+    out = tmp_path / "out"
+    paths = report.write_all(doc, out, messages.append)
+    assert not (out / "plots").exists()
+    assert [m for m in messages if "matplotlib" in m] == [
+        "demo: matplotlib is not installed (pip install 'dsbench[plot]'): no plots"]
+    assert paths[-1] == out / "report.html"
+    page = paths[-1].read_text(encoding="utf-8")
+    assert "Plots were skipped" in page and "matplotlib is not installed" in page
+    assert "data:image/png" not in page
+
+
+def test_user_text_is_escaped(doc: dict[str, Any]) -> None:
+    hostile = json.loads(json.dumps(doc))
+    hostile["results"]["before"]["machine"]["cpu_model"] = "<script>alert(1)</script>"
+    hostile["comparisons"]["after"]["base"]["path"] = '/x/"><img src=x>'
+    page = report.render_html(hostile, {})
+    assert "<script>" not in page and "<img src=x>" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page

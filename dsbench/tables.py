@@ -33,7 +33,7 @@ def metric_rows(run: dict[str, Any]) -> list[list[str]]:
     for m in run["metrics"]:
         ratio = fmt.ratio(m["ratio"]) if m["ratio"] != float("inf") else "inf"
         ci = m["ratio_ci95"]
-        ci_text = f"[{fmt.sig(ci[0])}, {fmt.sig(ci[1])}]" if ci else ("exact" if m["exact"]
+        ci_text = f"[{fmt.ratio(ci[0])}, {fmt.ratio(ci[1])}]" if ci else ("exact" if m["exact"]
                                                                        else "-")
         rows.append([MARKS[m["change"]], m["label"], format_value(m["metric"], m["base"]),
                      format_value(m["metric"], m["cand"]), ratio, ci_text, _change_text(m)])

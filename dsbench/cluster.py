@@ -189,7 +189,7 @@ def link_transfer_s(nbytes: float, workers: int, other_s: float, link_bytes_per_
 
 def simulate(cost: LoaderCost, cluster: ClusterSpec, rng: np.random.Generator, *,
              steps: int = DEFAULT_STEPS, ranks: Sequence[int] | None = None,
-             loader: bool = True) -> sim.SimResult:
+             loader: bool = True, timeline_bucket_s: float = 1.0) -> sim.SimResult:
     """Monte-Carlo of the job (and of the same job at other rank counts, `ranks`).
 
     `loader=False` replaces the loader with one that is never late: the utilization ceiling that
@@ -217,7 +217,8 @@ def simulate(cost: LoaderCost, cluster: ClusterSpec, rng: np.random.Generator, *
     return sim.run(batch_wall, cluster.compute.sample, workers=cluster.workers_per_gpu,
                    prefetch=cluster.prefetch, jobs=jobs, steps=steps, rng=rng,
                    allreduce_s=cluster.allreduce_s, stall_prob=cluster.stall_prob,
-                   stall_s=cluster.stall_s, timeline_job=cluster.ranks)
+                   stall_s=cluster.stall_s, timeline_job=cluster.ranks,
+                   timeline_bucket_s=timeline_bucket_s)
 
 
 def extrapolate(source: Mapping[str, Any] | LoaderCost, cluster: ClusterSpec,

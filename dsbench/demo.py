@@ -34,6 +34,7 @@ from dsbench.storage import PROFILES
 EXPORTS = ("before", "after", "arrow")  # base, the re-export, the candidate
 FORMATS_DIR = Path(__file__).parent / "formats"
 TAIL_RANKS = (64, 128)  # the incident's two job sizes
+FINE_BUCKET_S, FINE_TIMELINE_S = 0.1, 30.0
 # Quantile levels for the step-time tail curves: the body coarsely, the last 10% finely.
 _TAIL_LEVELS = np.concatenate([np.linspace(0.0, 0.9, 46), 1.0 - np.logspace(-1, -3.7, 55)])
 
@@ -115,28 +116,36 @@ def model(docs: dict[str, dict[str, Any]], exports: dict[str, str], opts: DemoOp
     extrapolations = {name: extrapolate(doc, cluster, np.random.default_rng(opts.seed),
                                         steps=opts.steps, scaling=TAIL_RANKS)
                       for name, doc in docs.items()}
-    tails = {name: _tail_curves(docs[name], cluster, opts) for name in ("before", "after")}
+    tails, fine = {}, {}
+    for name in ("before", "after"):
+        tails[name], fine[name] = _tails_and_timeline(docs[name], cluster, opts)
     return {"kind": "dsbench-demo", "schema_version": 1, "samples": opts.samples,
             "exports": exports, "results": docs, "comparisons": comparisons,
-            "cluster": extrapolations, "tails": tails, "cluster_spec": cluster.to_json()}
+            "cluster": extrapolations, "tails": tails, "fine_timeline": fine,
+            "cluster_spec": cluster.to_json()}
 
 
 def _workers_text(workers: tuple[int, ...]) -> str:
     return " and ".join(str(w) for w in workers)
 
 
-def _tail_curves(doc: dict[str, Any], cluster: ClusterSpec, opts: DemoOptions
-                 ) -> dict[str, dict[str, list[float]]]:
-    """Step-time quantiles of the same job at 64 and 128 ranks (common random numbers)."""
+def _tails_and_timeline(doc: dict[str, Any], cluster: ClusterSpec, opts: DemoOptions
+                        ) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """Step-time quantiles of the same job at 64 and 128 ranks (common random numbers), and
+    the first FINE_TIMELINE_S of the GPU timeline in FINE_BUCKET_S buckets: finer than a
+    dashboard's 1 s, so that bursts shorter than a second show as what they are."""
     res = simulate(LoaderCost.from_result(doc), cluster, np.random.default_rng(opts.seed),
-                   steps=opts.steps, ranks=TAIL_RANKS)
-    out = {}
+                   steps=opts.steps, ranks=TAIL_RANKS, timeline_bucket_s=FINE_BUCKET_S)
+    tails = {}
     for n in TAIL_RANKS:
         x = res.step_s[:, res.column(n)]
-        out[str(n)] = {"level": [round(float(q), 6) for q in _TAIL_LEVELS],
-                       "step_s": [float(v) for v in np.quantile(x, _TAIL_LEVELS)],
-                       "p99_s": res.stats(n)["p99"], "mean_s": res.stats(n)["mean"]}
-    return out
+        tails[str(n)] = {"level": [round(float(q), 6) for q in _TAIL_LEVELS],
+                         "step_s": [float(v) for v in np.quantile(x, _TAIL_LEVELS)],
+                         "p99_s": res.stats(n)["p99"], "mean_s": res.stats(n)["mean"]}
+    keep = int(FINE_TIMELINE_S / res.timeline_bucket_s)
+    timeline = {"ranks": res.timeline_ranks, "bucket_s": res.timeline_bucket_s,
+                "gpu_util": [round(float(u), 4) for u in res.timeline[:keep]]}
+    return tails, timeline
 
 
 # --- the verdict in words ------------------------------------------------------------------

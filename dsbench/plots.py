@@ -22,6 +22,7 @@ STAGE_COLORS = {"read": "#8c564b", "decode": "#1f77b4", "fields": "#d62728",
 FIGSIZE = (8.0, 4.5)
 DPI = 120
 TIMELINE_S = 120.0  # long enough to show the oscillation, short enough to see each swing
+FINE_TIMELINE_S = 20.0  # a dozen burst cycles of the demo's after export
 TAIL_FLOOR = 1e-4  # y-axis floor of the tail plot: rarer than 1 in 10,000 steps is noise here
 
 FILES = ("worker_scaling.png", "step_time_64_vs_128.png", "gpu_util_timeline.png",
@@ -49,9 +50,12 @@ def write_plots(doc: dict[str, Any], out_dir: Path) -> list[Path]:
     drawers = (_worker_scaling, _step_tail, _timeline, _cpu_by_stage)
     written = []
     for name, draw in zip(FILES, drawers, strict=True):
-        fig, ax = plt.subplots(figsize=FIGSIZE, dpi=DPI)
+        timeline = draw is _timeline
+        # The timeline has two panels, a dashboard's 1 s view over a fine one: taller.
+        fig, axes = plt.subplots(2 if timeline else 1, 1, dpi=DPI,
+                                 figsize=(FIGSIZE[0], 7.0) if timeline else FIGSIZE)
         try:
-            draw(doc, ax)
+            draw(doc, axes)
             fig.tight_layout()
             written.append(_save(fig, out_dir / name))
         finally:
@@ -128,30 +132,43 @@ def _step_tail(doc: dict[str, Any], ax: Any) -> None:
     ax.legend(fontsize=8, loc="upper right")
 
 
-def _timeline(doc: dict[str, Any], ax: Any) -> None:
+def _timeline(doc: dict[str, Any], axes: Any) -> None:
+    coarse, fine = axes
     means = []
     for name in ("before", "after"):
         cl = doc["cluster"][name]
-        tl = cl["timeline"]
-        n = max(1, int(TIMELINE_S / tl["bucket_s"]))
-        util = [100.0 * u for u in tl["gpu_util"][:n]]
-        # One more edge than buckets, so the last bucket is drawn as wide as the others.
-        util.append(util[-1])
-        t = [i * tl["bucket_s"] for i in range(len(util))]
-        ax.step(t, util, where="post", color=COLORS[name], linewidth=1.2,
-                label=f"{name} ({cl['verdict']})")
+        label = f"{name} ({cl['verdict']})"
+        _util_steps(coarse, cl["timeline"], TIMELINE_S, COLORS[name], label)
+        if name in doc.get("fine_timeline", {}):
+            _util_steps(fine, doc["fine_timeline"][name], FINE_TIMELINE_S, COLORS[name], label)
         means.append(f"{name} mean {fmt.percent(cl['gpu_util'])}")
-    ax.set_ylim(0, 105)
-    ax.set_xlim(0, TIMELINE_S)
-    ax.set_xlabel(f"time (s; {fmt.seconds(doc['cluster']['before']['timeline']['bucket_s'])} "
-                  "buckets)")
-    ax.set_ylabel("GPU utilization (%)")
     ranks = doc["cluster"]["before"]["ranks"]
-    ax.set_title(f"GPU utilization over time, {ranks} GPUs (modelled)\n" + ", ".join(means),
-                 fontsize=11)
-    ax.grid(alpha=0.3)
+    coarse.set_title(f"GPU utilization over time, mean of {ranks} GPUs (modelled)\n"
+                     + ", ".join(means), fontsize=11)
+    bucket = fmt.seconds(doc["cluster"]["before"]["timeline"]["bucket_s"])
+    coarse.set_xlabel(f"time (s); {bucket} buckets, as a dashboard samples it")
+    fine_bucket = fmt.seconds(next(iter(doc.get("fine_timeline", {}).values()),
+                                   {"bucket_s": 0.1})["bucket_s"])
+    fine.set_xlabel(f"time (s); {fine_bucket} buckets: the GPUs compute a burst of batches, "
+                    "then all wait for the next")
+    for ax, span in ((coarse, TIMELINE_S), (fine, FINE_TIMELINE_S)):
+        ax.set_ylim(0, 105)
+        ax.set_xlim(0, span)
+        ax.set_ylabel("GPU utilization (%)")
+        ax.grid(alpha=0.3)
     # Below the axes: inside, any corner would hide a dip of one of the lines.
-    ax.legend(ncol=2, fontsize=9, loc="upper center", bbox_to_anchor=(0.5, -0.14))
+    fine.legend(ncol=2, fontsize=9, loc="upper center", bbox_to_anchor=(0.5, -0.22))
+
+
+def _util_steps(ax: Any, tl: dict[str, Any], span_s: float, color: str, label: str) -> None:
+    n = max(1, int(span_s / tl["bucket_s"]))
+    util = [100.0 * u for u in tl["gpu_util"][:n]]
+    if not util:
+        return
+    # One more edge than buckets, so the last bucket is drawn as wide as the others.
+    util.append(util[-1])
+    t = [i * tl["bucket_s"] for i in range(len(util))]
+    ax.step(t, util, where="post", color=color, linewidth=1.1, label=label)
 
 
 def _cpu_by_stage(doc: dict[str, Any], ax: Any) -> None:

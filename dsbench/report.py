@@ -29,8 +29,11 @@ CAPTIONS = {
     "step_time_64_vs_128.png": "Modelled, not measured: the fraction of training steps slower "
                                "than a given step time (s), for the same job on 64 and 128 "
                                "GPUs; dotted lines mark after's p99.",
-    "gpu_util_timeline.png": "Modelled, not measured: GPU utilization (%) over the first "
-                             "120 s of the simulated job, before and after.",
+    "gpu_util_timeline.png": "Modelled, not measured: mean GPU utilization (%) of the "
+                             "simulated job, before and after; above, the first 120 s in 1 s "
+                             "buckets as a dashboard samples it; below, the first 20 s of a "
+                             "second run of the same job in 100 ms buckets, where the bursts "
+                             "and waits show at their own length.",
     "cpu_by_stage.png": "Measured on this machine: CPU time per sample (µs/sample) in each "
                         "pipeline stage, from the run with the fewest loader workers.",
 }

@@ -62,7 +62,7 @@ class SimResult:
 def run(sample_cost: Sampler, sample_compute: Sampler, *, workers: int, prefetch: int,
         jobs: Sequence[int], steps: int, rng: np.random.Generator, allreduce_s: float = 0.0,
         stall_prob: float = 0.0, stall_s: float = 0.0,
-        timeline_job: int | None = None) -> SimResult:
+        timeline_job: int | None = None, timeline_bucket_s: float = 1.0) -> SimResult:
     """Simulate `steps` steps of each job in `jobs` (rank counts), all in one vectorised pass.
 
     `sample_cost` gives the wall seconds one worker takes to build a batch, `sample_compute` the GPU
@@ -131,7 +131,8 @@ def run(sample_cost: Sampler, sample_compute: Sampler, *, workers: int, prefetch
     wait_share = np.maximum(lost[counted], 0.0).sum(axis=0) / step_total
     step_start = np.concatenate([[0.0], np.cumsum(step_end[:, tl])[:-1]])
     bucket_s, timeline = busy_timeline(step_start[:, None] + tl_taken, tl_compute,
-                                       float(step_end[:, tl].sum()))
+                                       float(step_end[:, tl].sum()),
+                                       bucket_s=timeline_bucket_s)
     return SimResult(ranks=tuple(sizes), warmup=warmup, step_s=step_end[counted].copy(),
                      start_s=step_end[:warmup].sum(axis=0),
                      gpu_util=util, data_wait_share=wait_share, timeline_ranks=tl_ranks,
@@ -139,17 +140,18 @@ def run(sample_cost: Sampler, sample_compute: Sampler, *, workers: int, prefetch
 
 
 def busy_timeline(begin: np.ndarray, busy: np.ndarray, total_s: float,
-                  max_buckets: int = MAX_TIMELINE_BUCKETS) -> tuple[float, np.ndarray]:
+                  max_buckets: int = MAX_TIMELINE_BUCKETS, bucket_s: float = 1.0
+                  ) -> tuple[float, np.ndarray]:
     """Mean busy fraction over ranks per time bucket, from intervals [begin, begin + busy).
 
     `begin` and `busy` are (steps, ranks); each rank's intervals are in order and do not overlap.
-    Buckets are 1 s, or a whole number of seconds when 1 s buckets would exceed `max_buckets`.
+    Buckets are `bucket_s`, or a whole multiple of it when those would exceed `max_buckets`.
     Exact: the busy time up to t is a prefix sum plus the part of the interval straddling t.
     """
     steps, ranks = begin.shape
     if total_s <= 0 or steps == 0:
-        return 1.0, np.zeros(0)
-    bucket = float(max(1, int(np.ceil(total_s / max_buckets))))
+        return bucket_s, np.zeros(0)
+    bucket = bucket_s * max(1, int(np.ceil(total_s / max_buckets / bucket_s)))
     edges = np.arange(0.0, total_s, bucket)
     edges = np.append(edges, total_s)
     a = np.ascontiguousarray(begin.T)

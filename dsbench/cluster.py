@@ -16,9 +16,9 @@ Assumptions (docs/model.md gives the equations and limits):
    This is taken as always true (exact when input-bound, pessimistic on latency otherwise).
 4. A batch of another size scales the mean linearly and the spread as its square root.
 5. A network storage profile adds, per sample, files x latency per file plus the transfer of its
-   bytes over the node's link, which the node's workers share (processor sharing: a transfer is
-   slower the busier the link), on top of what was measured locally; inside a worker reads and
-   CPU work do not overlap.
+   bytes over the node's link, which the node's workers share (a closed queueing network solved
+   exactly by mean-value analysis: a transfer is slower the busier the link), on top of what was
+   measured locally; inside a worker reads and CPU work do not overlap.
 6. GPU compute per step is drawn independently per rank and step; a stall (probability q, length
    T) is independent per rank and step; the all-reduce is a fixed time after the slowest rank.
 7. All workers start together, as at every epoch start without persistent workers.
@@ -170,21 +170,37 @@ def node_budget(cost: LoaderCost, cluster: ClusterSpec) -> NodeBudget:
 
 def link_transfer_s(nbytes: float, workers: int, other_s: float, link_bytes_per_s: float
                     ) -> float:
-    """Seconds one sample's bytes take on a node link that `workers` share.
+    """Mean seconds one sample's bytes take on a node link that `workers` share.
 
-    Each worker alternates `other_s` of other work (CPU, waiting for opens) with a transfer of
-    `nbytes`, and the transfers in flight share the link equally (processor sharing). At link
-    utilisation rho a transfer then takes nbytes / (BW (1 - rho)) (the M/M/1-PS sojourn time),
-    and rho is where the workers' own rate meets it: rho a + rho / (1 - rho) = workers with
-    a = BW other_s / nbytes. The smaller root of that quadratic, written so it does not cancel.
-    Supply then approaches BW / nbytes as workers grow and never exceeds it.
+    A closed queueing network: each worker alternates `other_s` of other work (CPU, waiting for
+    opens; a delay station) with a transfer of `nbytes` on the link, whose transfers in flight
+    share it equally (processor sharing, service time D = nbytes / BW). Mean-value analysis is
+    exact for this product-form network (Reiser and Lavenberg, 1980): with n workers the
+    transfer takes R(n) = D (1 + Q(n - 1)), and Q(n) = n R(n) / (other_s + R(n)) transfers are
+    in flight. A lone worker never queues (R = D); supply n / (other_s + R) never exceeds BW /
+    nbytes.
     """
     if nbytes <= 0 or math.isinf(link_bytes_per_s):
         return 0.0
-    a = link_bytes_per_s * other_s / nbytes
-    b = a + 1.0 + workers
-    rho = 2.0 * workers / (b + math.sqrt(max(b * b - 4.0 * a * workers, 0.0)))
-    return nbytes / (link_bytes_per_s * (1.0 - rho))
+    d = nbytes / link_bytes_per_s
+    in_flight, r = 0.0, d
+    for n in range(1, workers + 1):
+        r = d * (1.0 + in_flight)
+        in_flight = n * r / (other_s + r)
+    return r
+
+
+def check_steps(cluster: ClusterSpec, steps: int, jobs: Sequence[int]) -> None:
+    """Refuse a simulation that is too short to count or too large to run."""
+    if any(n < 1 or n > MAX_RANKS for n in jobs):
+        raise DsbenchError(f"rank counts must be between 1 and {MAX_RANKS}")
+    warmup = cluster.workers_per_gpu * cluster.prefetch
+    if steps <= 2 * warmup or steps < 100:
+        raise DsbenchError(f"--steps {steps}: need at least 100 and more than twice workers x "
+                           f"prefetch ({2 * warmup})")
+    if steps * max(jobs) > MAX_RANK_STEPS:
+        raise DsbenchError(f"{steps} steps x {max(jobs)} ranks is more than the model runs "
+                           f"({MAX_RANK_STEPS:.0e}); lower --steps")
 
 
 def simulate(cost: LoaderCost, cluster: ClusterSpec, rng: np.random.Generator, *,
@@ -196,15 +212,7 @@ def simulate(cost: LoaderCost, cluster: ClusterSpec, rng: np.random.Generator, *
     compute jitter, stalls and the all-reduce leave.
     """
     jobs = tuple(ranks) if ranks else (cluster.ranks,)
-    if any(n < 1 or n > MAX_RANKS for n in jobs):
-        raise DsbenchError(f"rank counts must be between 1 and {MAX_RANKS}")
-    warmup = cluster.workers_per_gpu * cluster.prefetch
-    if steps <= 2 * warmup or steps < 100:
-        raise DsbenchError(f"--steps {steps}: need at least 100 and more than twice workers x "
-                           f"prefetch ({2 * warmup})")
-    if steps * max(jobs) > MAX_RANK_STEPS:
-        raise DsbenchError(f"{steps} steps x {max(jobs)} ranks is more than the model runs "
-                           f"({MAX_RANK_STEPS:.0e}); lower --steps")
+    check_steps(cluster, steps, jobs)
     budget = node_budget(cost, cluster)
     batch, factor = cluster.batch_size, budget.contention * budget.oversubscription
     io_s = (budget.latency_s + budget.transfer_s) * batch

@@ -4,8 +4,8 @@
 cache directory (kept, so a second run only measures), benchmarks them in one interleaved run,
 compares after and the candidate against before, and extrapolates each to the same cluster with
 the same seed, so that only the measured loader differs between them. It returns one plain
-document; `verdict_lines(doc)` turns it into the sentences the command prints, and
-dsbench.plots / dsbench.report draw it.
+document; dsbench.verdict turns it into the sentences the command prints, and dsbench.plots
+and dsbench.report draw it.
 
 What is measured (on this machine) and what is modelled (the cluster) stay apart in the
 document: `results` and `comparisons` are measurements, `cluster` and `tails` are the model's.
@@ -14,6 +14,7 @@ document: `results` and `comparisons` are measurements, `cluster` and `tails` ar
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,7 +25,8 @@ import numpy as np
 
 from dsbench import fmt
 from dsbench.cluster import ClusterSpec, extrapolate, simulate
-from dsbench.compare import compare, format_value
+from dsbench.compare import compare
+from dsbench.errors import DsbenchError
 from dsbench.generate import MANIFEST, generate
 from dsbench.loadcost import Distribution, LoaderCost
 from dsbench.runner import BenchOptions, run_benches
@@ -72,17 +74,30 @@ def definition(name: str) -> ExportSpec:
     return load_spec(FORMATS_DIR / f"{name}.toml")
 
 
+def check_workers(workers: tuple[int, ...], samples: int) -> None:
+    """Loader workers split an export's units (shards, or samples of a per-sample layout)."""
+    for name in EXPORTS:
+        spec = definition(name)
+        units = samples if spec.layout == "files" else math.ceil(samples / spec.shard_samples)
+        if max(workers) > units:
+            raise DsbenchError(f"--workers {max(workers)}: at --samples {samples} the {name} "
+                               f"export has {units} shard{'s' if units > 1 else ''} of "
+                               f"{spec.shard_samples} samples to split; use --samples "
+                               f"{max(workers) * spec.shard_samples} or fewer workers")
+
+
 def prepare_exports(cache: Path, samples: int, progress: Progress) -> dict[str, Path]:
     """Each demo export, generated unless the cache already holds it complete."""
     paths = {}
     for name in EXPORTS:
         # The sample count is in the directory name: another --samples gets its own export.
         out = cache / f"{name}-{samples}"
-        if _complete(out):
-            progress(f"demo: reusing {out}")
-        else:
-            progress(f"demo: generating {name} ({samples} samples) in {out}")
-            report = generate(definition(name), out, samples=samples)
+        progress(f"demo: {'reusing' if _complete(out) else 'generating'} {name} "
+                 f"({samples} samples) in {out}")
+        # Always through generate: it refuses a directory holding another export and skips
+        # the complete units of this one, so a reuse costs milliseconds.
+        report = generate(definition(name), out, samples=samples)
+        if report.units_written:
             progress(f"demo: {name} written in {fmt.seconds(report.wall_s)}")
         paths[name] = out
     return paths
@@ -146,131 +161,3 @@ def _tails_and_timeline(doc: dict[str, Any], cluster: ClusterSpec, opts: DemoOpt
     timeline = {"ranks": res.timeline_ranks, "bucket_s": res.timeline_bucket_s,
                 "gpu_util": [round(float(u), 4) for u in res.timeline[:keep]]}
     return tails, timeline
-
-
-# --- the verdict in words ------------------------------------------------------------------
-
-def top_run(doc: dict[str, Any]) -> dict[str, Any]:
-    """The run with the most workers: the node-like figure on this machine."""
-    return max(doc["runs"], key=lambda r: r["workers"])
-
-
-def base_run(doc: dict[str, Any]) -> dict[str, Any]:
-    return min(doc["runs"], key=lambda r: r["workers"])
-
-
-def _metric(comparison: dict[str, Any], key: str) -> dict[str, Any]:
-    # The fewest workers measured on both sides: on a small machine more workers compete with
-    # the main process for its cores, and the model's per-sample cost comes from this run too.
-    run = comparison["runs"][0]
-    return next(m for m in run["metrics"] if m["metric"] == key)
-
-
-def slower_text(comparison: dict[str, Any], base: str, cand: str) -> str:
-    m = _metric(comparison, "samples_per_s")
-    w = comparison["runs"][0]["workers"]
-    figures = (f"{fmt.rate(m['cand'])} vs {fmt.rate(m['base'])} with {w} loader "
-               f"worker{'s' if w > 1 else ''}")
-    if m["change"] == "same":
-        return f"{cand} is as fast as {base} within noise ({figures})"
-    r = m["ratio"]
-    word = "slower" if r < 1 else "faster"
-    return f"{cand} is {fmt.ratio(1 / r if r < 1 else r)} {word} than {base} ({figures})"
-
-
-def cost_text(comparison: dict[str, Any]) -> str:
-    parts = []
-    for key, name in (("cpu_s_per_sample", "CPU"), ("files_per_sample", "files opened"),
-                      ("bytes_per_sample", "bytes read")):
-        m = _metric(comparison, key)
-        parts.append(f"{name} {format_value(key, m['base'])} -> {format_value(key, m['cand'])}"
-                     f" ({fmt.ratio(m['ratio'])})")
-    return "; ".join(parts)
-
-
-def cpu_moves_text(comparison: dict[str, Any], stages: int = 3) -> str:
-    rows = [r for r in comparison["runs"][0]["attribution"] if r["unit"] == "s/sample"]
-    return ", ".join(r["text"] for r in rows[:stages])
-
-
-def cluster_text(e: dict[str, Any]) -> str:
-    st = e["step_time_s"]
-    return (f"mean step {fmt.seconds(st['mean'])}, p99 {fmt.seconds(st['p99'])}, GPU "
-            f"utilization {fmt.percent(e['gpu_util'])}, {e['verdict']} (supply "
-            f"{fmt.ratio(e['supply_over_demand'])} of demand, limit: {e['node']['limit']})")
-
-
-def tail_text(doc: dict[str, Any], name: str) -> str:
-    t = doc["tails"][name]
-    a, b = t["64"], t["128"]
-    return (f"{name}'s p99 step is {fmt.seconds(a['p99_s'])} at 64 GPUs and "
-            f"{fmt.seconds(b['p99_s'])} at 128 with the per-rank work unchanged: every step "
-            "waits for the slowest rank, so twice the ranks make a rare per-rank delay twice as "
-            "likely to hold up a step")
-
-
-def advice(doc: dict[str, Any]) -> list[str]:
-    """What to do, from the measurements: the candidate or the old layout, the field, no GPUs."""
-    cl, res = doc["cluster"], doc["results"]
-    after, arrow, before = cl["after"], cl["arrow"], cl["before"]
-    out = []
-    if after["gpu_util"] < before["gpu_util"] - 0.01:
-        if arrow["gpu_util"] >= before["gpu_util"] - 0.01:
-            r = top_run(res["arrow"])
-            out.append(f"roll out the arrow candidate instead of after: it keeps the new fields "
-                       f"in shards, measured {fmt.rate(r['samples_per_s'])} and "
-                       f"{fmt.seconds(r['cpu_s_per_sample'], 'sample')} with "
-                       f"{fmt.sig(r['files_per_sample'])} files/sample; predicted GPU "
-                       f"utilization {fmt.percent(arrow['gpu_util'])} against after's "
-                       f"{fmt.percent(after['gpu_util'])}")
-        else:
-            out.append(f"go back to before's layout ({res['before']['export']['layout']} "
-                       "shards) and add the new fields to it: no candidate measured here keeps "
-                       f"before's {fmt.percent(before['gpu_util'])} predicted GPU utilization")
-    fields = next((r for r in doc["comparisons"]["after"]["runs"][0]["attribution"]
-                   if r["what"] == "fields"), None)
-    if fields and fields["delta"] > 0:
-        out.append(f"the new fields cost {fmt.seconds(fields['delta'], 'sample')} of CPU in "
-                   "after: store the embedding as binary float32, not as a JSON list of numbers")
-    if after["verdict"] == "input-bound":
-        cores = after["what_if"].get("cores_per_node")
-        if cores:
-            out.append(f"if after must stay: {cores['workers_per_gpu']} workers per GPU on "
-                       f"{cores['cores_per_node']} cores per node would reach "
-                       f"{fmt.percent(cores['simulated_util'])} GPU utilization (simulated)")
-        out.append("do not add GPUs: the loaders, not the GPUs, set the step; more GPUs add "
-                   "nodes with the same shortfall and more ranks for every step to wait for")
-    return out
-
-
-def verdict_lines(doc: dict[str, Any]) -> list[str]:
-    res, comp, cl = doc["results"], doc["comparisons"], doc["cluster"]
-    spec = doc["cluster_spec"]
-    lines = ["Verdict (measured on this machine)",
-             f"  {slower_text(comp['after'], 'before', 'after')}",
-             f"  after vs before: {cost_text(comp['after'])}",
-             f"  where the CPU went: {cpu_moves_text(comp['after'])}",
-             f"  {slower_text(comp['arrow'], 'before', 'arrow')}",
-             "",
-             f"On {spec['nodes']} nodes x {spec['gpus_per_node']} GPUs (a model, not a "
-             "measurement; assumptions below)"]
-    lines += [f"  {name:<6}  {cluster_text(cl[name])}" for name in EXPORTS]
-    after = cl["after"]
-    if after["verdict"] == "input-bound":
-        lines.append(f"  the oscillation: {after['timeline']['note']}")
-    lines.append(f"  the tail: {tail_text(doc, 'after')}")
-    lines += ["", "What to do"]
-    lines += [f"  {i}. {text}" for i, text in enumerate(advice(doc), 1)]
-    lines += ["", "Assumptions of the model (stated by the demo; change them with its options)",
-              f"  {assumptions_text(spec, res['before'])}"]
-    return lines
-
-
-def assumptions_text(spec: dict[str, Any], base: dict[str, Any]) -> str:
-    measured_batch = base["config"]["batch_size"]
-    return (f"{spec['cores_per_node']} cores and {spec['workers_per_gpu']} loader workers per "
-            f"GPU per node, batch {spec['batch_size']} per GPU (measured at {measured_batch}, "
-            f"rescaled), {fmt.seconds(spec['compute']['mean_s'])} of GPU compute per step, storage "
-            f"{spec['storage']}, a {fmt.seconds(spec['stall_s'])} stall in "
-            f"{fmt.percent(spec['stall_prob'])} of rank-steps; CPU per sample as measured here, "
-            "per core")

@@ -32,8 +32,8 @@ FILES = ("worker_scaling.png", "step_time_64_vs_128.png", "gpu_util_timeline.png
 def available() -> bool:
     """Whether matplotlib imports (a broken install counts as missing)."""
     try:
-        import matplotlib  # noqa: F401
-    except ImportError:
+        import matplotlib.pyplot  # noqa: F401
+    except Exception:  # a missing or broken install (a bad backend, a missing shared library)
         return False
     return True
 

@@ -12,11 +12,13 @@ import base64
 import html
 import json
 import os
+import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from dsbench import demo, fmt, plots, results, tables
+from dsbench import fmt, plots, results, tables, verdict
+from dsbench.errors import DsbenchError
 
 NO_MATPLOTLIB = "matplotlib is not installed (pip install 'dsbench[plot]')"
 
@@ -54,9 +56,45 @@ figcaption { font-size: 0.9em; color: #444; }
 
 
 def write_all(doc: dict[str, Any], out: Path, progress: Callable[[str], None]) -> list[Path]:
-    """Write the demo's files under `out`; every path written, in the order written."""
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results").mkdir(exist_ok=True)
+    """Write the demo's files as the directory `out`; every path written, in the order written.
+
+    Everything goes to a hidden sibling first, which then takes `out`'s place (a previous demo
+    output there is replaced whole): an interrupted run leaves the old directory or the new
+    one, never a mix, and no plots from an earlier run sit next to a report that has none.
+    """
+    check_out_dir(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
+    old = out.with_name(f".{out.name}.old{os.getpid()}")
+    try:
+        names = _write_into(doc, tmp, progress)
+        if out.exists():
+            os.replace(out, old)
+        os.replace(tmp, out)
+    except OSError as exc:
+        raise DsbenchError(f"cannot write the report: {exc}", path=out) from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
+    return [out / n for n in names]
+
+
+def check_out_dir(out: Path) -> None:
+    """Refuse, before any work, a DIR that is a file or holds something other than a report."""
+    if out.exists() and not out.is_dir():
+        raise DsbenchError("--out must be a directory", path=out)
+    if out.is_dir() and any(out.iterdir()) and not (out / "demo.json").exists():
+        raise DsbenchError("--out holds other files; choose a new or empty directory", path=out)
+    parent = out.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise DsbenchError("--out cannot be created here", path=out)
+
+
+def _write_into(doc: dict[str, Any], out: Path, progress: Callable[[str], None]) -> list[Path]:
+    """The files, relative to `out`."""
+    (out / "results").mkdir(parents=True)
     written = [results.write_result(out / "results" / f"{name}.json", res)
                for name, res in doc["results"].items()]
     written.append(_write_text(out / "demo.json", json.dumps(doc, indent=1) + "\n"))
@@ -68,7 +106,7 @@ def write_all(doc: dict[str, Any], out: Path, progress: Callable[[str], None]) -
     else:
         progress(f"demo: {NO_MATPLOTLIB}: no plots")
     written.append(_write_text(out / "report.html", render_html(doc, images)))
-    return written
+    return [p.relative_to(out) for p in written]
 
 
 def _write_text(path: Path, text: str) -> Path:
@@ -94,14 +132,14 @@ def render_html(doc: dict[str, Any], images: dict[str, bytes],
         f'<p class="note">Measured on {_e(machine["cpu_model"])} with '
         f'{_e(machine["usable_cores"])} usable cores; carried by a model to {_e(spec["nodes"])} '
         f'nodes x {_e(spec["gpus_per_node"])} GPUs.</p>',
-        "<h2>Verdict</h2>", f"<pre>{_e(chr(10).join(demo.verdict_lines(doc)))}</pre>",
+        "<h2>Verdict</h2>", f"<pre>{_e(chr(10).join(verdict.verdict_lines(doc)))}</pre>",
         "<h2>Measured on this machine</h2>", _measured_table(doc),
         *_comparisons(doc),
         f"<h2>Predicted cluster (a model, not a measurement; {_e(spec['nodes'])} nodes x "
         f"{_e(spec['gpus_per_node'])} GPUs)</h2>", _cluster_table(doc),
         "<h2>Figures</h2>", *_figures(doc, images, skipped_reason),
         "<h2>Model assumptions</h2>",
-        f"<p>{_e(demo.assumptions_text(spec, doc['results']['before']))}</p>",
+        f"<p>{_e(verdict.assumptions_text(spec, doc['results']['before']))}</p>",
         "</body></html>",
     ]
     return "\n".join(parts) + "\n"

@@ -92,10 +92,8 @@ def equivalent(argv: list[str], tmp: Path) -> list[str]:
 
 
 def run_shell(text: str, tmp: Path) -> None:
-    for prefix, reason in NOT_HERE.items():
-        if text == prefix or text.startswith(prefix + " "):
-            assert reason
-            return
+    if any(text == prefix or text.startswith(prefix + " ") for prefix in NOT_HERE):
+        return
     argv = shlex.split(text)
     for prefix, stand_in in STAND_INS.items():
         if text.startswith(prefix + " "):

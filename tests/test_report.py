@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from dsbench import demo, plots, report, results
+from dsbench import demo, plots, report, results, verdict
+from dsbench.errors import DsbenchError
 from tests.resultdocs import document, run
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -80,9 +81,14 @@ def test_page_is_self_contained_and_carries_units(written: tuple[Path, list[Path
     page = (out / "report.html").read_text(encoding="utf-8")
     assert len(re.findall(r'src="data:image/png;base64,[A-Za-z0-9+/=]+"', page)) == 4
     assert 'src="http' not in page and "<script" not in page and 'href="http' not in page
-    assert demo.verdict_lines(doc)[0] in page
-    for unit in ("samples/s", "ms/sample", "files/sample", "B/sample", " ms", "GPUs", "%"):
-        assert unit in page, unit
+    assert verdict.verdict_lines(doc)[0] in page
+    # Every number in a table cell carries its unit (a ratio its "x", a count what it counts).
+    unit = re.compile(r"samples/s|/sample|\bk?B\b|MB|GB|µs|ms|ns|\d s\b|%|\dx\b|workers?\b|"
+                      r"GPUs\b|exact")
+    cells = [re.sub(r"<[^>]+>", "", c) for c in re.findall(r"<td>(.*?)</td>", page)]
+    numeric = [c for c in cells if re.search(r"\d", c)]
+    assert len(numeric) > 40
+    assert [c for c in numeric if not unit.search(c)] == []
     assert "Modelled, not measured" in page and "Measured on this machine" in page
     assert "Plots were skipped" not in page
 
@@ -109,3 +115,27 @@ def test_user_text_is_escaped(doc: dict[str, Any]) -> None:
     page = report.render_html(hostile, {})
     assert "<script>" not in page and "<img src=x>" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
+def test_a_rerun_replaces_the_previous_output_whole(doc: dict[str, Any], tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "out"
+    report.write_all(doc, out, lambda m: None)
+    monkeypatch.setattr(plots, "available", lambda: False)
+    report.write_all(doc, out, lambda m: None)
+    assert not (out / "plots").exists()  # no stale plots next to a page that has none
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no temporaries left
+
+
+def test_out_must_be_a_new_empty_or_earlier_demo_directory(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(DsbenchError, match="must be a directory"):
+        report.check_out_dir(tmp_path / "file")
+    (tmp_path / "theirs").mkdir()
+    (tmp_path / "theirs" / "notes.txt").write_text("keep me")
+    with pytest.raises(DsbenchError, match="holds other files"):
+        report.check_out_dir(tmp_path / "theirs")
+    with pytest.raises(DsbenchError, match="cannot be created"):
+        report.check_out_dir(tmp_path / "file" / "sub")
+    report.check_out_dir(tmp_path / "new" / "deeper")  # creatable: fine, nothing made yet
+    assert not (tmp_path / "new").exists()

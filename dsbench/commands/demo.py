@@ -8,7 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dsbench import demo, fmt
+from dsbench import demo, fmt, verdict
+from dsbench.cluster import check_steps
 from dsbench.commands.bench import parse_workers
 from dsbench.errors import DsbenchError
 from dsbench.loadcost import DIST_SYNTAX, Distribution
@@ -59,21 +60,40 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the demo document as JSON")
 
 
+# ClusterSpec names its fields in errors; the demo's options for them are spelled differently.
+_OPTION_OF = {"batch-size": "--gpu-batch", "stall-s": "--stall-time", "stall-prob": "--stall-prob",
+              "nodes": "--nodes", "gpus-per-node": "--gpus-per-node",
+              "cores-per-node": "--cores-per-node", "workers-per-gpu": "--workers-per-gpu"}
+
+
 def options(args: argparse.Namespace) -> demo.DemoOptions:
+    """The demo's options, every one checked before anything is generated or measured."""
     try:
         compute = Distribution.parse(args.compute) if args.compute else _C.compute
     except DsbenchError as exc:
         raise DsbenchError(f"--compute {exc}") from None
-    cluster = _C.replace(nodes=args.nodes, gpus_per_node=args.gpus_per_node,
-                         cores_per_node=args.cores_per_node, workers_per_gpu=args.workers_per_gpu,
-                         batch_size=args.gpu_batch, compute=compute,
-                         storage=parse_storage(args.storage), stall_prob=args.stall_prob,
-                         stall_s=args.stall_time)
+    try:
+        cluster = _C.replace(nodes=args.nodes, gpus_per_node=args.gpus_per_node,
+                             cores_per_node=args.cores_per_node,
+                             workers_per_gpu=args.workers_per_gpu, batch_size=args.gpu_batch,
+                             compute=compute, storage=parse_storage(args.storage),
+                             stall_prob=args.stall_prob, stall_s=args.stall_time)
+    except DsbenchError as exc:
+        text = str(exc)
+        for field, option in _OPTION_OF.items():
+            if text.startswith(field + " "):
+                text = option + text[len(field):]
+                break
+        raise DsbenchError(text) from None
+    check_steps(cluster, args.steps, (1, cluster.ranks, *demo.TAIL_RANKS))
     if args.samples < 1:
         raise DsbenchError(f"--samples must be at least 1, got {args.samples}")
     bench = BenchOptions(workers=parse_workers(args.workers), seconds=args.seconds,
                          rounds=args.rounds)
+    demo.check_workers(bench.workers, args.samples)
     cache = Path(args.cache) if args.cache else _D.cache
+    if cache.exists() and not cache.is_dir():
+        raise DsbenchError("--cache must be a directory", path=cache)
     return demo.DemoOptions(cache=cache, samples=args.samples, bench=bench, cluster=cluster,
                             steps=args.steps)
 
@@ -95,13 +115,13 @@ def measured_table(doc: dict[str, Any]) -> str:
 def run(args: argparse.Namespace) -> int:
     opts = options(args)
     out = Path(args.out) if args.out else None
-    if out is not None and out.exists() and not out.is_dir():
-        raise DsbenchError("--out must be a directory", path=out)
+    if out is not None:
+        from dsbench import report
+        report.check_out_dir(out)  # before the minutes of work, not after
     t0 = time.perf_counter()
     doc = demo.run_demo(opts, fmt.progress)
     written: list[Path] = []
     if out is not None:
-        from dsbench import report
         written = report.write_all(doc, out, fmt.progress)
     if args.json:
         print(json.dumps(doc))
@@ -114,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
     print()
     print(measured_table(doc))
     print()
-    print("\n".join(demo.verdict_lines(doc)))
+    print("\n".join(verdict.verdict_lines(doc)))
     print()
     if out is None:
         print("Add --out DIR to keep the result files, the plots and an HTML report.")

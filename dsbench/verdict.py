@@ -1,0 +1,194 @@
+"""The demo's verdict in words: what was measured, what the model says, and what to do.
+
+Every sentence is built from the demo document (dsbench.demo) and says which of its figures
+are measured and which are modelled. A difference the rounds cannot tell from noise is called
+that, and advice is only given for a regression the figures show.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dsbench import fmt
+from dsbench.compare import format_value
+
+EXPORTS = ("before", "after", "arrow")
+UTIL_MARGIN = 0.01  # modelled GPU utilization closer than this counts as the same
+STAGE_SHARE = 0.01  # stages that moved by less than this share of the CPU per sample are noise
+
+
+def first_run(comparison: dict[str, Any]) -> dict[str, Any] | None:
+    """The fewest workers measured on both sides (None when the two were not comparable).
+
+    On a small machine more workers compete with the main process for its cores, and the
+    model's per-sample cost comes from this run too.
+    """
+    return comparison["runs"][0] if comparison["comparable"] and comparison["runs"] else None
+
+
+def metric(run: dict[str, Any], key: str) -> dict[str, Any]:
+    return next(m for m in run["metrics"] if m["metric"] == key)
+
+
+def base_run(doc: dict[str, Any]) -> dict[str, Any]:
+    return min(doc["runs"], key=lambda r: r["workers"])
+
+
+def speed_text(comparison: dict[str, Any], base: str, cand: str) -> str:
+    run = first_run(comparison)
+    if run is None:
+        return (f"{cand} and {base} were not measured alike, so no ratio: "
+                + "; ".join(comparison["not_comparable_reasons"]))
+    m, w = metric(run, "samples_per_s"), run["workers"]
+    figures = (f"{fmt.rate(m['cand'])} vs {fmt.rate(m['base'])} with {w} loader "
+               f"worker{'s' if w > 1 else ''}")
+    ci = m["ratio_ci95"]
+    if ci is None:
+        return (f"{cand} vs {base}: {figures} ({fmt.ratio(m['ratio'])}); one round per side "
+                "gives no interval, so no verdict")
+    if m["change"] == "same":
+        return (f"{cand} is as fast as {base} within noise ({figures}; 95% interval of the "
+                f"ratio {fmt.ratio(ci[0])} to {fmt.ratio(ci[1])})")
+    r = m["ratio"]
+    word = "slower" if r < 1 else "faster"
+    return f"{cand} is {fmt.ratio(1 / r if r < 1 else r)} {word} than {base} ({figures})"
+
+
+def cost_text(comparison: dict[str, Any]) -> str:
+    run = first_run(comparison)
+    if run is None:
+        return "not comparable"
+    parts = []
+    for key, name in (("cpu_s_per_sample", "CPU"), ("files_per_sample", "files opened"),
+                      ("bytes_per_sample", "bytes read")):
+        m = metric(run, key)
+        noise = " within noise" if m["change"] == "same" and not m["exact"] else ""
+        parts.append(f"{name} {format_value(key, m['base'])} -> {format_value(key, m['cand'])}"
+                     f" ({fmt.ratio(m['ratio'])}{noise})")
+    return "; ".join(parts)
+
+
+def cpu_moves_text(comparison: dict[str, Any], stages: int = 3) -> str:
+    run = first_run(comparison)
+    if run is None:
+        return "not comparable"
+    cpu = metric(run, "cpu_s_per_sample")
+    if cpu["change"] == "same":
+        return "CPU per sample did not change beyond noise"
+    floor = STAGE_SHARE * cpu["base"]
+    rows = [r for r in run["attribution"] if r["unit"] == "s/sample" and abs(r["delta"]) >= floor]
+    return ", ".join(r["text"] for r in rows[:stages]) or "spread over every stage"
+
+
+def cluster_text(e: dict[str, Any]) -> str:
+    st = e["step_time_s"]
+    return (f"mean step {fmt.seconds(st['mean'])}, p99 {fmt.seconds(st['p99'])}, GPU "
+            f"utilization {fmt.percent(e['gpu_util'])}, {e['verdict']} (supply "
+            f"{fmt.ratio(e['supply_over_demand'])} of demand, limit: {e['node']['limit']})")
+
+
+def tail_text(doc: dict[str, Any], name: str) -> str:
+    a, b = doc["tails"][name]["64"], doc["tails"][name]["128"]
+    spec = doc["cluster_spec"]
+    q, stall = spec["stall_prob"], spec["stall_s"]
+    head = (f"{name}'s p99 step is {fmt.seconds(a['p99_s'])} at 64 GPUs and "
+            f"{fmt.seconds(b['p99_s'])} at 128, with the work per rank unchanged.")
+    if q <= 0:
+        return (head + " No per-rank stall is assumed (--stall-prob 0), so the tail is the "
+                "loader's own rhythm, which every rank shares: it hardly grows with ranks.")
+    return (head + f" Every step waits for the slowest rank, so the assumed stall "
+            f"({fmt.seconds(stall)} in {fmt.percent(q)} of rank-steps) holds up "
+            f"{fmt.percent(1 - (1 - q) ** 64)} of steps at 64 GPUs and "
+            f"{fmt.percent(1 - (1 - q) ** 128)} at 128; past 1% of steps it sets the p99. Any "
+            "rare per-rank delay reaches the p99 this way as a job grows.")
+
+
+def regressed(doc: dict[str, Any]) -> bool:
+    """Whether the model puts after's job below before's."""
+    cl = doc["cluster"]
+    return cl["after"]["gpu_util"] < cl["before"]["gpu_util"] - UTIL_MARGIN
+
+
+def advice(doc: dict[str, Any]) -> list[str]:
+    """What to do, from the figures: the candidate or the old layout, the fields, no GPUs."""
+    cl, res = doc["cluster"], doc["results"]
+    after, arrow, before = cl["after"], cl["arrow"], cl["before"]
+    out = []
+    if regressed(doc):
+        if arrow["gpu_util"] >= before["gpu_util"] - UTIL_MARGIN:
+            r = base_run(res["arrow"])
+            out.append(f"roll out the arrow candidate instead of after: it keeps the new fields "
+                       f"in shards; measured {fmt.rate(r['samples_per_s'])} and "
+                       f"{fmt.seconds(r['cpu_s_per_sample'], 'sample')} with "
+                       f"{fmt.sig(r['files_per_sample'])} files/sample ({r['workers']} loader "
+                       f"worker{'s' if r['workers'] > 1 else ''}); predicted GPU utilization "
+                       f"{fmt.percent(arrow['gpu_util'])} against after's "
+                       f"{fmt.percent(after['gpu_util'])}")
+        else:
+            out.append(f"go back to before's layout ({res['before']['export']['layout']} "
+                       "shards) and add the new fields to it: no candidate measured here keeps "
+                       f"before's {fmt.percent(before['gpu_util'])} predicted GPU utilization")
+    fields = _fields_text(doc)
+    if fields:
+        out.append(fields)
+    if regressed(doc) and after["verdict"] == "input-bound":
+        cores = after["what_if"].get("cores_per_node")
+        if cores:
+            out.append(f"if after must stay: {cores['workers_per_gpu']} workers per GPU on "
+                       f"{cores['cores_per_node']} cores per node would reach "
+                       f"{fmt.percent(cores['simulated_util'])} GPU utilization (simulated)")
+        out.append("do not add GPUs: the loaders, not the GPUs, set the step; more GPUs add "
+                   "nodes with the same shortfall and more ranks for every step to wait for")
+    return out
+
+
+def _fields_text(doc: dict[str, Any]) -> str | None:
+    """The fields stage's cost, when after's CPU per sample rose beyond noise because of it."""
+    run = first_run(doc["comparisons"]["after"])
+    if run is None or metric(run, "cpu_s_per_sample")["change"] != "worse":
+        return None
+    row = next(r for r in run["attribution"] if r["what"] == "fields")
+    if row["delta"] < STAGE_SHARE * metric(run, "cpu_s_per_sample")["base"]:
+        return None
+    text = (f"parsing after's new fields from JSON costs {fmt.seconds(row['cand'], 'sample')} "
+            "of CPU (the fields stage)")
+    arrow = first_run(doc["comparisons"]["arrow"])
+    if arrow is not None:
+        cost = next(r for r in arrow["attribution"] if r["what"] == "fields")["cand"]
+        text += (f"; the arrow candidate, with the embedding stored as float32, spends "
+                 f"{fmt.seconds(cost, 'sample')} there: store the embedding as binary, not as "
+                 "a JSON list of numbers")
+    return text
+
+
+def verdict_lines(doc: dict[str, Any]) -> list[str]:
+    comp, cl, spec = doc["comparisons"], doc["cluster"], doc["cluster_spec"]
+    lines = ["Verdict (measured on this machine)",
+             f"  {speed_text(comp['after'], 'before', 'after')}",
+             f"  after vs before: {cost_text(comp['after'])}",
+             f"  where the CPU went: {cpu_moves_text(comp['after'])}",
+             f"  {speed_text(comp['arrow'], 'before', 'arrow')}",
+             "",
+             f"On {spec['nodes']} nodes x {spec['gpus_per_node']} GPUs (a model, not a "
+             "measurement; assumptions below)"]
+    lines += [f"  {name:<6}  {cluster_text(cl[name])}" for name in EXPORTS]
+    if cl["after"]["verdict"] == "input-bound":
+        lines.append(f"  the oscillation: {cl['after']['timeline']['note']}")
+    lines.append(f"  the tail: {tail_text(doc, 'after')}")
+    lines += ["", "What to do"]
+    steps = advice(doc)
+    lines += [f"  {i}. {text}" for i, text in enumerate(steps, 1)] or [
+        "  nothing: after holds up against before on these measurements and assumptions"]
+    lines += ["", "Assumptions of the model (stated by the demo; change them with its options)",
+              f"  {assumptions_text(spec, doc['results']['before'])}"]
+    return lines
+
+
+def assumptions_text(spec: dict[str, Any], base: dict[str, Any]) -> str:
+    measured_batch = base["config"]["batch_size"]
+    return (f"{spec['cores_per_node']} cores and {spec['workers_per_gpu']} loader workers per "
+            f"GPU per node, batch {spec['batch_size']} per GPU (measured at {measured_batch}, "
+            f"rescaled), {fmt.seconds(spec['compute']['mean_s'])} of GPU compute per step, "
+            f"storage {spec['storage']}, a {fmt.seconds(spec['stall_s'])} stall in "
+            f"{fmt.percent(spec['stall_prob'])} of rank-steps; CPU per sample as measured here, "
+            "per core")

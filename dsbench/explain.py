@@ -144,4 +144,10 @@ def scaling_mechanism(rows: list[dict[str, Any]], reference_s: float, alone: flo
                  "together and run at the same pace), so the job follows its most-delayed rank "
                  "rather than adding up independent hiccups." if first["p99_s"] > 1.5
                  * first["p50_s"] else ".")
+        low = min(rows, key=lambda r: r["p99_s"])
+        if last["p99_s"] >= 1.3 * low["p99_s"]:
+            text += (f" The p99 still rises, from {fmt.seconds(low['p99_s'])} at {low['ranks']} "
+                     f"ranks to {fmt.seconds(last['p99_s'])} at {last['ranks']}: a rare per-rank "
+                     "delay holds up more steps the more ranks there are, and past 1% of steps "
+                     "it sets the p99.")
     return text

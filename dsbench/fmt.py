@@ -15,6 +15,8 @@ def sig(x: float, digits: int = 3) -> str:
     if x == 0 or not math.isfinite(x):
         return f"{x:g}" if x != 0 else "0"
     magnitude = math.floor(math.log10(abs(x)))
+    if abs(round(x, max(0, digits - 1 - magnitude))) >= 10.0 ** (magnitude + 1):
+        magnitude += 1  # 99.97 rounds to 100: three digits of 100, not "100.0"
     decimals = max(0, digits - 1 - magnitude)
     if magnitude >= 6 or magnitude < -6:
         return f"{x:.{digits - 1}e}"

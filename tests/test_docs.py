@@ -128,3 +128,47 @@ def test_the_docs_show_the_commands_this_test_runs() -> None:
     assert any(t.startswith("dsbench budget") for _, t in shown["incident.md"])
     assert any(k == "python" for k, _ in shown["candidate.md"])
     assert any(t.startswith("dsbench gate") for _, t in shown["ci-gate.md"])
+
+
+def shown_outputs(doc: Path) -> list[tuple[str, str]]:
+    """(command, the output the doc shows under it) for every `$ ` command with output."""
+    pairs: list[tuple[str, str]] = []
+    for _lang, body in _FENCE.findall(doc.read_text()):
+        cmd, out = None, []
+        for line in body.splitlines() + ["$ "]:
+            if line.startswith("$ ") or (cmd and cmd.endswith("\\")):
+                if line.startswith("$ ") and cmd and not cmd.endswith("\\") and out:
+                    pairs.append((cmd, "\n".join(out)))
+                if line.startswith("$ "):
+                    cmd, out = line[2:], []
+                else:
+                    cmd = cmd[:-1] + " " + line.strip()
+            elif cmd is not None:
+                out.append(line)
+    return pairs
+
+
+# The model's outputs depend only on their stated inputs and the seed, so the docs can show them
+# byte for byte; measured outputs differ from run to run and are only run above.
+def _pure_model(cmd: str) -> bool:
+    return cmd.startswith("dsbench budget") or (cmd.startswith("dsbench extrapolate")
+                                                and "--cpu-per-sample" in cmd)
+
+
+PURE = [(d, c, o) for d in DOCS for c, o in shown_outputs(d) if _pure_model(c)]
+
+
+@pytest.mark.parametrize(("doc", "cmd", "shown"), PURE,
+                         ids=[f"{d.name}:{c[:40]}" for d, c, _ in PURE])
+def test_model_outputs_in_the_docs_are_what_the_commands_print(
+        doc: Path, cmd: str, shown: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(shlex.split(cmd)[1:]) == 0
+    printed = capsys.readouterr().out.rstrip("\n").splitlines()
+    lines = shown.splitlines()
+    # An excerpt starts at a heading of the output; a whole output matches from its first line.
+    start = printed.index(lines[0])
+    assert printed[start:start + len(lines)] == lines
+
+
+def test_the_docs_show_model_outputs_to_check() -> None:
+    assert len(PURE) >= 4

@@ -135,7 +135,7 @@ def shown_outputs(doc: Path) -> list[tuple[str, str]]:
     pairs: list[tuple[str, str]] = []
     for _lang, body in _FENCE.findall(doc.read_text()):
         cmd, out = None, []
-        for line in body.splitlines() + ["$ "]:
+        for line in [*body.splitlines(), "$ "]:
             if line.startswith("$ ") or (cmd and cmd.endswith("\\")):
                 if line.startswith("$ ") and cmd and not cmd.endswith("\\") and out:
                     pairs.append((cmd, "\n".join(out)))

@@ -125,3 +125,12 @@ def test_compare_cli_missing_file_exits_2(tmp_path: Path, capsys) -> None:
     assert main(["compare", a, str(tmp_path / "nope.json")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "nope.json" in err
+
+
+def test_compare_cli_bad_cluster_options_name_the_option(tmp_path: Path, capsys) -> None:
+    a = _write(tmp_path, "a.json", document([run()]))
+    for argv, needle in ((["--gpu-batch", "0"], "--gpu-batch must be an integer >= 1"),
+                         (["--compute", "normal:x"], "--compute 'normal:x'")):
+        assert main(["compare", a, a, *argv]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and needle in err[0], err

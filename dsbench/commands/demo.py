@@ -11,15 +11,16 @@ from typing import Any
 from dsbench import demo, fmt, verdict
 from dsbench.cluster import check_steps
 from dsbench.commands.bench import parse_workers
+from dsbench.commands.sides import build_cluster
 from dsbench.errors import DsbenchError
-from dsbench.loadcost import DIST_SYNTAX, Distribution
+from dsbench.loadcost import DIST_SYNTAX
 from dsbench.runner import BenchOptions
 from dsbench.storage import PROFILES, parse_storage
 
 HELP = ("regenerate the incident's before and after exports and an Arrow candidate, measure "
         "them, compare them and predict the 128-GPU job: the verdict in one command")
 
-_D, _C, _B = demo.DemoOptions(), demo.DEMO_CLUSTER, demo.DemoOptions().bench
+_D, _C, _B = demo.DemoOptions(), demo.DEMO_CLUSTER, demo.DEMO_BENCH
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -60,31 +61,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the demo document as JSON")
 
 
-# ClusterSpec names its fields in errors; the demo's options for them are spelled differently.
-_OPTION_OF = {"batch-size": "--gpu-batch", "stall-s": "--stall-time", "stall-prob": "--stall-prob",
-              "nodes": "--nodes", "gpus-per-node": "--gpus-per-node",
-              "cores-per-node": "--cores-per-node", "workers-per-gpu": "--workers-per-gpu"}
-
-
 def options(args: argparse.Namespace) -> demo.DemoOptions:
     """The demo's options, every one checked before anything is generated or measured."""
-    try:
-        compute = Distribution.parse(args.compute) if args.compute else _C.compute
-    except DsbenchError as exc:
-        raise DsbenchError(f"--compute {exc}") from None
-    try:
-        cluster = _C.replace(nodes=args.nodes, gpus_per_node=args.gpus_per_node,
-                             cores_per_node=args.cores_per_node,
-                             workers_per_gpu=args.workers_per_gpu, batch_size=args.gpu_batch,
-                             compute=compute, storage=parse_storage(args.storage),
-                             stall_prob=args.stall_prob, stall_s=args.stall_time)
-    except DsbenchError as exc:
-        text = str(exc)
-        for field, option in _OPTION_OF.items():
-            if text.startswith(field + " "):
-                text = option + text[len(field):]
-                break
-        raise DsbenchError(text) from None
+    cluster = build_cluster(_C, args.compute, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
+                            cores_per_node=args.cores_per_node,
+                            workers_per_gpu=args.workers_per_gpu, batch_size=args.gpu_batch,
+                            storage=parse_storage(args.storage), stall_prob=args.stall_prob,
+                            stall_s=args.stall_time)
     check_steps(cluster, args.steps, (1, cluster.ranks, *demo.TAIL_RANKS))
     if args.samples < 1:
         raise DsbenchError(f"--samples must be at least 1, got {args.samples}")

@@ -9,6 +9,7 @@ from dsbench import fmt
 from dsbench.cluster import ClusterSpec
 from dsbench.commands.bench import add_window_arguments, parse_workers
 from dsbench.compare import cluster_predictions, compare, load_or_measure
+from dsbench.errors import DsbenchError
 from dsbench.loadcost import DIST_SYNTAX, Distribution
 from dsbench.runner import BenchOptions
 from dsbench.storage import PROFILES, parse_storage
@@ -47,14 +48,36 @@ def bench_options(args: argparse.Namespace) -> BenchOptions:
                         cold=args.cold)
 
 
+# ClusterSpec names its fields in errors; these commands' options for them are spelled so.
+_OPTION_OF = {"batch-size": "--gpu-batch", "stall-s": "--stall-time", "stall-prob": "--stall-prob",
+              "nodes": "--nodes", "gpus-per-node": "--gpus-per-node",
+              "cores-per-node": "--cores-per-node", "workers-per-gpu": "--workers-per-gpu"}
+
+
+def build_cluster(base: ClusterSpec, compute: str | None, **fields: Any) -> ClusterSpec:
+    """`base` with `fields` replaced and `--compute` parsed; errors name options, not fields."""
+    try:
+        if compute is not None:
+            fields["compute"] = Distribution.parse(compute)
+    except DsbenchError as exc:
+        raise DsbenchError(f"--compute {exc}") from None
+    try:
+        return base.replace(**fields)
+    except DsbenchError as exc:
+        text = str(exc)
+        for name, option in _OPTION_OF.items():
+            if text.startswith(name + " "):
+                text = option + text[len(name):]
+                break
+        raise DsbenchError(text) from None
+
+
 def cluster_spec(args: argparse.Namespace, measured_batch: int) -> ClusterSpec:
-    extra: dict[str, Any] = {}
-    if args.compute is not None:
-        extra["compute"] = Distribution.parse(args.compute)
-    return ClusterSpec(nodes=args.nodes, gpus_per_node=args.gpus_per_node,
-                       cores_per_node=args.cores_per_node, workers_per_gpu=args.workers_per_gpu,
-                       batch_size=args.gpu_batch or measured_batch,
-                       storage=parse_storage(args.storage), **extra)
+    return build_cluster(ClusterSpec(), args.compute, nodes=args.nodes,
+                         gpus_per_node=args.gpus_per_node, cores_per_node=args.cores_per_node,
+                         workers_per_gpu=args.workers_per_gpu,
+                         batch_size=measured_batch if args.gpu_batch is None else args.gpu_batch,
+                         storage=parse_storage(args.storage))
 
 
 def compare_sides(args: argparse.Namespace, with_cluster: bool) -> dict[str, Any]:

@@ -8,7 +8,6 @@ the rest of dsbench works without it, and `available()` says whether the plots c
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -64,13 +63,8 @@ def write_plots(doc: dict[str, Any], out_dir: Path) -> list[Path]:
 
 
 def _save(fig: Any, path: Path) -> Path:
-    # A reader (a browser on the report, a CI artifact upload) sees the old image or the new one.
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        fig.savefig(tmp, format="png", dpi=DPI)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    # A plain write: report.write_all renames the whole output directory into place when done.
+    fig.savefig(path, format="png", dpi=DPI)
     return path
 
 

@@ -110,13 +110,8 @@ def _write_into(doc: dict[str, Any], out: Path, progress: Callable[[str], None])
 
 
 def _write_text(path: Path, text: str) -> Path:
-    # Atomic like the result files: an open browser tab or a CI upload never sees half a file.
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    # A plain write: the whole directory is renamed into place only when complete.
+    path.write_text(text, encoding="utf-8")
     return path
 
 

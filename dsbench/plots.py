@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from dsbench import fmt
+from dsbench.demo import EXPORTS
 from dsbench.pipeline import STAGES
+from dsbench.verdict import base_run
 
-EXPORTS = ("before", "after", "arrow")
 COLORS = {"before": "#1f77b4", "after": "#d62728", "arrow": "#2ca02c"}
 STAGE_COLORS = {"read": "#8c564b", "decode": "#1f77b4", "fields": "#d62728",
                 "transform": "#ff7f0e", "collate": "#7f7f7f"}
@@ -167,7 +168,7 @@ def _util_steps(ax: Any, tl: dict[str, Any], span_s: float, color: str, label: s
 
 def _cpu_by_stage(doc: dict[str, Any], ax: Any) -> None:
     names = list(EXPORTS)
-    runs = [min(doc["results"][n]["runs"], key=lambda r: r["workers"]) for n in names]
+    runs = [base_run(doc["results"][n]) for n in names]
     us = [{s: 1e6 * r["stages"][s] for s in STAGES} for r in runs]
     totals = [sum(u.values()) for u in us]
     widest = max(totals) or 1.0

@@ -128,7 +128,8 @@ def render_html(doc: dict[str, Any], images: dict[str, bytes],
         f'{_e(machine["usable_cores"])} usable cores; carried by a model to {_e(spec["nodes"])} '
         f'nodes x {_e(spec["gpus_per_node"])} GPUs.</p>',
         "<h2>Verdict</h2>", f"<pre>{_e(chr(10).join(verdict.verdict_lines(doc)))}</pre>",
-        "<h2>Measured on this machine</h2>", _measured_table(doc),
+        "<h2>Measured on this machine</h2>",
+        _table(verdict.MEASURED_HEADERS, verdict.measured_rows(doc)),
         *_comparisons(doc),
         f"<h2>Predicted cluster (a model, not a measurement; {_e(spec['nodes'])} nodes x "
         f"{_e(spec['gpus_per_node'])} GPUs)</h2>", _cluster_table(doc),
@@ -144,29 +145,10 @@ def _e(value: object) -> str:
     return html.escape(str(value))
 
 
-def _workers(n: int) -> str:
-    return f"{n} loader worker{'s' if n != 1 else ''}"
-
-
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     head = "".join(f"<th>{_e(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
-def _measured_table(doc: dict[str, Any]) -> str:
-    rows = []
-    for name, res in doc["results"].items():
-        for r in sorted(res["runs"], key=lambda r: r["workers"]):
-            lo, hi = r["samples_per_s_iqr"]
-            rows.append([name, res["export"]["layout"], _workers(r["workers"]),
-                         fmt.rate(r["samples_per_s"]),
-                         f"{fmt.sig(lo)} to {fmt.sig(hi)} samples/s",
-                         f"{fmt.sig(1e3 * r['cpu_s_per_sample'])} ms/sample",
-                         f"{fmt.sig(r['files_per_sample'])} files/sample",
-                         fmt.nbytes(r["bytes_per_sample"], "sample")])
-    return _table(["export", "layout", "loader workers", "throughput", "throughput IQR",
-                   "CPU per sample", "files opened", "bytes read"], rows)
 
 
 def _comparisons(doc: dict[str, Any]) -> list[str]:
@@ -180,7 +162,7 @@ def _comparisons(doc: dict[str, Any]) -> list[str]:
             out.append(f"<p>Not comparable: {_e('; '.join(comp['not_comparable_reasons']))}</p>")
             continue
         for run in comp["runs"]:
-            out.append(f"<h3>{_e(_workers(run['workers']))}</h3>")
+            out.append(f"<h3>{_e(verdict.workers_text(run['workers']))}</h3>")
             out.append(_table(tables.HEADERS, tables.metric_rows(run)))
             moved = [a["text"] for a in run["attribution"] if a["delta"] != 0]
             if moved:

@@ -11,8 +11,8 @@ from typing import Any
 
 from dsbench import fmt
 from dsbench.compare import format_value
+from dsbench.demo import EXPORTS
 
-EXPORTS = ("before", "after", "arrow")
 UTIL_MARGIN = 0.01  # modelled GPU utilization closer than this counts as the same
 STAGE_SHARE = 0.01  # stages that moved by less than this share of the CPU per sample are noise
 
@@ -34,14 +34,37 @@ def base_run(doc: dict[str, Any]) -> dict[str, Any]:
     return min(doc["runs"], key=lambda r: r["workers"])
 
 
+MEASURED_HEADERS = ["export", "layout", "loader workers", "throughput", "throughput IQR",
+                    "CPU per sample", "files opened", "bytes read"]
+
+
+def workers_text(n: int) -> str:
+    return f"{n} loader worker{'s' if n != 1 else ''}"
+
+
+def measured_rows(doc: dict[str, Any]) -> list[list[str]]:
+    """What was measured, per export and worker count, for the terminal and the report."""
+    rows = []
+    for name in EXPORTS:
+        res = doc["results"][name]
+        for r in sorted(res["runs"], key=lambda r: r["workers"]):
+            lo, hi = r["samples_per_s_iqr"]
+            rows.append([name, res["export"]["layout"],
+                         workers_text(r["workers"]),
+                         fmt.rate(r["samples_per_s"]), f"{fmt.sig(lo)} to {fmt.rate(hi)}",
+                         fmt.seconds(r["cpu_s_per_sample"], "sample"),
+                         f"{fmt.sig(r['files_per_sample'])} files/sample",
+                         fmt.nbytes(r["bytes_per_sample"], "sample")])
+    return rows
+
+
 def speed_text(comparison: dict[str, Any], base: str, cand: str) -> str:
     run = first_run(comparison)
     if run is None:
         return (f"{cand} and {base} were not measured alike, so no ratio: "
                 + "; ".join(comparison["not_comparable_reasons"]))
     m, w = metric(run, "samples_per_s"), run["workers"]
-    figures = (f"{fmt.rate(m['cand'])} vs {fmt.rate(m['base'])} with {w} loader "
-               f"worker{'s' if w > 1 else ''}")
+    figures = f"{fmt.rate(m['cand'])} vs {fmt.rate(m['base'])} with {workers_text(w)}"
     ci = m["ratio_ci95"]
     if ci is None:
         return (f"{cand} vs {base}: {figures} ({fmt.ratio(m['ratio'])}); one round per side "
@@ -120,8 +143,8 @@ def advice(doc: dict[str, Any]) -> list[str]:
             out.append(f"roll out the arrow candidate instead of after: it keeps the new fields "
                        f"in shards; measured {fmt.rate(r['samples_per_s'])} and "
                        f"{fmt.seconds(r['cpu_s_per_sample'], 'sample')} with "
-                       f"{fmt.sig(r['files_per_sample'])} files/sample ({r['workers']} loader "
-                       f"worker{'s' if r['workers'] > 1 else ''}); predicted GPU utilization "
+                       f"{fmt.sig(r['files_per_sample'])} files/sample "
+                       f"({workers_text(r['workers'])}); predicted GPU utilization "
                        f"{fmt.percent(arrow['gpu_util'])} against after's "
                        f"{fmt.percent(after['gpu_util'])}")
         else:

@@ -6,7 +6,6 @@ import argparse
 import json
 import time
 from pathlib import Path
-from typing import Any
 
 from dsbench import demo, fmt, verdict
 from dsbench.cluster import check_steps
@@ -81,20 +80,6 @@ def options(args: argparse.Namespace) -> demo.DemoOptions:
                             steps=args.steps)
 
 
-def measured_table(doc: dict[str, Any]) -> str:
-    rows = []
-    for name in demo.EXPORTS:
-        res = doc["results"][name]
-        for run in res["runs"]:
-            rows.append([name, res["export"]["layout"], str(run["workers"]),
-                         fmt.rate(run["samples_per_s"]),
-                         fmt.seconds(run["cpu_s_per_sample"], "sample"),
-                         f"{fmt.sig(run['files_per_sample'])}",
-                         fmt.nbytes(run["bytes_per_sample"], "sample")])
-    return fmt.table(["export", "layout", "workers", "throughput", "CPU per sample",
-                      "files/sample", "bytes read"], rows)
-
-
 def run(args: argparse.Namespace) -> int:
     opts = options(args)
     out = Path(args.out) if args.out else None
@@ -115,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
           f"this machine ({m['usable_cores']} cores, {m['cpu_model']}) and carried to "
           f"{opts.cluster.ranks} GPUs")
     print()
-    print(measured_table(doc))
+    print(fmt.table(verdict.MEASURED_HEADERS, verdict.measured_rows(doc)))
     print()
     print("\n".join(verdict.verdict_lines(doc)))
     print()

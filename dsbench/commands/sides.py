@@ -1,4 +1,5 @@
-"""Options shared by `compare` and `gate`: the two sides, how to measure them, the cluster."""
+"""Options shared by `compare` and `gate` (the two sides, how to measure them, the cluster), and
+the cluster built from command options, which `demo` uses too."""
 
 from __future__ import annotations
 

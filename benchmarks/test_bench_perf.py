@@ -27,10 +27,10 @@ import numpy as np
 import pytest
 
 from dsbench.adapters import open_export
-from dsbench.generate import generate
-from dsbench.pipeline import TrainTransform, collate_fields, make_decoder, parse_fields
-from dsbench.runner import BenchOptions, run_bench
-from dsbench.spec import load_spec
+from dsbench.export.generate import generate
+from dsbench.export.spec import load_spec
+from dsbench.loader.pipeline import TrainTransform, collate_fields, make_decoder, parse_fields
+from dsbench.loader.runner import BenchOptions, run_bench
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = 2000

@@ -11,8 +11,9 @@ import time
 import numpy as np
 from pytest_benchmark.fixture import BenchmarkFixture
 
-from dsbench.cluster import ClusterSpec, simulate
-from dsbench.loadcost import Distribution, LoaderCost
+from dsbench.model.cluster import simulate
+from dsbench.model.costs import Distribution, LoaderCost
+from dsbench.model.node import ClusterSpec
 
 BUDGET_S = 2.0
 RANKS, STEPS = 128, 10_000

@@ -5,8 +5,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from dsbench import results
-from dsbench.pipeline import STAGES
+from dsbench.results import document as results
+from dsbench.results.document import STAGES
 
 MACHINE = {"cpu_model": "Test CPU @ 2.0GHz", "usable_cores": 2, "logical_cores": 2,
            "memory_bytes": 24 * 2**30, "python": {"version": "3.11.7"}}

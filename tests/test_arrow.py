@@ -15,9 +15,10 @@ from dsbench import adapters
 from dsbench.adapters import arrow, base
 from dsbench.cli import main
 from dsbench.errors import DsbenchError, SampleError
-from dsbench.generate import generate
-from dsbench.spec import ExportSpec, FieldSpec, ImageSpec
-from dsbench.synth import make_sample
+from dsbench.export import write
+from dsbench.export.generate import generate
+from dsbench.export.spec import ExportSpec, FieldSpec, ImageSpec
+from dsbench.export.synth import make_sample
 
 IMAGE = ImageSpec(sizes="fixed", width=64, height=48)
 FIELDS = (
@@ -62,7 +63,7 @@ def assert_matches(raw: base.RawSample, spec: ExportSpec, seed: int = 0) -> None
 @pytest.fixture()
 def small_batches(monkeypatch: pytest.MonkeyPatch) -> None:
     # Several record batches per shard, so that batch boundaries are crossed.
-    monkeypatch.setattr(arrow, "BATCH_ROWS", 2)
+    monkeypatch.setattr(write, "ARROW_BATCH_ROWS", 2)
 
 
 def test_round_trip_reads_back_synth_images_and_values(tmp_path: Path, small_batches: None
@@ -156,7 +157,7 @@ def test_survey_reports_rows_sizes_fields_and_image_headers(tmp_path: Path) -> N
 def test_inspect_json_reports_the_export(tmp_path: Path, capsys: pytest.CaptureFixture[str]
                                          ) -> None:
     out = export(tmp_path)
-    assert main(["inspect", str(out), "--json"]) == 0
+    assert main(["inspect", str(out), "--json", "-"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert (doc["layout"], doc["samples"]) == ("arrow", 13)
     assert set(doc["fields"]) == {f.name for f in FIELDS}

@@ -15,9 +15,9 @@ import psutil
 import pytest
 
 from dsbench.cli import main
-from dsbench.generate import generate
-from dsbench.results import read_result
-from dsbench.spec import parse_spec
+from dsbench.export.generate import generate
+from dsbench.export.spec import parse_spec
+from dsbench.results.document import read_result
 
 RUN_KEYS = {"workers", "batch_size", "samples_per_s", "samples_per_s_iqr", "samples_per_s_ci95",
             "cpu_s_per_sample", "cpu_s_per_sample_iqr", "cpu_s_per_sample_ci95", "stages",

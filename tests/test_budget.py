@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from dsbench.budget import Job, budget, capacity, implications
 from dsbench.cli import main
 from dsbench.errors import DsbenchError
+from dsbench.model.budget import Job, budget, capacity, implications
 
 INCIDENT = ["--gpus", "128", "--gpus-per-node", "8", "--mean-step", "1.4", "--p99-step", "6.8",
             "--gpu-util", "61%", "--host-cpu", "95%", "--slowdown", "2.1x"]
@@ -98,7 +98,7 @@ def test_cli_prints_every_figure_it_was_fed_and_calls_itself_a_model(
 
 def test_cli_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["budget", *INCIDENT, "--batch-size", "32", "--cores-per-node", "96",
-                 "--compute", "0.6", "--cpu-per-sample", "0.4", "--json"]) == 0
+                 "--compute", "0.6", "--cpu-per-sample", "0.4", "--json", "-"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["inputs"]["gpu_util"] == pytest.approx(0.61)
     assert doc["capacity"]["headroom"] == pytest.approx((88 / 0.4) / (8 * 32 / 0.6))

@@ -10,10 +10,11 @@ import re
 import numpy as np
 import pytest
 
-from dsbench.cluster import ClusterSpec, extrapolate, link_transfer_s, node_budget, simulate
 from dsbench.errors import DsbenchError
-from dsbench.loadcost import Distribution, LoaderCost
-from dsbench.storage import PROFILES, parse_storage
+from dsbench.model.cluster import extrapolate, simulate
+from dsbench.model.costs import Distribution, LoaderCost
+from dsbench.model.node import ClusterSpec, link_transfer_s, node_rates
+from dsbench.model.profiles import PROFILES, parse_storage
 
 
 def rng(seed: int = 0) -> np.random.Generator:
@@ -48,7 +49,7 @@ def test_compute_bound_limit_gives_full_utilization_and_compute_plus_allreduce(
     cost = LoaderCost.stated(1e-4, 0.5)
     cl = one_gpu(nodes=4, workers_per_gpu=4, compute=Distribution("const", 0.2),
                  allreduce_s=allreduce)
-    assert node_budget(cost, cl).ratio > 10
+    assert node_rates(cost, cl).ratio > 10
     res = simulate(cost, cl, rng(), steps=2000)
     mean = res.stats(cl.ranks)["mean"]
     assert mean == pytest.approx(0.2 + allreduce, rel=0.01)
@@ -144,13 +145,13 @@ def test_simulated_throughput_matches_closed_form_supply_when_input_bound() -> N
     cost = LoaderCost.stated(0.02, 0.3)
     cl = ClusterSpec(nodes=2, cores_per_node=40, workers_per_gpu=8,
                      compute=Distribution("const", 0.1))
-    budget = node_budget(cost, cl)
-    assert budget.oversubscription == pytest.approx(64 / 32)
-    assert budget.supply == pytest.approx(32 / 0.02)  # every free core busy
-    assert budget.ratio < 1
+    rates = node_rates(cost, cl)
+    assert rates.oversubscription == pytest.approx(64 / 32)
+    assert rates.supply == pytest.approx(32 / 0.02)  # every free core busy
+    assert rates.ratio < 1
     res = simulate(cost, cl, rng(), steps=3000)
     per_node = cl.gpus_per_node * cl.batch_size / res.stats(cl.ranks)["mean"]
-    assert per_node == pytest.approx(budget.supply, rel=0.03)
+    assert per_node == pytest.approx(rates.supply, rel=0.03)
     # With constant compute and nothing else, every idle moment is a wait for data.
     assert res.data_wait_share[0] == pytest.approx(1 - res.gpu_util[0], rel=1e-6)
 
@@ -167,7 +168,7 @@ def test_deeper_prefetch_absorbs_loader_jitter_when_supply_roughly_meets_demand(
 
 def test_demand_is_gpus_times_batch_over_compute_and_allreduce() -> None:
     cl = ClusterSpec(batch_size=64, compute=Distribution("const", 0.3), allreduce_s=0.1)
-    assert node_budget(LoaderCost.stated(0.01), cl).demand == pytest.approx(8 * 64 / 0.4)
+    assert node_rates(LoaderCost.stated(0.01), cl).demand == pytest.approx(8 * 64 / 0.4)
 
 
 def test_timeline_oscillates_when_input_bound_and_is_flat_when_compute_bound() -> None:
@@ -196,7 +197,7 @@ def test_what_if_suggestions_reach_the_target_under_another_seed() -> None:
     with_cores = cl.replace(cores_per_node=c["cores_per_node"],
                             workers_per_gpu=c["workers_per_gpu"])
     assert simulate(cost, with_cores, rng(99), steps=2000).gpu_util[0] >= 0.89
-    assert node_budget(cost, with_cores).supply >= doc["what_if"][
+    assert node_rates(cost, with_cores).supply >= doc["what_if"][
         "supply_needed_samples_per_s_per_node"]
 
 
@@ -236,11 +237,11 @@ def test_per_sample_layout_pays_for_its_files_on_network_storage() -> None:
     s3 = ClusterSpec(storage=PROFILES["s3"])
     files = LoaderCost.stated(0.005, files_per_sample=2, bytes_per_sample=100_000)
     shards = LoaderCost.stated(0.005, files_per_sample=0.001, bytes_per_sample=100_000)
-    a, b = node_budget(files, s3), node_budget(shards, s3)
+    a, b = node_rates(files, s3), node_rates(shards, s3)
     assert a.latency_s == pytest.approx(2 * 0.1)
     assert a.limit == "file latency" and a.ratio < 1
     assert b.ratio > 1
-    local = node_budget(files, ClusterSpec())
+    local = node_rates(files, ClusterSpec())
     assert local.latency_s == 0 and local.transfer_s == 0
 
 

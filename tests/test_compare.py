@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from dsbench import compare, results, tables
+from dsbench.analysis import compare
 from dsbench.cli import main
+from dsbench.report import comparison as tables
+from dsbench.results import document as results
 from tests.resultdocs import MACHINE, document, run
 
 
@@ -114,7 +116,7 @@ def _write(tmp_path: Path, name: str, doc: dict) -> str:
 def test_compare_cli_on_result_files_json(tmp_path: Path, capsys) -> None:
     a = _write(tmp_path, "a.json", document([run()]))
     b = _write(tmp_path, "b.json", document([run(sps=[190, 195, 200])]))
-    assert main(["compare", a, b, "--json", "--no-cluster"]) == 0
+    assert main(["compare", a, b, "--json", "-", "--no-cluster"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["kind"] == "dsbench-comparison"
     assert out["runs"][0]["metrics"][0]["change"] == "worse"

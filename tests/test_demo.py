@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import resultdocs as rd
 
-from dsbench import demo, verdict
 from dsbench.cli import main
 from dsbench.errors import DsbenchError
-from dsbench.generate import generate
-from dsbench.loadcost import Distribution
+from dsbench.export.generate import generate
+from dsbench.model.costs import Distribution
+from dsbench.report import demo, verdict
 
 QUICK = demo.DemoOptions(steps=400, cluster=demo.DEMO_CLUSTER.replace(nodes=2))
 

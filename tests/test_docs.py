@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import resultdocs as rd
 
-from dsbench import results
 from dsbench.cli import main
+from dsbench.results import document as results
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = sorted([REPO / "README.md", *(REPO / "docs").glob("*.md")])

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from dsbench import results
 from dsbench.cli import main
-from dsbench.generate import generate
-from dsbench.runner import BenchOptions, run_bench
-from dsbench.spec import parse_spec
+from dsbench.export.generate import generate
+from dsbench.export.spec import parse_spec
+from dsbench.loader.runner import BenchOptions, run_bench
+from dsbench.results import document as results
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +37,7 @@ def result(tmp_path: Path, bench_doc: dict[str, object]) -> Path:
 
 
 def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, object]:
-    assert main(["extrapolate", *argv, "--json"]) == 0
+    assert main(["extrapolate", *argv, "--json", "-"]) == 0
     out = capsys.readouterr().out
     assert out.count("\n") == 1  # one object on one line
     return json.loads(out)

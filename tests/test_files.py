@@ -11,9 +11,10 @@ import pytest
 from dsbench import adapters
 from dsbench.adapters import base, files
 from dsbench.errors import DsbenchError, SampleError
-from dsbench.generate import generate
-from dsbench.spec import ExportSpec, FieldSpec, ImageSpec
-from dsbench.synth import make_sample
+from dsbench.export.generate import generate
+from dsbench.export.spec import ExportSpec, FieldSpec, ImageSpec
+from dsbench.export.synth import make_sample
+from dsbench.export.write import WRITERS
 
 IMAGE = ImageSpec(sizes="fixed", width=64, height=48)
 AFTER_FIELDS = (
@@ -145,7 +146,7 @@ def test_empty_directory_and_no_samples_are_errors(tmp_path: Path) -> None:
 def test_unit_paths_list_every_file_of_the_last_short_directory(tmp_path: Path) -> None:
     spec = make_spec(samples=7)
     generate(spec, tmp_path, samples=5, jobs=1)  # --samples overrides the definition's 7
-    paths = files.ADAPTER.unit_paths(spec, tmp_path, 1)
+    paths = WRITERS["files"].unit_paths(spec, tmp_path, 1)
     assert [p.relative_to(tmp_path).as_posix() for p in paths] == [
         "000001/00000003.jpg", "000001/00000003.json", "000001/00000004.jpg",
         "000001/00000004.json"]

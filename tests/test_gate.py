@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from dsbench import compare, gate, results
+from dsbench.analysis import compare, gate
 from dsbench.cli import main
 from dsbench.errors import DsbenchError
+from dsbench.results import document as results
 from tests.resultdocs import MACHINE, document, run
 
 

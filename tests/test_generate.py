@@ -8,8 +8,8 @@ import pytest
 
 from dsbench.cli import main
 from dsbench.errors import DsbenchError
-from dsbench.generate import MANIFEST, generate
-from dsbench.spec import ExportSpec, FieldSpec, ImageSpec
+from dsbench.export.generate import MANIFEST, generate
+from dsbench.export.spec import ExportSpec, FieldSpec, ImageSpec
 
 IMAGE = ImageSpec(sizes="fixed", width=64, height=48)
 FIELDS = (FieldSpec("label", "int", classes=10), FieldSpec("caption", "string", words=(2, 5)),

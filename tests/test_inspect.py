@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 
+from dsbench.adapters.survey import apportion, distribution, percentile, spread, summarize
 from dsbench.cli import main
-from dsbench.generate import generate
-from dsbench.spec import ExportSpec, FieldSpec, ImageSpec
-from dsbench.summary import apportion, distribution, percentile, render, spread, summarize
-from dsbench.synth import make_sample
+from dsbench.export.generate import generate
+from dsbench.export.spec import ExportSpec, FieldSpec, ImageSpec
+from dsbench.export.synth import make_sample
+from dsbench.report.survey import render
 
 IMAGE = ImageSpec(sizes="fixed", width=64, height=48)
 FIELDS = (FieldSpec("label", "int", classes=10), FieldSpec("caption", "string", words=(2, 5)),
@@ -32,7 +33,7 @@ def make_export(root: Path, layout: str, samples: int = 7) -> ExportSpec:
 
 def inspect_json(path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any],
                                                                            str]:
-    rc = main(["inspect", str(path), "--json"])
+    rc = main(["inspect", str(path), "--json", "-"])
     captured = capsys.readouterr()
     return rc, json.loads(captured.out), captured.err
 

@@ -14,9 +14,9 @@ from dsbench import adapters
 from dsbench.adapters import base, parquet
 from dsbench.cli import main
 from dsbench.errors import DsbenchError, SampleError
-from dsbench.generate import generate
-from dsbench.spec import ExportSpec, FieldSpec, ImageSpec
-from dsbench.synth import make_sample
+from dsbench.export.generate import generate
+from dsbench.export.spec import ExportSpec, FieldSpec, ImageSpec
+from dsbench.export.synth import make_sample
 
 IMAGE = ImageSpec(sizes="fixed", width=64, height=48)
 FIELDS = (
@@ -122,7 +122,7 @@ def test_survey_reads_footers(tmp_path: Path) -> None:
 
 def test_inspect_json_reports_the_export(tmp_path: Path, capsys: pytest.CaptureFixture[str]
                                          ) -> None:
-    assert main(["inspect", str(export(tmp_path)), "--json"]) == 0
+    assert main(["inspect", str(export(tmp_path)), "--json", "-"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert (doc["layout"], doc["samples"]) == ("parquet", 13)
     assert set(doc["fields"]) == {f.name for f in FIELDS}

@@ -25,12 +25,12 @@ from pytest_benchmark.fixture import BenchmarkFixture
 import dsbench
 from dsbench.adapters import open_export
 from dsbench.adapters.base import RawSample
-from dsbench.generate import generate
-from dsbench.images import make_image
-from dsbench.pipeline import TrainTransform, collate_fields, make_decoder, parse_fields
-from dsbench.spec import ImageSpec, load_spec
+from dsbench.export.generate import generate
+from dsbench.export.images import make_image
+from dsbench.export.spec import ImageSpec, load_spec
+from dsbench.loader.pipeline import TrainTransform, collate_fields, make_decoder, parse_fields
 
-AFTER = Path(dsbench.__file__).parent / "formats" / "after.toml"
+AFTER = Path(dsbench.__file__).parent / "export" / "formats" / "after.toml"
 WIDTH, HEIGHT = 500, 375
 IMAGES = 4
 FIELD_SAMPLES = 8

@@ -20,11 +20,11 @@ from pytest_benchmark.fixture import BenchmarkFixture
 
 import dsbench
 from dsbench.adapters import FORMATS, open_export
-from dsbench.generate import generate
-from dsbench.spec import ImageSpec, load_spec
-from dsbench.synth import sample_key
+from dsbench.export.generate import generate
+from dsbench.export.spec import ImageSpec, load_spec
+from dsbench.export.synth import sample_key
 
-FORMATS_DIR = Path(dsbench.__file__).parent / "formats"
+FORMATS_DIR = Path(dsbench.__file__).parent / "export" / "formats"
 SAMPLES = 48
 UNIT = 16
 LAYOUTS = sorted(FORMATS)

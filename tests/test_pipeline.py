@@ -14,8 +14,9 @@ from PIL import Image
 from dsbench.adapters import base
 from dsbench.adapters.base import RawSample
 from dsbench.errors import DsbenchError, SampleError
-from dsbench.images import encode, render
-from dsbench.pipeline import (
+from dsbench.export.images import encode, render
+from dsbench.export.spec import ImageSpec
+from dsbench.loader.pipeline import (
     STAGES,
     BatchBuilder,
     Pipeline,
@@ -26,7 +27,6 @@ from dsbench.pipeline import (
     parse_fields,
     resized_crop_params,
 )
-from dsbench.spec import ImageSpec
 
 
 def _pixels(w: int = 64, h: int = 48, seed: int = 1) -> np.ndarray:

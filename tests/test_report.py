@@ -13,8 +13,10 @@ from typing import Any
 
 import pytest
 
-from dsbench import demo, plots, report, results, verdict
 from dsbench.errors import DsbenchError
+from dsbench.report import demo, plots, verdict
+from dsbench.report import html as report
+from dsbench.results import document as results
 from tests.resultdocs import document, run
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
-from dsbench import machine, results
 from dsbench.errors import DsbenchError
-from dsbench.pipeline import STAGES
-from dsbench.runner import BenchOptions, summarize_run
+from dsbench.loader.runner import BenchOptions, summarize_run
+from dsbench.results import document as results
+from dsbench.results import machine
+from dsbench.results.document import STAGES
 
 
 def _round(samples: int, wall: float, cpu: float) -> dict[str, Any]:

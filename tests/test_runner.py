@@ -23,11 +23,11 @@ from dsbench import adapters
 from dsbench.adapters import base
 from dsbench.adapters.base import ENC_INT_TEXT, RawSample, SkipHandler
 from dsbench.errors import DsbenchError
-from dsbench.generate import generate
-from dsbench.images import make_image
-from dsbench.runner import BenchOptions, run_bench
-from dsbench.spec import ExportSpec, ImageSpec, parse_spec
-from dsbench.worker import ReadChars, pack_fields, unpack_fields
+from dsbench.export.generate import generate
+from dsbench.export.images import make_image
+from dsbench.export.spec import ExportSpec, ImageSpec, parse_spec
+from dsbench.loader.runner import BenchOptions, run_bench
+from dsbench.loader.worker import ReadChars, pack_fields, unpack_fields
 
 SPIN_S = 0.002
 
@@ -68,7 +68,7 @@ class MemoryExport:
                             {"cls": b"%d" % i}, {"cls": ENC_INT_TEXT})
 
     def survey(self) -> dict[str, Any]:
-        from dsbench.summary import new_survey
+        from dsbench.adapters.survey import new_survey
         return new_survey("memory") | {"samples": 8, "units": 8}
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from dsbench.cli import main
 from dsbench.errors import DsbenchError
-from dsbench.spec import load_spec, member_ext
+from dsbench.export.spec import load_spec, member_ext
 
 FORMATS = Path(__file__).resolve().parents[1] / "formats"
 

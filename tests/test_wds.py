@@ -16,9 +16,9 @@ import pytest
 from dsbench import adapters
 from dsbench.adapters import base, wds
 from dsbench.errors import DsbenchError, SampleError
-from dsbench.generate import generate
-from dsbench.spec import ExportSpec, FieldSpec, ImageSpec
-from dsbench.synth import make_sample
+from dsbench.export.generate import generate
+from dsbench.export.spec import ExportSpec, FieldSpec, ImageSpec
+from dsbench.export.synth import make_sample
 
 IMAGE = ImageSpec(sizes="fixed", width=64, height=48)
 FIELDS = (

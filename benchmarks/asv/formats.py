@@ -18,12 +18,12 @@ from typing import Any, ClassVar
 
 import dsbench
 from dsbench.adapters import open_export
-from dsbench.generate import generate
-from dsbench.pipeline import make_decoder, parse_fields
-from dsbench.runner import BenchOptions, run_bench
-from dsbench.spec import load_spec
+from dsbench.export.generate import generate
+from dsbench.export.spec import load_spec
+from dsbench.loader.pipeline import make_decoder, parse_fields
+from dsbench.loader.runner import BenchOptions, run_bench
 
-FORMATS_DIR = Path(dsbench.__file__).parent / "formats"
+FORMATS_DIR = Path(dsbench.__file__).parent / "export" / "formats"
 EXPORTS = sorted(p.stem for p in FORMATS_DIR.glob("*.toml"))
 SAMPLES = 200
 BATCH = 20

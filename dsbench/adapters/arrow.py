@@ -1,9 +1,7 @@
-"""Arrow IPC shards: `shard-%06d.arrow`, memory-mapped and read zero-copy.
+"""Arrow IPC shards (layout `arrow`), memory-mapped and read zero-copy.
 
-Layout written: one Arrow IPC *file* (the random-access format, magic b"ARROW1") per shard of
-`shard_samples` rows, in record batches of BATCH_ROWS rows, with the columns described in
-columnar.py. The files are not compressed: IPC compression would make every read decompress
-into fresh memory, and zero-copy memory mapping is the reason to choose this layout.
+An export is a file or a tree of `.arrow` (`.feather`, `.ipc`, `.arrows`) files, each an Arrow
+IPC *file* (the random-access format, magic b"ARROW1") or *stream*; columns as in columns.py.
 
 Reading: each shard is opened with `pa.memory_map` (counted with base.count_open, since pyarrow
 opens the file itself) and read batch by batch with the file format's random access
@@ -24,13 +22,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from dsbench.adapters import base, columnar, columnar_export
-from dsbench.adapters.columnar import BadChunk, Unreadable
-from dsbench.adapters.columnar_export import ColumnarExport
-from dsbench.spec import ExportSpec
+from dsbench.adapters import base, columns
+from dsbench.adapters.columnar import ColumnarAdapter, ColumnarExport
+from dsbench.adapters.columns import BadChunk, Unreadable
 
 EXTS = (".arrow", ".feather", ".ipc", ".arrows")
-BATCH_ROWS = 256
 FILE_MAGIC = b"ARROW1"
 STREAM_MAGIC = b"\xff\xff\xff\xff"
 
@@ -187,37 +183,11 @@ class ArrowExport(ColumnarExport):
                 image = batch.column(self.plan.image)
                 if self.plan.image_child is not None:
                     image = image.flatten()[image.type.get_field_index(self.plan.image_child)]
-                lengths = np.maximum(columnar.binary_lengths(image), 0)
+                lengths = np.maximum(columns.binary_lengths(image), 0)
                 base.count_mapped(4 * (n + 1))  # the offsets that binary_lengths looked at
                 rest = max(0, batch.nbytes - int(lengths.sum()))
                 weights.append(lengths + rest / n)
         return (np.concatenate(weights) if weights else np.empty(0)), m.size
 
 
-class ArrowAdapter:
-    name = "arrow"
-
-    def detect(self, path: Path) -> bool:
-        return columnar_export.detect_files(path, EXTS, _has_magic)
-
-    def open(self, path: Path) -> ArrowExport:
-        return ArrowExport(path, columnar_export.data_files(path, EXTS, "Arrow IPC"))
-
-    def unit_paths(self, spec: ExportSpec, out_dir: Path, unit: int) -> list[Path]:
-        return [out_dir / f"shard-{unit:06d}.arrow"]
-
-    def write_unit(self, spec: ExportSpec, out_dir: Path, unit: int,
-                   samples: list[dict[str, Any]]) -> None:
-        batch = columnar.to_record_batch(spec, samples)
-        options = pa.ipc.IpcWriteOptions(compression=None)
-
-        def write(tmp: Path) -> None:
-            with pa.OSFile(str(tmp), "wb") as sink, \
-                    pa.ipc.new_file(sink, batch.schema, options=options) as writer:
-                for start in range(0, batch.num_rows, BATCH_ROWS):
-                    writer.write_batch(batch.slice(start, BATCH_ROWS))
-
-        columnar.write_atomically(self.unit_paths(spec, out_dir, unit)[0], write)
-
-
-ADAPTER = ArrowAdapter()
+ADAPTER = ColumnarAdapter("arrow", EXTS, _has_magic, "Arrow IPC", ArrowExport)

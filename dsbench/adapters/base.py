@@ -8,14 +8,16 @@ through `open_file`, and every memory-mapped byte range it touches is added with
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, Any, Protocol, TypeVar
 
-from dsbench.errors import SampleError
-from dsbench.spec import ExportSpec
+from dsbench.errors import DsbenchError, SampleError
+
+T = TypeVar("T")
 
 # How a stored field value is encoded; the loader's field stage has one parser per encoding.
 ENC_INT_TEXT = "int-text"  # ASCII integer, e.g. WebDataset's `.cls` member: b"417"
@@ -111,7 +113,7 @@ class Export(Protocol):
 
 
 class Adapter(Protocol):
-    """One on-disk layout. See each module's docstring for the layout it reads and writes."""
+    """One on-disk layout. See each module's docstring for the layout it reads."""
 
     name: str
 
@@ -123,25 +125,56 @@ class Adapter(Protocol):
         """Open an export for reading; a DsbenchError naming the file when it cannot be read."""
         ...
 
-    def unit_paths(self, spec: ExportSpec, out_dir: Path, unit: int) -> list[Path]:
-        """The final paths of write unit `unit` (a shard, or a directory of per-sample files)."""
-        ...
 
-    def write_unit(self, spec: ExportSpec, out_dir: Path, unit: int,
-                   samples: list[dict[str, Any]]) -> None:
-        """Write one unit atomically: under temporary names, renamed when complete."""
-        ...
+# --- what every reader shares ---------------------------------------------------------------
+
+# dsbench's manifest at the root of an export it wrote (dsbench.export.generate writes it).
+MANIFEST = "_dsbench.json"
 
 
-def tmp_path(final: Path) -> Path:
-    """A temporary sibling of `final` that readers and detect() ignore (leading dot)."""
-    return final.with_name(f".{final.name}.tmp{os.getpid()}")
+def read_manifest(root: Path) -> dict[str, Any] | None:
+    """The manifest of an export dsbench wrote; None for a foreign or damaged one."""
+    try:
+        data = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
-def commit(tmp: Path, final: Path) -> None:
-    """Make a fully written temporary file visible under its final name in one atomic step.
+def is_ignored(name: str) -> bool:
+    """Readers skip names starting with '.' or '_' (temporaries, the manifest, OS litter)."""
+    return name.startswith((".", "_"))
 
-    An interrupted writer leaves at most a dot-named temporary behind, never a partial file
-    under a name that readers would pick up.
+
+def walk(root: Path) -> Iterator[tuple[str, os.DirEntry[str]]]:
+    """(relative posix path, entry) of every file under `root`, depth-first in name order.
+
+    Ignored names are skipped with everything below them. Symbolic links to directories are
+    not followed, so a link loop cannot make a reader walk forever.
     """
-    os.replace(tmp, final)
+    stack = [(root, "")]
+    while stack:
+        directory, prefix = stack.pop()
+        with os.scandir(directory) as it:
+            entries = sorted((e for e in it if not is_ignored(e.name)), key=lambda e: e.name)
+        subdirs = []
+        for e in entries:
+            if e.is_dir(follow_symlinks=False):
+                subdirs.append((Path(e.path), f"{prefix}{e.name}/"))
+            elif e.is_file():
+                yield prefix + e.name, e
+        stack.extend(reversed(subdirs))
+
+
+def report(err: SampleError, skip: SkipHandler) -> None:
+    """The error policy at one bad sample: raise it, or hand it to the skip handler."""
+    if skip is None:
+        raise err
+    skip(err)
+
+
+def worker_share(units: Sequence[T], worker: int, n_workers: int) -> Sequence[T]:
+    """Worker `worker`'s disjoint share of the units: units[worker::n_workers]."""
+    if n_workers < 1 or not 0 <= worker < n_workers:
+        raise DsbenchError(f"worker {worker} of {n_workers} does not exist")
+    return units[worker::n_workers]

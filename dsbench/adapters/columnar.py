@@ -1,368 +1,311 @@
-"""What the Arrow IPC and Parquet adapters share: columns, schema unification, rows, surveys.
+"""Finding and opening a columnar export (Arrow IPC or Parquet shards): units, reading, survey.
 
-Columns of an export that dsbench writes, in both layouts:
+An export is a file, or a directory tree of data files found by extension (names starting with
+. or _ are skipped at any depth, so manifests, temporaries and Spark's _SUCCESS are ignored).
 
-    key              string      the sample key ("%08d")
-    image            binary      the encoded image; field metadata dsbench.kind=image and
-                                 dsbench.codec=jpeg|png|raw
-    <int field>      int64
-    <string field>   string
-    <embedding>      binary of raw little-endian float32 (encoding "binary"), string holding a JSON
-                     list ("json"), or fixed_size_list<float32>[dim] ("list")
-    <boxes>          list<struct<x, y, w, h: float32, cls: int32>>
+`ColumnarExport` does everything that does not depend on the file format; a subclass supplies
+five small hooks that open one shard: its header (schema, and row count where cheap), its row
+count, its batches, a few rows of some columns, and the on-disk size of its rows. Opening reads
+every shard's schema from its header or footer and unifies them (columnar.unify), so all shards
+are read with one schema.
 
-Every field column carries metadata dsbench.kind (the field type) and dsbench.encoding (one of
-base.ENC_*), so the reader can tell the loader how each stored value is encoded.
-
-Reading is schema-first: the schemas of all shards, from headers and footers only, are unified,
-so a field that a re-export added is read from every shard (None where an old shard lacks it)
-instead of vanishing as it does when the first file's schema is taken for the whole dataset.
-Exports that dsbench did not write are read too: the image column is the one with dsbench
-metadata, else one named image/jpg/jpeg/png/img, else the first binary column whose values start
-with a JPEG or PNG signature (a struct<bytes, path> column, as Hugging Face datasets stores
-images, counts as binary); the key column is `key` or `__key__`, else the row number in the export.
+A shard whose header cannot be read does not stop the others: it is reported by survey() and
+raised (or skipped, one SampleError for the shard) when read. Only when no shard is readable,
+or when the schemas disagree, is opening itself an error.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+import math
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from dsbench.adapters import base
+from dsbench.adapters.columns import (
+    BadChunk,
+    Unreadable,
+    batch_rows,
+    image_column,
+    make_plan,
+    unify,
+)
+from dsbench.adapters.survey import (
+    add_image,
+    apportion,
+    finish_image,
+    new_survey,
+    probe_image,
+    problem,
+)
 from dsbench.errors import DsbenchError, SampleError
-from dsbench.spec import ExportSpec, FieldSpec
 
-KIND = b"dsbench.kind"
-ENCODING = b"dsbench.encoding"
-CODEC = b"dsbench.codec"
-IMAGE_NAMES = ("image", "jpg", "jpeg", "png", "img")
-KEY_NAMES = ("key", "__key__")
-BOX_TYPE = pa.struct([("x", pa.float32()), ("y", pa.float32()), ("w", pa.float32()),
-                      ("h", pa.float32()), ("cls", pa.int32())])
-BOXES_TYPE = pa.list_(BOX_TYPE)
-_ENCODINGS = {base.ENC_F32, base.ENC_JSON, base.ENC_VALUE, base.ENC_TEXT, base.ENC_NPY}
-_SIGNATURES = ((b"\xff\xd8\xff", "jpeg"), (b"\x89PNG\r\n\x1a\n", "png"), (b"\x93NUMPY", "raw"),
-               (b"P6", "ppm"))
+IMAGES_CHECKED = 200  # image headers that survey() opens, spread over up to SURVEY_UNITS shards
+SURVEY_UNITS = 8
 
 
-class Unreadable(Exception):
-    """A shard that cannot be read; the export turns the message into a DsbenchError."""
+# ---- finding files ------------------------------------------------------------------------------
+
+def _walk(root: Path) -> Iterator[Path]:
+    return (root / rel for rel, _ in base.walk(root))
 
 
-@dataclass(frozen=True)
-class BadChunk:
-    """A record batch or row group that could not be read: `rows` rows (0 when unknown) lost."""
-
-    rows: int
-    message: str
+def read_head(path: Path, n: int = 8) -> bytes:
+    with base.open_file(path) as f:
+        return f.read(n)
 
 
-# ---- writing ------------------------------------------------------------------------------------
-
-def _field_type(f: FieldSpec) -> tuple[pa.DataType, str]:
-    if f.type == "int":
-        return pa.int64(), base.ENC_VALUE
-    if f.type == "string":
-        return pa.string(), base.ENC_VALUE
-    if f.type == "boxes":
-        return BOXES_TYPE, base.ENC_VALUE
-    if f.encoding == "binary":
-        return pa.binary(), base.ENC_F32
-    if f.encoding == "json":
-        return pa.string(), base.ENC_JSON
-    return pa.list_(pa.float32(), f.dim), base.ENC_VALUE
-
-
-def export_schema(spec: ExportSpec) -> pa.Schema:
-    """The Arrow schema of an export written from `spec` (see the module docstring)."""
-    columns = [pa.field("key", pa.string()),
-               pa.field("image", pa.binary(),
-                        metadata={KIND: b"image", CODEC: spec.image.codec.encode()})]
-    for f in spec.fields:
-        ftype, enc = _field_type(f)
-        columns.append(pa.field(f.name, ftype, metadata={KIND: f.type.encode(),
-                                                         ENCODING: enc.encode()}))
-    return pa.schema(columns)
-
-
-def _field_array(f: FieldSpec, values: list[Any]) -> pa.Array:
-    ftype, _ = _field_type(f)
-    if f.type != "embedding":
-        return pa.array(values, ftype)
-    if f.encoding == "binary":
-        return pa.array([np.asarray(v, "<f4").tobytes() for v in values], ftype)
-    if f.encoding == "json":
-        # What a typical exporter writes: json.dumps of the list of Python floats.
-        return pa.array([json.dumps(np.asarray(v, np.float32).tolist()) for v in values], ftype)
-    flat = (np.stack(values).astype("<f4", copy=False).reshape(-1) if values
-            else np.empty(0, np.float32))
-    return pa.FixedSizeListArray.from_arrays(pa.array(flat, pa.float32()), f.dim)
-
-
-def to_record_batch(spec: ExportSpec, samples: list[dict[str, Any]]) -> pa.RecordBatch:
-    """Samples from synth.make_sample as one record batch of `export_schema(spec)`."""
-    arrays = [pa.array([s["__key__"] for s in samples], pa.string()),
-              pa.array([s["image"] for s in samples], pa.binary())]
-    arrays += [_field_array(f, [s[f.name] for s in samples]) for f in spec.fields]
-    return pa.RecordBatch.from_arrays(arrays, schema=export_schema(spec))
-
-
-def write_atomically(final: Path, write: Callable[[Path], None]) -> None:
-    """Run `write(tmp)` and rename tmp to `final`; an interrupted write leaves no file behind."""
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = base.tmp_path(final)
+def detect_files(path: Path, exts: tuple[str, ...], magic: Callable[[bytes], bool],
+                 limit: int = 1000) -> bool:
+    """A file with one of `exts` or with the magic; a directory holding such a file with the
+    magic, or holding only files with `exts` (so that a directory of damaged shards still gets
+    this layout's error messages). Looks at no more than `limit` files."""
     try:
-        write(tmp)
-        base.commit(tmp, final)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-# ---- schemas ------------------------------------------------------------------------------------
-
-def _compatible(a: pa.DataType, b: pa.DataType) -> bool:
-    try:
-        pa.unify_schemas([pa.schema([("c", a)]), pa.schema([("c", b)])],
-                         promote_options="permissive")
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
-        return False
-    return True
-
-
-def unify(where: Path, schemas: list[tuple[str, pa.Schema]],
-          ) -> tuple[pa.Schema, dict[str, list[str]]]:
-    """One schema for all shards, and for each column the shards that lack it.
-
-    Types that widen safely (int32 and int64, binary and large_binary, null and anything) are
-    promoted; any other disagreement is an error naming the column and both shards.
-    """
-    first: dict[str, tuple[pa.DataType, str]] = {}
-    for shard, schema in schemas:
-        dupes = sorted({n for n in schema.names if schema.names.count(n) > 1})
-        if dupes:
-            raise DsbenchError(f"{shard} has duplicate columns: {', '.join(dupes)}", path=where)
-        for fld in schema:
-            seen_type, seen_in = first.setdefault(fld.name, (fld.type, shard))
-            if seen_type != fld.type and not _compatible(seen_type, fld.type):
-                raise DsbenchError(f"column {fld.name!r} is {seen_type} in {seen_in} but "
-                                   f"{fld.type} in {shard}", path=where)
-    try:
-        unified = pa.unify_schemas([s for _, s in schemas], promote_options="permissive")
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
-        raise DsbenchError(f"shard schemas cannot be unified: {exc}", path=where) from None
-    missing = {n: [shard for shard, s in schemas if s.get_field_index(n) < 0]
-               for n in unified.names}
-    return unified, missing
-
-
-def sniff_codec(data: bytes) -> str | None:
-    """The image codec that `data` starts with, or None."""
-    for signature, codec in _SIGNATURES:
-        if data.startswith(signature):
-            return codec
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "webp"
-    return None
-
-
-def _is_binary(t: pa.DataType) -> bool:
-    return pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_binary_view(t)
-
-
-def _image_candidate(fld: pa.Field) -> tuple[str, str | None] | None:
-    """(column, struct child holding the bytes or None) when `fld` could hold encoded images."""
-    if _is_binary(fld.type):
-        return fld.name, None
-    if pa.types.is_struct(fld.type):
-        i = fld.type.get_field_index("bytes")
-        if i >= 0 and _is_binary(fld.type.field(i).type):
-            return fld.name, "bytes"
-    return None
-
-
-@dataclass(frozen=True)
-class Plan:
-    """How to turn the unified schema's columns into RawSamples."""
-
-    image: str
-    image_child: str | None  # "bytes" for struct<bytes, path> image columns
-    codec: str | None  # from the column's metadata; otherwise sniffed per image
-    key: str | None
-    fields: tuple[str, ...]
-    encodings: dict[str, str]
-
-
-def _encoding(fld: pa.Field) -> str:
-    stored = (fld.metadata or {}).get(ENCODING, b"").decode(errors="replace")
-    if stored in _ENCODINGS:
-        return stored
-    return base.ENC_BYTES if _is_binary(fld.type) else base.ENC_VALUE
-
-
-def make_plan(schema: pa.Schema, probe: Callable[[list[str]], pa.Table | None],
-              where: Path) -> Plan:
-    """Find the image and key columns; `probe(columns)` returns a few rows of those columns."""
-    candidates = [c for c in map(_image_candidate, schema) if c]
-    found = next((c for c in candidates
-                  if (schema.field(c[0]).metadata or {}).get(KIND) == b"image"), None)
-    found = found or next((c for c in candidates if c[0].lower() in IMAGE_NAMES), None)
-    if found is None and candidates:
-        head = probe([c[0] for c in candidates])
-        for c in candidates:
-            if head is None or c[0] not in head.column_names:
-                continue
-            values = image_column(head.column(c[0]).combine_chunks(), c[1])
-            first = next((values[i] for i in range(head.num_rows) if values[i] is not None),
-                         None)
-            if first is not None and sniff_codec(first) in ("jpeg", "png"):
-                found = c
+        if path.is_file():
+            return path.suffix.lower() in exts or magic(read_head(path))
+        if not path.is_dir():
+            return False
+        ours = others = 0
+        for i, p in enumerate(_walk(path)):
+            if i >= limit:
                 break
-    if found is None:
-        raise DsbenchError(f"no image column: no column has dsbench image metadata, is named "
-                           f"{'/'.join(IMAGE_NAMES)} or holds JPEG/PNG bytes (columns: "
-                           f"{', '.join(schema.names)})", path=where)
-    codec = (schema.field(found[0]).metadata or {}).get(CODEC, b"").decode() or None
-    key = next((n for n in KEY_NAMES if n in schema.names and (
-        pa.types.is_string(t := schema.field(n).type) or pa.types.is_large_string(t)
-        or pa.types.is_integer(t))), None)
-    fields = tuple(n for n in schema.names if n not in (found[0], key))
-    return Plan(found[0], found[1], codec, key, fields,
-                {n: _encoding(schema.field(n)) for n in fields})
+            if p.suffix.lower() not in exts:
+                others += 1
+            elif magic(read_head(p)):
+                return True
+            else:
+                ours += 1
+        return ours > 0 and others == 0
+    except OSError:
+        return False
 
 
-# ---- rows ---------------------------------------------------------------------------------------
-
-class _Slices:
-    """Values of a binary column, copied out of its data buffer one row at a time.
-
-    Slicing lazily keeps a batch's images out of Python objects until each row is asked for.
-    """
-
-    __slots__ = ("_data", "_off", "_valid")
-
-    def __init__(self, arr: pa.Array) -> None:
-        n = len(arr)
-        _, offsets, data = arr.buffers()[:3]
-        width = np.int64 if pa.types.is_large_binary(arr.type) else np.int32
-        self._off = (np.frombuffer(offsets, width, count=arr.offset + n + 1)[arr.offset:].tolist()
-                     if n else [0])
-        self._data = memoryview(data) if data is not None else memoryview(b"")
-        self._valid = arr.is_valid().to_pylist() if arr.null_count else None
-
-    def __len__(self) -> int:
-        return len(self._off) - 1
-
-    def __getitem__(self, i: int) -> bytes | None:
-        if self._valid is not None and not self._valid[i]:
-            return None
-        return bytes(self._data[self._off[i]:self._off[i + 1]])
+def data_files(path: Path, exts: tuple[str, ...], what: str) -> list[Path]:
+    """The data files of an export, sorted; a DsbenchError when there are none."""
+    if path.is_file():
+        return [path]
+    if not path.is_dir():
+        raise DsbenchError("no such file or directory", path=path)
+    found = [p for p in _walk(path) if p.suffix.lower() in exts]
+    if not found:
+        raise DsbenchError(f"no {what} files ({', '.join(exts)}) here", path=path)
+    return found
 
 
-class _Rows:
-    """Per-row values from a NumPy array (or per-row slices of one), None where the row is null."""
 
-    __slots__ = ("_off", "_valid", "_values")
+class ColumnarExport:
+    layout = ""
 
-    def __init__(self, values: np.ndarray, arr: pa.Array, offsets: list[int] | None) -> None:
-        self._values, self._off = values, offsets
-        self._valid = arr.is_valid().to_pylist() if arr.null_count else None
+    def __init__(self, path: Path, files: list[Path]) -> None:
+        self.path = path
+        self._root = path if path.is_dir() else path.parent
+        self._files = files
+        self._broken: dict[str, str] = {}
+        self._rows: dict[str, int | None] = {}
+        self._columns: dict[str, set[str]] = {}
+        schemas: list[tuple[str, pa.Schema]] = []
+        for p in files:
+            try:
+                schema, rows = self._header(p)
+            except Unreadable as exc:
+                self._broken[str(p)] = str(exc)
+                continue
+            schemas.append((self.name(p), schema))
+            self._rows[str(p)] = rows
+            self._columns[str(p)] = set(schema.names)
+        if not schemas:
+            unit, message = next(iter(self._broken.items()))
+            raise DsbenchError(message, path=unit)
+        self.schema, self.missing = unify(path, schemas)
+        self.plan = make_plan(self.schema, self._probe, path)
+        lacking = self.missing[self.plan.image]
+        if lacking:
+            raise DsbenchError(f"no image column {self.plan.image!r} in {', '.join(lacking[:3])}"
+                               f"{' ...' if len(lacking) > 3 else ''}", path=path)
 
-    def __getitem__(self, i: int) -> np.ndarray | None:
-        if self._valid is not None and not self._valid[i]:
-            return None
-        if self._off is None:
-            return self._values[i]
-        return self._values[self._off[i]:self._off[i + 1]]
+    # ---- hooks of a file format ----
 
+    def _header(self, path: Path) -> tuple[pa.Schema, int | None]:
+        """Schema and (when cheap) row count, from the header or footer; Unreadable if bad."""
+        raise NotImplementedError
 
-def _numeric(t: pa.DataType) -> bool:
-    return pa.types.is_floating(t) or pa.types.is_integer(t)
+    def _count_rows(self, path: Path) -> int:
+        raise NotImplementedError
 
+    def _chunks(self, path: Path) -> Iterator[pa.RecordBatch | BadChunk]:
+        """The shard's record batches in order; a BadChunk for a part that cannot be read."""
+        raise NotImplementedError
 
-def column_values(arr: pa.Array) -> Sequence[Any] | _Rows | _Slices:
-    """Row-indexable values of one column: bytes, NumPy views for numeric lists, else Python."""
-    t = arr.type
-    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
-        return _Slices(arr)
-    if pa.types.is_fixed_size_list(t) and _numeric(t.value_type):
-        d = t.list_size
-        child = arr.values.slice(arr.offset * d, len(arr) * d)
-        if child.null_count == 0:
-            # Zero-copy for a memory-mapped batch: each row is a view, not per-float objects.
-            return _Rows(child.to_numpy(zero_copy_only=False).reshape(len(arr), d), arr, None)
-    if ((pa.types.is_list(t) or pa.types.is_large_list(t)) and _numeric(t.value_type)
-            and arr.values.null_count == 0):
-        return _Rows(arr.values.to_numpy(zero_copy_only=False), arr,
-                     arr.offsets.to_numpy().tolist())
-    return arr.to_pylist()
+    def _head(self, path: Path, columns: list[str], rows: int) -> pa.Table:
+        """The first `rows` rows of `columns`, reading as little as the format allows."""
+        raise NotImplementedError
 
+    def _sizes(self, path: Path) -> tuple[np.ndarray, int]:
+        """(a weight per row proportional to its stored size, the file's size in bytes)."""
+        raise NotImplementedError
 
-def image_column(arr: pa.Array, child: str | None) -> Sequence[Any] | _Slices:
-    if child is not None:
-        arr = arr.flatten()[arr.type.get_field_index(child)]
-    return column_values(arr)
+    # ---- the Export protocol ----
 
+    def name(self, path: Path) -> str:
+        """A shard's name for messages: its path relative to the export."""
+        return path.relative_to(self._root).as_posix()
 
-def _conformed(batch: pa.RecordBatch, name: str, want: pa.DataType) -> pa.Array | None:
-    i = batch.schema.get_field_index(name)
-    if i < 0:
+    def units(self) -> list[str]:
+        return [str(p) for p in self._files]
+
+    def read(self, worker: int = 0, n_workers: int = 1, skip: base.SkipHandler = None,
+             ) -> Iterator[base.RawSample]:
+        for unit in base.worker_share(self.units(), worker, n_workers):
+            yield from self._read_unit(unit, skip)
+
+    def _encodings(self, unit: str) -> dict[str, str]:
+        # A field an old shard lacks reads as None, which is a value, whatever the new encoding.
+        have = self._columns[unit]
+        return {n: (e if n in have else base.ENC_VALUE) for n, e in self.plan.encodings.items()}
+
+    def _first_row(self, unit: str) -> int:
+        """Row number (in the whole export) of the unit's first row; keys of key-less exports."""
+        total = 0
+        for p in self._files:
+            if str(p) == unit:
+                return total
+            if str(p) not in self._broken:
+                if self._rows[str(p)] is None:
+                    self._rows[str(p)] = self._count_rows(p)
+                total += self._rows[str(p)] or 0
+        return total
+
+    def _read_unit(self, unit: str, skip: base.SkipHandler) -> Iterator[base.RawSample]:
+        if unit in self._broken:
+            base.report(SampleError(self._broken[unit], path=unit), skip)
+            return
+        keyed = self.plan.key is not None and self.plan.key in self._columns[unit]
+        first = 0 if keyed else self._first_row(unit)
+        encodings = self._encodings(unit)
+        row = 0
+        try:
+            for chunk in self._chunks(Path(unit)):
+                if isinstance(chunk, BadChunk):
+                    _fail_rows(unit, chunk, row, skip)
+                    row += chunk.rows
+                    continue
+                try:
+                    rows = batch_rows(chunk, self.schema, self.plan, unit, first + row, encodings)
+                except (pa.ArrowException, ValueError) as exc:
+                    bad = BadChunk(chunk.num_rows, f"rows {row}-{row + chunk.num_rows - 1} do "
+                                   f"not convert to the export's schema: {exc}")
+                    _fail_rows(unit, bad, row, skip)
+                    row += chunk.num_rows
+                    continue
+                for item in rows:
+                    if isinstance(item, SampleError):
+                        base.report(item, skip)
+                    else:
+                        yield item
+                row += chunk.num_rows
+        except Unreadable as exc:
+            base.report(SampleError(str(exc), path=unit), skip)
+
+    def _probe(self, columns: list[str]) -> pa.Table | None:
+        for p in self._files:
+            have = [c for c in columns if c in self._columns.get(str(p), ())]
+            if have:
+                try:
+                    return self._head(p, have, 16)
+                except Unreadable:
+                    continue
         return None
-    arr = batch.column(i)
-    return arr if arr.type == want else arr.cast(want)
+
+    # ---- survey ----
+
+    def survey(self) -> dict[str, Any]:
+        survey = new_survey(self.layout)
+        problems = survey["problems"]
+        problems += [problem(self.name(Path(u)), None, m) for u, m in self._broken.items()]
+        sample_bytes: list[int] = survey["sample_bytes"]
+        firsts: dict[str, int] = {}
+        readable: list[Path] = []
+        for p in self._files:
+            if str(p) in self._broken:
+                continue
+            try:
+                weights, size = self._sizes(p)
+            except Unreadable as exc:
+                problems.append(problem(self.name(p), None, str(exc)))
+                continue
+            firsts[str(p)] = len(sample_bytes)
+            # The footer and headers are shared by the shard's rows in proportion to their size.
+            sample_bytes += apportion(size, weights.tolist())
+            readable.append(p)
+        self._survey_images(survey, readable, firsts)
+        samples = len(sample_bytes)
+        survey.update({
+            "samples": samples,
+            "units": len(self._files),
+            "files": len(self._files),
+            "bytes": sum(p.stat().st_size for p in self._files),
+            "files_per_sample": len(self._files) / samples if samples else 0.0,
+            "fields": {n: {"type": str(self.schema.field(n).type), "missing_in": self.missing[n]}
+                       for n in self.plan.fields},
+            "bad_samples": sum(1 for p in problems if p["key"] is not None),
+        })
+        return survey
+
+    def _survey_images(self, survey: dict[str, Any], units: list[Path],
+                       firsts: dict[str, int]) -> None:
+        """Codec and sizes from the headers of up to IMAGES_CHECKED images, spread over shards."""
+        picked = sorted({round(x) for x in np.linspace(0, len(units) - 1,
+                                                       min(len(units), SURVEY_UNITS))}
+                        ) if units else []
+        per_unit = math.ceil(IMAGES_CHECKED / max(1, len(picked)))
+        columns = [self.plan.image] + ([self.plan.key] if self.plan.key else [])
+        problems = survey["problems"]
+        for i in picked:
+            p, want = units[i], min(per_unit, IMAGES_CHECKED - survey["image"]["count_checked"])
+            if want <= 0:
+                break
+            try:
+                head = self._head(p, [c for c in columns if c in self._columns[str(p)]], want)
+            except Unreadable as exc:
+                problems.append(problem(self.name(p), None, str(exc)))
+                continue
+            images = image_column(head.column(self.plan.image).combine_chunks(),
+                                  self.plan.image_child)
+            keys = (head.column(self.plan.key).to_pylist() if self.plan.key in head.column_names
+                    else [firsts[str(p)] + j for j in range(head.num_rows)])
+            for j in range(head.num_rows):
+                data = images[j]
+                try:
+                    if data is None:
+                        raise ValueError("image is null")
+                    add_image(survey, *probe_image(data))
+                except ValueError as exc:
+                    problems.append(problem(self.name(p), str(keys[j]), str(exc)))
+        finish_image(survey)
+        survey["image"]["codec"] = survey["image"]["codec"] or self.plan.codec or "unknown"
 
 
-def batch_rows(batch: pa.RecordBatch, schema: pa.Schema, plan: Plan, source: str,
-               first_row: int, encodings: dict[str, str]) -> Iterator[base.RawSample | SampleError]:
-    """The rows of one batch read against the unified `schema`: a RawSample, or the SampleError
-    of a bad row. Columns are converted (and cast to the unified types) before the first row, so
-    an unconvertible batch raises here, not midway."""
-    image = _conformed(batch, plan.image, schema.field(plan.image).type)
-    if image is None:
-        raise DsbenchError(f"no image column {plan.image!r}", path=source)
-    images = image_column(image, plan.image_child)
-    key_arr = _conformed(batch, plan.key, schema.field(plan.key).type) if plan.key else None
-    keys = key_arr.to_pylist() if key_arr is not None else None
-    values = {}
-    for n in plan.fields:
-        arr = _conformed(batch, n, schema.field(n).type)
-        values[n] = column_values(arr) if arr is not None else None
-    return _rows(batch.num_rows, images, keys, values, plan, source, first_row, encodings)
+def _fail_rows(unit: str, chunk: BadChunk, first: int, skip: base.SkipHandler) -> None:
+    """A lost chunk is one error when raising, and one per lost row when counting skips."""
+    if skip is None or chunk.rows == 0:
+        base.report(SampleError(chunk.message, path=unit), skip)
+        return
+    for j in range(chunk.rows):
+        skip(SampleError(chunk.message, path=unit, key=f"row {first + j}"))
 
 
-def _rows(n: int, images: Any, keys: list[Any] | None, values: dict[str, Any], plan: Plan,
-          source: str, first_row: int, encodings: dict[str, str],
-          ) -> Iterator[base.RawSample | SampleError]:
-    # A null in a column the loader would parse (JSON, float32 bytes) is a value: None.
-    parsed = [name for name, e in encodings.items() if e != base.ENC_VALUE]
-    for i in range(n):
-        k = keys[i] if keys is not None else None
-        key = str(first_row + i) if k is None else str(k)
-        data = images[i]
-        if data is None:
-            yield SampleError(f"image column {plan.image!r} is null", path=source, key=key)
-            continue
-        codec = plan.codec or sniff_codec(data)
-        if codec is None:
-            yield SampleError(f"image column {plan.image!r} holds bytes that are not JPEG, PNG, "
-                              f"WebP, PPM or .npy (they start {data[:8]!r})", path=source, key=key)
-            continue
-        fields = {name: (v[i] if v is not None else None) for name, v in values.items()}
-        nulls = [name for name in parsed if fields[name] is None]
-        yield base.RawSample(key, source, data, codec, fields,
-                             {**encodings, **dict.fromkeys(nulls, base.ENC_VALUE)} if nulls
-                             else encodings)
+class ColumnarAdapter:
+    """The Adapter of a columnar file format: its data files found by extension or magic."""
 
+    def __init__(self, name: str, exts: tuple[str, ...], magic: Callable[[bytes], bool],
+                 what: str, export: Callable[[Path, list[Path]], ColumnarExport]) -> None:
+        self.name, self.exts, self.magic, self.what, self.export = name, exts, magic, what, export
 
-# ---- survey helpers -----------------------------------------------------------------------------
+    def detect(self, path: Path) -> bool:
+        return detect_files(path, self.exts, self.magic)
 
-def binary_lengths(arr: pa.Array) -> np.ndarray:
-    """Byte length of each value of a binary column, read from its offsets alone (0 if null)."""
-    return pc.binary_length(arr).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+    def open(self, path: Path) -> ColumnarExport:
+        return self.export(path, data_files(path, self.exts, self.what))

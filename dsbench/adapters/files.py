@@ -1,9 +1,5 @@
 """Per-sample files (layout `files`).
 
-Written by dsbench: directories `000000/`, `000001/`, ... of `files_per_dir` samples each (a
-directory is one write unit), one file per member, `<key>.<ext>` (see members.py), each written
-under a dot-named temporary and renamed when complete.
-
 Read: any tree of files at or below the path. Names starting with '.' or '_' are ignored with
 everything below them, and symbolic links to directories are not followed. Files are grouped by
 key, which is their directory plus the basename up to its first dot: `a/b/0001.jpg` and
@@ -14,7 +10,6 @@ member, or lacking a member that most samples of its directory have, is a bad sa
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -23,9 +18,6 @@ from typing import IO, Any
 
 from dsbench.adapters import base, members
 from dsbench.errors import DsbenchError, SampleError
-from dsbench.spec import ExportSpec
-
-DIR_NAME = "{:06d}"
 
 
 def _directory(key: str) -> str:
@@ -52,16 +44,11 @@ class FilesExport:
 
     def read(self, worker: int = 0, n_workers: int = 1, skip: base.SkipHandler = None,
              ) -> Iterator[base.RawSample]:
-        if not 0 <= worker < n_workers:
-            raise DsbenchError(f"worker {worker} is not in 0..{n_workers - 1}")
-        keys = self.units()[worker::n_workers]
-        for key in keys:
+        for key in base.worker_share(self.units(), worker, n_workers):
             try:
                 yield self._read_one(key)
             except SampleError as err:
-                if skip is None:
-                    raise
-                skip(err)
+                base.report(err, skip)
 
     def _read_one(self, key: str) -> base.RawSample:
         data: dict[str, bytes] = {}
@@ -110,7 +97,7 @@ class FilesAdapter:
         if not path.is_dir():
             return False
         images = members.image_exts(path)
-        for rel, _ in members.walk(path):
+        for rel, _ in base.walk(path):
             parsed = members.split_name(rel)
             if parsed and members.pick_image([parsed[1]], images):
                 return True
@@ -120,7 +107,7 @@ class FilesAdapter:
         if not path.is_dir():
             raise DsbenchError("not a directory of per-sample files", path=path)
         groups: dict[str, list[str]] = {}
-        for rel, _ in members.walk(path):
+        for rel, _ in base.walk(path):
             parsed = members.split_name(rel)
             if parsed is not None:
                 groups.setdefault(parsed[0], []).append(parsed[1])
@@ -132,37 +119,6 @@ class FilesAdapter:
             by_dir.setdefault(_directory(key), []).append(exts)
         expected = {d: members.expected_exts(g) for d, g in by_dir.items()}
         return FilesExport(path, ordered, members.image_exts(path), expected)
-
-    def unit_paths(self, spec: ExportSpec, out_dir: Path, unit: int) -> list[Path]:
-        exts = members.member_exts(spec)
-        first = unit * spec.files_per_dir
-        stop = min(_sample_count(spec, out_dir), first + spec.files_per_dir)
-        d = out_dir / DIR_NAME.format(unit)
-        return [d / f"{i:08d}.{ext}" for i in range(first, stop) for ext in exts]
-
-    def write_unit(self, spec: ExportSpec, out_dir: Path, unit: int,
-                   samples: list[dict[str, Any]]) -> None:
-        d = out_dir / DIR_NAME.format(unit)
-        d.mkdir(parents=True, exist_ok=True)
-        for sample in samples:
-            for ext, data in members.sample_members(spec, sample):
-                final = d / f"{sample['__key__']}.{ext}"
-                tmp = base.tmp_path(final)
-                try:
-                    tmp.write_bytes(data)
-                    base.commit(tmp, final)
-                except BaseException:
-                    tmp.unlink(missing_ok=True)
-                    raise
-
-
-def _sample_count(spec: ExportSpec, out_dir: Path) -> int:
-    """Samples in the export being written: the manifest's count (generate's --samples) when
-    there is one, else the definition's; the last directory holds the remainder."""
-    try:
-        return int(json.loads((out_dir / members.MANIFEST).read_text())["samples"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return spec.samples
 
 
 ADAPTER = FilesAdapter()

@@ -6,32 +6,30 @@ rest is its extension: `./train/000001.jpg` is key `train/000001`, extension `jp
 one sample. A reader yields the image member as the image and every other member as a field named
 by its extension, with its encoding from `base.EXT_ENCODINGS` (longest suffix match).
 
-This module also encodes a synthetic sample into members, as a pipeline writing such an export
-would: with `fields_as = "json"` one `<key>.json` document holds every field except binary
-embeddings; with `fields_as = "members"` each field is its own member (`spec.member_ext`):
-`.cls` ASCII integer, `.txt` UTF-8 text, `.<name>.f32` raw little-endian float32,
-`.<name>.json` a JSON value.
+It also surveys such samples for `inspect` (MemberSurvey).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import IO, Any
 
-import numpy as np
-
 from dsbench.adapters import base
+from dsbench.adapters.survey import (
+    CHECK_LIMIT,
+    add_image,
+    finish_image,
+    new_survey,
+    probe_image,
+    problem,
+)
 from dsbench.errors import SampleError
-from dsbench.spec import ExportSpec, FieldSpec, member_ext
-from dsbench.summary import CHECK_LIMIT, add_image, finish_image, new_survey, probe_image, problem
 
-MANIFEST = "_dsbench.json"
 # Encodings whose members may legitimately be empty (an empty caption); any other empty member
 # is a broken sample.
 _MAY_BE_EMPTY = (base.ENC_TEXT, base.ENC_BYTES)
@@ -56,44 +54,16 @@ def is_unsafe(name: str) -> bool:
     return bool(_UNSAFE.search(name))
 
 
-def is_ignored(name: str) -> bool:
-    """Readers skip names starting with '.' or '_' (temporaries, the manifest, OS litter)."""
-    return name.startswith((".", "_"))
-
-
-def walk(root: Path) -> Iterator[tuple[str, os.DirEntry[str]]]:
-    """(relative posix path, entry) of every file under `root`, depth-first in name order.
-
-    Ignored names are skipped with everything below them. Symbolic links to directories are
-    not followed, so a link loop cannot make a reader walk forever.
-    """
-    stack = [(root, "")]
-    while stack:
-        directory, prefix = stack.pop()
-        with os.scandir(directory) as it:
-            entries = sorted((e for e in it if not is_ignored(e.name)), key=lambda e: e.name)
-        subdirs = []
-        for e in entries:
-            if e.is_dir(follow_symlinks=False):
-                subdirs.append((Path(e.path), f"{prefix}{e.name}/"))
-            elif e.is_file():
-                yield prefix + e.name, e
-        stack.extend(reversed(subdirs))
-
-
 # --- images and encodings -----------------------------------------------------------------
 
 def image_exts(root: Path) -> dict[str, str]:
     """Image extensions and their codecs; `.npy` counts as an image in dsbench's raw exports."""
     exts = dict(base.IMAGE_EXTS)
-    manifest = root / MANIFEST
-    if manifest.is_file():
-        try:
-            codec = json.loads(manifest.read_text())["definition"]["image"]["codec"]
-        except (OSError, ValueError, KeyError, TypeError):
-            codec = None  # a foreign or damaged manifest: fall back to the usual extensions
-        if codec == "raw":
-            exts["npy"] = "raw"
+    manifest = base.read_manifest(root) or {}
+    definition = manifest.get("definition")
+    image = definition.get("image") if isinstance(definition, dict) else None
+    if isinstance(image, dict) and image.get("codec") == "raw":
+        exts["npy"] = "raw"
     return exts
 
 
@@ -166,47 +136,6 @@ def to_raw(key: str, source: str, members: dict[str, bytes], images: Mapping[str
     return base.RawSample(key=key, source=source, image=members[img],
                           codec=image_codec(img, images), fields=fields,
                           encodings=_encodings(tuple(sorted(fields))))
-
-
-# --- writing synthetic samples ------------------------------------------------------------
-
-def _binary(f: FieldSpec) -> bool:
-    return f.type == "embedding" and f.encoding == "binary"
-
-
-def _json_value(f: FieldSpec, value: Any) -> Any:
-    return value.tolist() if f.type == "embedding" else value
-
-
-def encode_field(f: FieldSpec, value: Any) -> bytes:
-    """One field as the bytes of its own member."""
-    if f.type == "int":
-        return str(int(value)).encode("ascii")
-    if f.type == "string":
-        return str(value).encode("utf-8")
-    if _binary(f):
-        return np.asarray(value, dtype="<f4").tobytes()
-    return json.dumps(_json_value(f, value)).encode("utf-8")
-
-
-def _own_members(spec: ExportSpec) -> list[FieldSpec]:
-    return [f for f in spec.fields if spec.fields_as == "members" or _binary(f)]
-
-
-def member_exts(spec: ExportSpec) -> list[str]:
-    """Extensions of a synthetic sample's members, in the order they are written."""
-    json_doc = ["json"] if spec.fields_as == "json" else []
-    return [spec.image.ext, *json_doc, *(member_ext(spec, f) for f in _own_members(spec))]
-
-
-def sample_members(spec: ExportSpec, sample: dict[str, Any]) -> list[tuple[str, bytes]]:
-    """(extension, bytes) of every member of a synthetic sample, image first, in spec order."""
-    out = [(spec.image.ext, sample["image"])]
-    if spec.fields_as == "json":
-        doc = {f.name: _json_value(f, sample[f.name]) for f in spec.fields if not _binary(f)}
-        out.append(("json", json.dumps(doc).encode("utf-8")))
-    out += [(member_ext(spec, f), encode_field(f, sample[f.name])) for f in _own_members(spec)]
-    return out
 
 
 # --- survey helpers -----------------------------------------------------------------------

@@ -1,14 +1,7 @@
-"""Parquet shards: `shard-%06d.parquet`, read row group by row group.
+"""Parquet shards (layout `parquet`), read row group by row group.
 
-Layout written: one Parquet file per shard of `shard_samples` rows, in row groups of at most
-`shard_samples` rows, with the columns described in columnar.py (pyarrow stores the Arrow
-schema, field metadata included, in the footer). Compression: zstd at pyarrow's default level
-for every column except a JPEG or PNG image column, which is stored uncompressed: those bytes
-are compressed already (measured on the image column of 1000 synthetic q90 JPEGs: zstd made it
-2 kB larger, 92.5 MB either way, and reading the row group took 42.8 instead of 29.0 ms of CPU);
-raw .npy images are zstd-compressed like the rest. Dictionary
-encoding only for integer fields (labels repeat; keys, images and embeddings do not), and
-column statistics only for the key and integer fields (min/max of image bytes help nobody).
+An export is a `.parquet` file or a tree of them; columns as in columns.py (pyarrow stores the
+Arrow schema, field metadata included, in the footer).
 
 Reading: every shard is opened as a native pyarrow file (counted with base.count_open), its
 footer read for the schema and row counts, and its row groups read one at a time
@@ -22,23 +15,19 @@ given an equal share of the row group's compressed size (and of the footer).
 
 from __future__ import annotations
 
-import io
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dsbench.adapters import base, columnar, columnar_export
-from dsbench.adapters.columnar import BadChunk, Unreadable
-from dsbench.adapters.columnar_export import ColumnarExport
-from dsbench.spec import ExportSpec
+from dsbench.adapters import base
+from dsbench.adapters.columnar import ColumnarAdapter, ColumnarExport
+from dsbench.adapters.columns import BadChunk, Unreadable
 
 EXTS = (".parquet",)
 MAGIC = b"PAR1"
-COMPRESSION = "zstd"
 
 
 def _has_magic(head: bytes) -> bool:
@@ -128,48 +117,4 @@ class ParquetExport(ColumnarExport):
             return (np.concatenate(weights) if weights else np.empty(0)), o.size
 
 
-def _leaf_paths(schema: pa.Schema) -> dict[str, list[str]]:
-    """Parquet leaf column paths per top-level column (per-column options name leaves)."""
-    buf = io.BytesIO()
-    pq.write_table(schema.empty_table(), buf)
-    pschema = pq.ParquetFile(io.BytesIO(buf.getvalue())).schema
-    leaves: dict[str, list[str]] = {}
-    for i in range(len(pschema)):
-        path = pschema.column(i).path
-        leaves.setdefault(path.split(".")[0], []).append(path)
-    return leaves
-
-
-def write_options(spec: ExportSpec, schema: pa.Schema) -> dict[str, Any]:
-    """pq.write_table options for an export of `spec` (see the module docstring)."""
-    leaves = _leaf_paths(schema)
-    plain_image = spec.image.codec in ("jpeg", "png")
-    compression = {leaf: ("NONE" if top == "image" and plain_image else COMPRESSION)
-                   for top, paths in leaves.items() for leaf in paths}
-    ints = [f.name for f in spec.fields if f.type == "int"]
-    return {"row_group_size": spec.shard_samples, "compression": compression,
-            "use_dictionary": ints, "write_statistics": ["key", *ints]}
-
-
-class ParquetAdapter:
-    name = "parquet"
-
-    def detect(self, path: Path) -> bool:
-        return columnar_export.detect_files(path, EXTS, _has_magic)
-
-    def open(self, path: Path) -> ParquetExport:
-        return ParquetExport(path, columnar_export.data_files(path, EXTS, "Parquet"))
-
-    def unit_paths(self, spec: ExportSpec, out_dir: Path, unit: int) -> list[Path]:
-        return [out_dir / f"shard-{unit:06d}.parquet"]
-
-    def write_unit(self, spec: ExportSpec, out_dir: Path, unit: int,
-                   samples: list[dict[str, Any]]) -> None:
-        batch = columnar.to_record_batch(spec, samples)
-        table = pa.Table.from_batches([batch])
-        options = write_options(spec, batch.schema)
-        columnar.write_atomically(self.unit_paths(spec, out_dir, unit)[0],
-                                  lambda tmp: pq.write_table(table, str(tmp), **options))
-
-
-ADAPTER = ParquetAdapter()
+ADAPTER = ColumnarAdapter("parquet", EXTS, _has_magic, "Parquet", ParquetExport)

@@ -1,10 +1,6 @@
 """WebDataset tar shards (layout `wds`).
 
-Written by dsbench: `shard-000000.tar`, `shard-000001.tar`, ... of `shard_samples` samples each.
-A sample is consecutive members `<key>.<ext>` (the image first, then the fields: see members.py),
-with plain ustar headers: integer mtime 0, uid/gid 0, mode 0644, no user or group names. An
-integer mtime matters: a float one makes Python's tarfile add a PAX header to every member
-(one more 512-byte block or two per member). Same definition and seed, byte-identical shards.
+A sample is consecutive members `<key>.<ext>` (members.py has the naming convention).
 
 Read: every `*.tar` file at or below the path (names starting with '.' or '_' are ignored), as
 written by webdataset's TarWriter/ShardWriter, GNU tar or Python's tarfile. A shard is streamed
@@ -18,7 +14,6 @@ A sample lacking a member that the shard's first sample has is bad (a stream can
 
 from __future__ import annotations
 
-import io
 import os
 import tarfile
 from collections.abc import Iterator
@@ -27,19 +22,10 @@ from pathlib import Path
 from typing import IO, Any
 
 from dsbench.adapters import base, members
+from dsbench.adapters.survey import apportion
 from dsbench.errors import DsbenchError, SampleError
-from dsbench.spec import ExportSpec
-from dsbench.summary import apportion
 
-SHARD_NAME = "shard-{:06d}.tar"
-MTIME = 0
 _BLOCK = tarfile.BLOCKSIZE
-
-
-def _report(err: SampleError, skip: base.SkipHandler) -> None:
-    if skip is None:
-        raise err
-    skip(err)
 
 
 def _member_problem(m: tarfile.TarInfo) -> str | None:
@@ -55,7 +41,7 @@ def _member_problem(m: tarfile.TarInfo) -> str | None:
 
 def _sample_name(m: tarfile.TarInfo) -> tuple[str, str] | None:
     """(key, ext) of a regular member that belongs to a sample; None for others."""
-    if not m.isfile() or members.is_ignored(m.name.rpartition("/")[2]):
+    if not m.isfile() or base.is_ignored(m.name.rpartition("/")[2]):
         return None
     return members.split_name(m.name)
 
@@ -84,9 +70,7 @@ class WdsExport:
 
     def read(self, worker: int = 0, n_workers: int = 1, skip: base.SkipHandler = None,
              ) -> Iterator[base.RawSample]:
-        if not 0 <= worker < n_workers:
-            raise DsbenchError(f"worker {worker} is not in 0..{n_workers - 1}")
-        for shard in self.shards[worker::n_workers]:
+        for shard in base.worker_share(self.shards, worker, n_workers):
             yield from self._read_shard(shard, skip)
 
     def _read_shard(self, shard: Path, skip: base.SkipHandler) -> Iterator[base.RawSample]:
@@ -103,7 +87,7 @@ class WdsExport:
                 sample = members.to_raw(key or "", src, group, self.images,
                                         expected or frozenset(), "shard")
             except SampleError as err:
-                _report(err, skip)
+                base.report(err, skip)
                 return None
             if expected is None:
                 expected = frozenset(group)
@@ -116,7 +100,7 @@ class WdsExport:
                 for m in tf:
                     why = _member_problem(m)
                     if why is not None:
-                        _report(SampleError(why, path=src, key=None), skip)
+                        base.report(SampleError(why, path=src, key=None), skip)
                         continue
                     parsed = _sample_name(m)
                     if parsed is None:
@@ -130,12 +114,13 @@ class WdsExport:
                             if sample is not None:
                                 yield sample
                         if k in done:
-                            _report(SampleError("members of this sample are not adjacent in the "
-                                                "shard (write it with `tar --sort=name`)",
-                                                path=src, key=k), skip)
+                            base.report(SampleError(
+                                "members of this sample are not adjacent in the shard (write "
+                                "it with `tar --sort=name`)", path=src, key=k), skip)
                         key, group = k, {}
                     if ext in group:
-                        _report(SampleError(f"duplicate member {m.name!r}", path=src, key=k), skip)
+                        base.report(SampleError(f"duplicate member {m.name!r}", path=src,
+                                                key=k), skip)
                         continue
                     data = tf.extractfile(m)
                     group[ext] = data.read() if data is not None else b""
@@ -145,7 +130,7 @@ class WdsExport:
                 if key is None and last_complete is None and not isinstance(exc, OSError):
                     size = os.fstat(f.fileno()).st_size
                     msg = "empty file" if size == 0 else f"not a tar archive ({exc})"
-                    _report(SampleError(msg, path=src), skip)
+                    base.report(SampleError(msg, path=src), skip)
                     return
                 clean, broken = False, f"{exc}"
         if clean:
@@ -163,7 +148,7 @@ class WdsExport:
         # Otherwise the last sample may have lost members to the cut: it is not yielded.
         after = (f"the last complete sample is {last_complete}" if last_complete
                  else "no sample before it is complete")
-        _report(SampleError(f"truncated shard: {broken}; {after}", path=src, key=key), skip)
+        base.report(SampleError(f"truncated shard: {broken}; {after}", path=src, key=key), skip)
 
     def survey(self) -> dict[str, Any]:
         acc = members.MemberSurvey("wds", self.images, len(self.shards), "shard")
@@ -249,10 +234,10 @@ class WdsAdapter:
 
     def detect(self, path: Path) -> bool:
         if path.is_file():
-            return path.suffix == ".tar" and not members.is_ignored(path.name)
+            return path.suffix == ".tar" and not base.is_ignored(path.name)
         if not path.is_dir():
             return False
-        for rel, _ in members.walk(path):
+        for rel, _ in base.walk(path):
             if rel.endswith(".tar"):
                 return True
             parsed = members.split_name(rel)
@@ -266,33 +251,11 @@ class WdsAdapter:
         if path.is_file():
             shards, root = [path], path.parent
         else:
-            shards = [path / rel for rel, _ in members.walk(path) if rel.endswith(".tar")]
+            shards = [path / rel for rel, _ in base.walk(path) if rel.endswith(".tar")]
             root = path
         if not shards:
             raise DsbenchError("no .tar shards here", path=path)
         return WdsExport(path, sorted(shards), members.image_exts(root))
-
-    def unit_paths(self, spec: ExportSpec, out_dir: Path, unit: int) -> list[Path]:
-        return [out_dir / SHARD_NAME.format(unit)]
-
-    def write_unit(self, spec: ExportSpec, out_dir: Path, unit: int,
-                   samples: list[dict[str, Any]]) -> None:
-        final = self.unit_paths(spec, out_dir, unit)[0]
-        tmp = base.tmp_path(final)
-        try:
-            with open(tmp, "wb") as f, \
-                    tarfile.open(fileobj=f, mode="w", format=tarfile.PAX_FORMAT) as tf:
-                for sample in samples:
-                    for ext, data in members.sample_members(spec, sample):
-                        info = tarfile.TarInfo(f"{sample['__key__']}.{ext}")
-                        info.size, info.mtime, info.mode = len(data), MTIME, 0o644
-                        info.uid = info.gid = 0
-                        info.uname = info.gname = ""
-                        tf.addfile(info, io.BytesIO(data))
-            base.commit(tmp, final)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
 
 
 ADAPTER = WdsAdapter()

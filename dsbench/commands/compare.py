@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import argparse
-import json
 
-from dsbench import tables
-from dsbench.commands.sides import add_cluster_arguments, add_side_arguments, compare_sides
+from dsbench import fmt
+from dsbench.analysis.compare import compare_sides
+from dsbench.commands.options import (
+    add_cluster_arguments,
+    add_json_argument,
+    add_side_arguments,
+    cluster_from_args,
+    emit,
+    window_options,
+)
+from dsbench.model.node import ClusterSpec
+from dsbench.report.comparison import render
 
 HELP = ("compare two exports (result files, or export paths measured in one interleaved run): "
         "ratios, significance, CPU by stage, and the predicted effect on a cluster")
@@ -14,16 +23,17 @@ HELP = ("compare two exports (result files, or export paths measured in one inte
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_side_arguments(p)
-    add_cluster_arguments(p)
-    out = p.add_mutually_exclusive_group()
-    out.add_argument("--markdown", action="store_true", help="GitHub-markdown tables")
-    out.add_argument("--json", action="store_true", help="print one JSON object")
+    add_cluster_arguments(p, ClusterSpec(), "predicted cluster (a model; defaults: the "
+                          "incident's 16 x 8 GPUs)")
+    p.add_argument("--no-cluster", action="store_true", help="skip the cluster prediction")
+    p.add_argument("--markdown", action="store_true", help="GitHub-markdown tables")
+    add_json_argument(p, "the comparison document")
 
 
 def run(args: argparse.Namespace) -> int:
-    comparison = compare_sides(args, with_cluster=not args.no_cluster)
-    if args.json:
-        print(json.dumps(comparison))
-    else:
-        print(tables.render(comparison, markdown=args.markdown))
+    comparison = compare_sides(
+        [args.base, args.cand], window_options(args), save=args.save, progress=fmt.progress,
+        cluster=None if args.no_cluster else lambda batch: cluster_from_args(
+            args, ClusterSpec(), measured_batch=batch)[0])
+    emit(args, comparison, lambda: render(comparison, markdown=args.markdown))
     return 0

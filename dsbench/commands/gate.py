@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
-from dsbench import gate, tables
-from dsbench.commands.sides import add_side_arguments, compare_sides
+from dsbench import fmt
+from dsbench.analysis import gate
+from dsbench.analysis.compare import compare_sides
+from dsbench.commands.options import add_json_argument, add_side_arguments, emit, window_options
 from dsbench.errors import DsbenchError
+from dsbench.report.comparison import render, render_gate
 
 HELP = ("CI throughput gate: hard limits on bytes, files and CPU per sample, a soft one on "
         "samples/s; thresholds from options or [tool.dsbench.gate] in pyproject.toml")
@@ -35,31 +37,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     o.add_argument("--markdown", action="store_true", help="print markdown instead of text")
     o.add_argument("--summary", type=Path, metavar="FILE",
                    help="append the markdown summary here (e.g. $GITHUB_STEP_SUMMARY)")
-    o.add_argument("--json", action="store_true", help="print one JSON object")
+    add_json_argument(o, "{\"gate\": the checks, \"comparison\": the comparison}")
 
 
 def run(args: argparse.Namespace) -> int:
-    pyproject = args.config if args.config else gate.find_pyproject(Path.cwd())
     if args.config and not args.config.is_file():
         raise DsbenchError("no such file", path=args.config)
+    pyproject = args.config if args.config else gate.find_pyproject(Path.cwd())
     overrides = {k: getattr(args, k) for k in ("max_bytes_ratio", "max_files_ratio",
                                                "max_cpu_ratio", "min_throughput_ratio",
                                                "strict_throughput")}
     thresholds = gate.load_thresholds(pyproject, overrides)
-    comparison = compare_sides(args, with_cluster=False)
+    comparison = compare_sides([args.base, args.cand], window_options(args), save=args.save,
+                               progress=fmt.progress)
     result = gate.evaluate(comparison, thresholds, args.gate_workers)
-    markdown = gate.render(result, markdown=True) + "\n\n" + tables.render(comparison,
-                                                                          markdown=True)
+    markdown = render_gate(result, markdown=True) + "\n\n" + render(comparison, markdown=True)
     if args.summary:
         try:
             with open(args.summary, "a", encoding="utf-8") as f:
                 f.write(markdown + "\n")
         except OSError as exc:
             raise DsbenchError(f"cannot write the summary: {exc}", path=args.summary) from None
-    if args.json:
-        print(json.dumps({"gate": result, "comparison": comparison}))
-    elif args.markdown:
-        print(markdown)
-    else:
-        print(gate.render(result) + "\n\n" + tables.render(comparison))
+    emit(args, {"gate": result, "comparison": comparison},
+         lambda: markdown if args.markdown else render_gate(result) + "\n\n" + render(comparison))
     return int(result["exit_code"])

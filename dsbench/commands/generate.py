@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 
 from dsbench import fmt
-from dsbench.generate import generate
-from dsbench.spec import load_spec
+from dsbench.export.generate import generate
+from dsbench.export.spec import load_spec
 
 HELP = "write an export from a definition in formats/ (resumable: re-run to complete it)"
 

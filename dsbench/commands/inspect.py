@@ -9,12 +9,13 @@ stderr names the first problem), as for any other bad input.
 from __future__ import annotations
 
 import argparse
-import json
 
 from dsbench import adapters
 from dsbench.adapters import FORMATS
+from dsbench.adapters.survey import summarize
+from dsbench.commands.options import add_json_argument, emit
 from dsbench.errors import DsbenchError
-from dsbench.summary import counted, render, summarize
+from dsbench.report.survey import counted, render
 
 HELP = ("describe an export: layout, samples, bytes and files per sample, fields, images, "
         "bad samples (exit 2 when there are any)")
@@ -22,7 +23,7 @@ HELP = ("describe an export: layout, samples, bytes and files per sample, fields
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("path", help="an export: a directory, a shard or a columnar file")
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    add_json_argument(p, "the export summary")
     p.add_argument("--layout", choices=sorted(FORMATS), default=None,
                    help="read as this layout instead of detecting it")
 
@@ -30,10 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     export = adapters.open_export(args.path, args.layout)
     summary = summarize(export.survey(), args.path)
-    if args.json:
-        print(json.dumps(summary, indent=1, sort_keys=True))
-    else:
-        print(render(summary))
+    emit(args, summary, lambda: render(summary))
     if summary["samples"] == 0 and not summary["problems"]:
         raise DsbenchError("the export holds no samples", path=args.path)
     if summary["problems"]:

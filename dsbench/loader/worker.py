@@ -35,7 +35,8 @@ import numpy as np
 from dsbench.adapters import base
 from dsbench.adapters.base import Export, RawSample
 from dsbench.errors import DsbenchError, SampleError
-from dsbench.pipeline import STAGES, BatchBuilder, Pipeline, StageTimes
+from dsbench.loader.pipeline import BatchBuilder, Pipeline, StageTimes
+from dsbench.results.document import STAGES
 
 STOP = -1
 ALIGN = 64

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from dsbench import fmt
-from dsbench.demo import EXPORTS
-from dsbench.pipeline import STAGES
-from dsbench.verdict import base_run
+from dsbench.report.demo import EXPORTS
+from dsbench.report.verdict import base_run
+from dsbench.results.document import STAGES
 
 COLORS = {"before": "#1f77b4", "after": "#d62728", "arrow": "#2ca02c"}
 STAGE_COLORS = {"read": "#8c564b", "decode": "#1f77b4", "fields": "#d62728",

@@ -7,11 +7,13 @@ that, and advice is only given for a regression the figures show.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from dsbench import fmt
-from dsbench.compare import format_value
-from dsbench.demo import EXPORTS
+from dsbench.analysis.compare import format_value
+from dsbench.report.demo import EXPORTS
 
 UTIL_MARGIN = 0.01  # modelled GPU utilization closer than this counts as the same
 STAGE_SHARE = 0.01  # stages that moved by less than this share of the CPU per sample are noise
@@ -215,3 +217,18 @@ def assumptions_text(spec: dict[str, Any], base: dict[str, Any]) -> str:
             f"storage {spec['storage']}, a {fmt.seconds(spec['stall_s'])} stall in "
             f"{fmt.percent(spec['stall_prob'])} of rank-steps; CPU per sample as measured here, "
             "per core")
+
+
+def report(doc: dict[str, Any], out: Path | None = None, written: Sequence[Path] = ()) -> str:
+    """What `dsbench demo` prints: what was measured, the verdict, where the files went."""
+    m = doc["results"]["before"]["machine"]
+    spec = doc["cluster_spec"]
+    lines = [f"dsbench demo: the incident's exports ({doc['samples']} samples each), measured on "
+             f"this machine ({m['usable_cores']} cores, {m['cpu_model']}) and carried to "
+             f"{spec['nodes'] * spec['gpus_per_node']} GPUs", "",
+             fmt.table(MEASURED_HEADERS, measured_rows(doc)), "", *verdict_lines(doc), ""]
+    if out is None:
+        lines.append("Add --out DIR to keep the result files, the plots and an HTML report.")
+    else:
+        lines.append(f"Wrote {len(written)} files to {out}; open {out / 'report.html'}")
+    return "\n".join(lines)

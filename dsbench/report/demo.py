@@ -24,17 +24,18 @@ from typing import Any
 import numpy as np
 
 from dsbench import fmt
-from dsbench.cluster import ClusterSpec, extrapolate, simulate
-from dsbench.compare import compare
+from dsbench.adapters.base import MANIFEST
+from dsbench.analysis.compare import compare
 from dsbench.errors import DsbenchError
-from dsbench.generate import MANIFEST, generate
-from dsbench.loadcost import Distribution, LoaderCost
-from dsbench.runner import BenchOptions, run_benches
-from dsbench.spec import ExportSpec, load_spec
-from dsbench.storage import PROFILES
+from dsbench.export.generate import generate
+from dsbench.export.spec import FORMATS_DIR, ExportSpec, load_spec
+from dsbench.loader.runner import BenchOptions, run_benches
+from dsbench.model.cluster import extrapolate, simulate
+from dsbench.model.costs import Distribution, LoaderCost
+from dsbench.model.node import ClusterSpec
+from dsbench.model.profiles import PROFILES
 
 EXPORTS = ("before", "after", "arrow")  # base, the re-export, the candidate
-FORMATS_DIR = Path(__file__).parent / "formats"
 TAIL_RANKS = (64, 128)  # the incident's two job sizes
 FINE_BUCKET_S, FINE_TIMELINE_S = 0.1, 30.0
 # Quantile levels for the step-time tail curves: the body coarsely, the last 10% finely.

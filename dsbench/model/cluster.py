@@ -1,9 +1,9 @@
 """The cluster extrapolator: from one node's measured loader costs to a synchronous job's steps.
 
-API: `ClusterSpec` (the job), `node_budget(cost, cluster)` (supply and demand per node, closed
-form), `simulate(cost, cluster, rng, steps=...)` (the Monte-Carlo, dsbench.simulate), and
-`extrapolate(result_or_cost, cluster, rng)`, which returns the JSON-ready document that
-`dsbench extrapolate --json` prints. All are pure: the only randomness is the Generator passed in.
+API: `simulate(cost, cluster, rng, steps=...)` (the Monte-Carlo of dsbench.model.simulate, fed by
+the closed-form node rates of dsbench.model.node) and `extrapolate(result_or_cost, cluster, rng)`,
+which returns the JSON-ready document that `dsbench extrapolate --json` prints. All are pure: the
+only randomness is the Generator passed in.
 
 Assumptions (docs/model.md gives the equations and limits):
 1. One rank per GPU, each with its own DataLoader of `workers_per_gpu` processes; the loader
@@ -28,166 +28,24 @@ Assumptions (docs/model.md gives the equations and limits):
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from dsbench import explain
-from dsbench import simulate as sim
 from dsbench.errors import DsbenchError
-from dsbench.loadcost import Distribution, LoaderCost
-from dsbench.storage import LOCAL, StorageProfile
+from dsbench.model import explain
+from dsbench.model import simulate as sim
+from dsbench.model.costs import LoaderCost
+from dsbench.model.node import MAX_RANKS, ClusterSpec, node_rates
 
 DEFAULT_SCALING = (8, 16, 32, 64, 128, 256)
 DEFAULT_STEPS = 10_000
 TARGET_UTIL = 0.9
-MAX_RANKS = 4096
 MAX_RANK_STEPS = 60_000_000  # steps x ranks of the largest job: bounds memory and time
 WHAT_IF_STEPS = 3_000
 _REFINE_TRIES = 8
-DEFAULT_COMPUTE = Distribution("const", 0.25)
-
-
-@dataclass(frozen=True)
-class ClusterSpec:
-    """The job: nodes and their GPUs and cores, the DataLoader, the step and its jitter."""
-
-    nodes: int = 16
-    gpus_per_node: int = 8
-    cores_per_node: int = 96
-    trainer_cores_per_gpu: float = 1.0
-    workers_per_gpu: int = 8
-    prefetch: int = 2
-    batch_size: int = 32
-    compute: Distribution = DEFAULT_COMPUTE
-    allreduce_s: float = 0.0
-    stall_prob: float = 0.0
-    stall_s: float = 0.0
-    storage: StorageProfile = LOCAL
-
-    def __post_init__(self) -> None:
-        for name in ("nodes", "gpus_per_node", "cores_per_node", "workers_per_gpu", "prefetch",
-                     "batch_size"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise DsbenchError(f"{name.replace('_', '-')} must be an integer >= 1, not {v!r}")
-        for name in ("trainer_cores_per_gpu", "allreduce_s", "stall_s"):
-            v = getattr(self, name)
-            if not (math.isfinite(v) and v >= 0):
-                raise DsbenchError(f"{name.replace('_', '-')} must be a finite number >= 0")
-        if not 0 <= self.stall_prob < 1:
-            raise DsbenchError(f"stall-prob must be in [0, 1), not {self.stall_prob}")
-        if self.stall_prob > 0 and self.stall_s <= 0:
-            raise DsbenchError("stall-prob > 0 needs a stall-time > 0")
-        if self.free_cores <= 0:
-            raise DsbenchError(f"no cores left for loader workers: {self.cores_per_node} cores "
-                               f"- {self.gpus_per_node} GPUs x {self.trainer_cores_per_gpu} "
-                               "trainer cores")
-        if self.ranks > MAX_RANKS:
-            raise DsbenchError(f"{self.ranks} ranks: the model simulates at most {MAX_RANKS}")
-
-    @property
-    def ranks(self) -> int:
-        return self.nodes * self.gpus_per_node
-
-    @property
-    def free_cores(self) -> float:
-        return self.cores_per_node - self.gpus_per_node * self.trainer_cores_per_gpu
-
-    @property
-    def workers_per_node(self) -> int:
-        return self.gpus_per_node * self.workers_per_gpu
-
-    def replace(self, **changes: Any) -> ClusterSpec:
-        return dataclasses.replace(self, **changes)
-
-    def to_json(self) -> dict[str, object]:
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        out["compute"] = self.compute.to_json()
-        out["storage"] = self.storage.name
-        return out
-
-
-@dataclass(frozen=True)
-class NodeBudget:
-    """Closed-form supply and demand of one node, and the per-sample terms behind supply."""
-
-    free_cores: float
-    workers: int
-    load: float  # busy-worker share of the free cores, at most 1
-    contention: float  # CPU factor at that load, from the worker sweep
-    oversubscription: float  # workers / free cores, at least 1
-    cpu_s: float  # wall seconds of CPU work per sample in one worker
-    latency_s: float  # seconds per sample waiting for files to open
-    transfer_s: float  # seconds per sample moving its bytes over the node's shared link
-    supply: float  # samples/s the node's workers deliver
-    demand: float  # samples/s the node's GPUs consume when they never wait
-
-    @property
-    def per_sample_s(self) -> float:
-        return self.cpu_s + self.latency_s + self.transfer_s
-
-    @property
-    def ratio(self) -> float:
-        return self.supply / self.demand
-
-    @property
-    def limit(self) -> str:
-        """What bounds supply: 'cores', 'workers', 'file latency' or 'storage bandwidth'."""
-        terms = {"cpu": self.cpu_s, "file latency": self.latency_s,
-                 "storage bandwidth": self.transfer_s}
-        top = max(terms, key=terms.__getitem__)
-        if top == "cpu":
-            return "cores" if self.oversubscription > 1 else "workers"
-        return top
-
-    def to_json(self) -> dict[str, object]:
-        out = dataclasses.asdict(self)
-        out |= {"per_sample_s": self.per_sample_s, "supply_over_demand": self.ratio,
-                "limit": self.limit}
-        return out
-
-
-def node_budget(cost: LoaderCost, cluster: ClusterSpec) -> NodeBudget:
-    """Samples/s per node: workers / (per-sample wall time of one worker), against demand."""
-    free, workers = cluster.free_cores, cluster.workers_per_node
-    load = min(1.0, workers / free)
-    contention = cost.contention_at(load)
-    over = max(1.0, workers / free)
-    cpu = cost.cpu_s_per_sample * contention * over
-    latency = cost.files_per_sample * cluster.storage.per_file_s
-    transfer = link_transfer_s(cost.bytes_per_sample, workers, cpu + latency,
-                               cluster.storage.node_bytes_per_s)
-    demand = cluster.gpus_per_node * cluster.batch_size / (cluster.compute.mean
-                                                            + cluster.allreduce_s)
-    return NodeBudget(free, workers, load, contention, over, cpu, latency, transfer,
-                      supply=workers / (cpu + latency + transfer), demand=demand)
-
-
-def link_transfer_s(nbytes: float, workers: int, other_s: float, link_bytes_per_s: float
-                    ) -> float:
-    """Mean seconds one sample's bytes take on a node link that `workers` share.
-
-    A closed queueing network: each worker alternates `other_s` of other work (CPU, waiting for
-    opens; a delay station) with a transfer of `nbytes` on the link, whose transfers in flight
-    share it equally (processor sharing, service time D = nbytes / BW). Mean-value analysis is
-    exact for this product-form network (Reiser and Lavenberg, 1980): with n workers the
-    transfer takes R(n) = D (1 + Q(n - 1)), and Q(n) = n R(n) / (other_s + R(n)) transfers are
-    in flight. A lone worker never queues (R = D); supply n / (other_s + R) never exceeds BW /
-    nbytes.
-    """
-    if nbytes <= 0 or math.isinf(link_bytes_per_s):
-        return 0.0
-    d = nbytes / link_bytes_per_s
-    in_flight, r = 0.0, d
-    for n in range(1, workers + 1):
-        r = d * (1.0 + in_flight)
-        in_flight = n * r / (other_s + r)
-    return r
 
 
 def check_steps(cluster: ClusterSpec, steps: int, jobs: Sequence[int]) -> None:
@@ -213,9 +71,9 @@ def simulate(cost: LoaderCost, cluster: ClusterSpec, rng: np.random.Generator, *
     """
     jobs = tuple(ranks) if ranks else (cluster.ranks,)
     check_steps(cluster, steps, jobs)
-    budget = node_budget(cost, cluster)
-    batch, factor = cluster.batch_size, budget.contention * budget.oversubscription
-    io_s = (budget.latency_s + budget.transfer_s) * batch
+    rates = node_rates(cost, cluster)
+    batch, factor = cluster.batch_size, rates.contention * rates.oversubscription
+    io_s = (rates.latency_s + rates.transfer_s) * batch
 
     def batch_wall(g: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
         if not loader:
@@ -244,7 +102,7 @@ def extrapolate(source: Mapping[str, Any] | LoaderCost, cluster: ClusterSpec,
     if not scaling or any(n < 1 for n in scaling):
         raise DsbenchError("--scaling needs rank counts >= 1")
     main_rng, ceiling_rng, what_if_rng = rng.spawn(3)
-    budget = node_budget(cost, cluster)
+    rates = node_rates(cost, cluster)
     jobs = sorted({1, cluster.ranks, *scaling})
     result = simulate(cost, cluster, main_rng, steps=steps, ranks=jobs)
     main = result.column(cluster.ranks)
@@ -253,17 +111,17 @@ def extrapolate(source: Mapping[str, Any] | LoaderCost, cluster: ClusterSpec,
     ceiling_util = float(ceiling.gpu_util[0])
     what_if_seed = int(what_if_rng.integers(2**62))
 
-    verdict, verdict_text = explain.verdict(budget)
+    verdict, verdict_text = explain.verdict(rates)
     scaling_rows = _scaling_rows(result, sorted(set(scaling)))
     return {
         "kind": "dsbench-extrapolation", "schema_version": 1,
         "model_note": "a model, not a measurement: every figure follows from the inputs listed",
         "inputs": explain.inputs(cost, cluster, dict(sources or {})),
         "loader": cost.to_json(), "cluster": cluster.to_json(),
-        "storage": cluster.storage.to_json(), "node": budget.to_json(),
-        "supply_samples_per_s_per_node": budget.supply,
-        "demand_samples_per_s_per_node": budget.demand,
-        "supply_over_demand": budget.ratio, "verdict": verdict, "verdict_text": verdict_text,
+        "storage": cluster.storage.to_json(), "node": rates.to_json(),
+        "supply_samples_per_s_per_node": rates.supply,
+        "demand_samples_per_s_per_node": rates.demand,
+        "supply_over_demand": rates.ratio, "verdict": verdict, "verdict_text": verdict_text,
         "ranks": cluster.ranks, "steps": steps, "warmup_steps": result.warmup,
         "step_time_s": result.stats(cluster.ranks),
         "gpu_util": float(result.gpu_util[main]),
@@ -272,7 +130,7 @@ def extrapolate(source: Mapping[str, Any] | LoaderCost, cluster: ClusterSpec,
         / result.stats(cluster.ranks)["mean"],
         "timeline": {"ranks": result.timeline_ranks, "bucket_s": result.timeline_bucket_s,
                      "gpu_util": [round(float(u), 4) for u in result.timeline],
-                     "note": explain.timeline_note(budget, cluster, result)},
+                     "note": explain.timeline_note(rates, cluster, result)},
         "what_if": _what_if(cost, cluster, steps, what_if_seed, ceiling_util),
         "scaling": scaling_rows,
         "scaling_reference_p99_s": result.stats(1)["p99"],
@@ -335,7 +193,7 @@ def _what_if(cost: LoaderCost, cluster: ClusterSpec, steps: int, seed: int,
         return None
 
     w = next((w for w in range(1, max_workers + 1)
-              if node_budget(cost, cluster.replace(workers_per_gpu=w)).supply >= need), None)
+              if node_rates(cost, cluster.replace(workers_per_gpu=w)).supply >= need), None)
     found = try_workers(w) if w is not None else None
     if found:
         out["workers_per_gpu"] = {"workers_per_gpu": found[0].workers_per_gpu,
@@ -347,7 +205,7 @@ def _what_if(cost: LoaderCost, cluster: ClusterSpec, steps: int, seed: int,
         return cluster.replace(cores_per_node=c, workers_per_gpu=min(w, max_workers))
 
     lowest = math.floor(cluster.gpus_per_node * cluster.trainer_cores_per_gpu) + 1
-    c = next((c for c in range(lowest, 16_385) if node_budget(cost, with_cores(c)).supply >= need),
+    c = next((c for c in range(lowest, 16_385) if node_rates(cost, with_cores(c)).supply >= need),
              None)
     for _ in range(_REFINE_TRIES if c is not None else 0):
         spec = with_cores(c)

@@ -24,25 +24,28 @@ calls `run_bench` must do so under `if __name__ == "__main__":`.
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import resource
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import psutil
 
-from dsbench import machine, results, stats, worker
+from dsbench import stats
+from dsbench.adapters.survey import summarize
 from dsbench.errors import DsbenchError
-from dsbench.loaders import ShmSource, TorchSource
-from dsbench.pipeline import DECODERS, STAGES, Pipeline, TrainTransform, Transform
-from dsbench.worker import BatchReport, Opener
+from dsbench.loader import worker
+from dsbench.loader.options import BenchOptions
+from dsbench.loader.sources import ShmSource
+from dsbench.loader.torch_source import TorchSource
+from dsbench.loader.worker import BatchReport, Opener
+from dsbench.results import document as results
+from dsbench.results import machine
+from dsbench.results.document import STAGES
 
-BACKENDS = ("dsbench", "torch")
 # PSS is read from /proc/<pid>/smaps_rollup, which costs about a millisecond per process: sample
 # it at the window's edges and at most this often inside it (its CPU is not charged to the run).
 PSS_INTERVAL_S = 2.0
@@ -50,65 +53,6 @@ SKIPPED_KEPT = 20
 MIN_WINDOW_BATCHES = 3  # per worker; fewer and the window is mostly edge effects
 
 Progress = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class BenchOptions:
-    """How to run the benchmark; validated here, so bad options fail before any process starts."""
-
-    workers: tuple[int, ...] = (1,)
-    batch_size: int = 64
-    seconds: float = 10.0
-    rounds: int = 3
-    warmup_batches: int = 2  # per worker
-    step_time_s: float = 0.0
-    cold: bool = False
-    decoder: str = "pillow"
-    normalize: bool = False
-    on_error: str = "raise"
-    backend: str = "dsbench"
-    prefetch: int = 2
-    seed: int = 0
-    batches: int | None = None  # measure exactly this many batches per round instead of seconds
-    transform: Transform | None = None  # replaces the training transform (e.g. a known cost)
-    opener: Opener | None = None  # opens the export in each worker (default: adapters)
-    stall_s: float = 120.0  # a worker silent this long fails the run
-
-    def __post_init__(self) -> None:
-        def bad(option: str, value: object, want: str) -> DsbenchError:
-            return DsbenchError(f"--{option} must be {want}, got {value!r}")
-        if not self.workers or any(isinstance(w, bool) or not isinstance(w, int) or w < 1
-                                   for w in self.workers):
-            raise bad("workers", self.workers, "a list of positive integers")
-        for name, lo in (("batch_size", 1), ("rounds", 1), ("warmup_batches", 1),
-                         ("prefetch", 1)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-                raise bad(name.replace("_", "-"), value, f"an integer >= {lo}")
-        if not (math.isfinite(self.seconds) and self.seconds > 0):
-            raise bad("seconds", self.seconds, "a positive number")
-        if not (math.isfinite(self.step_time_s) and self.step_time_s >= 0):
-            raise bad("step-time", self.step_time_s, "a non-negative number")
-        if self.batches is not None and self.batches < 1:
-            raise bad("batches", self.batches, "a positive integer")
-        if self.backend not in BACKENDS:
-            raise bad("backend", self.backend, " or ".join(BACKENDS))
-        if self.decoder not in DECODERS:
-            raise bad("decoder", self.decoder, " or ".join(DECODERS))
-        self.pipeline()  # checks the error policy and that the decoder is installed
-
-    def pipeline(self) -> Pipeline:
-        transform = self.transform or TrainTransform(normalize=self.normalize)
-        return Pipeline(decoder=self.decoder, transform=transform, on_error=self.on_error)
-
-    def config(self, path: str | Path) -> dict[str, Any]:
-        return {"path": str(path), "workers": list(self.workers), "batch_size": self.batch_size,
-                "seconds": self.seconds, "rounds": self.rounds,
-                "warmup_batches": self.warmup_batches, "step_time_s": self.step_time_s,
-                "cold": self.cold, "decoder": self.decoder, "normalize": self.normalize,
-                "on_error": self.on_error, "backend": self.backend, "prefetch": self.prefetch,
-                "seed": self.seed, "batches": self.batches,
-                "transform": type(self.pipeline().transform).__name__}
 
 
 def evict(path: Path) -> int:
@@ -304,10 +248,6 @@ def export_summary(path: Path, opener: Opener | None) -> tuple[dict[str, Any], i
     export = worker.open_export(str(path), opener)
     units = len(export.units())
     survey = export.survey()
-    try:
-        from dsbench.summary import summarize
-    except ImportError:
-        return survey, units
     return summarize(survey, path), units
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from dsbench import fmt
-from dsbench.compare import format_value
+from dsbench.analysis.compare import format_value
 
 MARKS = {"worse": "+", "better": "-", "same": " "}
 
@@ -79,3 +79,16 @@ def render(comparison: dict[str, Any], markdown: bool = False) -> str:
                    "a model, not a measurement)")
         out.append(fmt.table(CLUSTER_HEADERS, cluster_rows(cluster), markdown=markdown))
     return "\n".join(out)
+
+
+def render_gate(gate: dict[str, Any], markdown: bool = False) -> str:
+    icon = {"pass": "pass", "warn": "WARN", "fail": "FAIL"}
+    rows = [[icon[c["status"]], c["label"], format_value(c["metric"], c["base"]),
+             format_value(c["metric"], c["cand"]), fmt.ratio(c["ratio"])
+             if c["ratio"] != float("inf") else "inf", c["limit"],
+             "hard" if c["hard"] else "soft"] for c in gate["checks"]]
+    verdict = "PASSED" if gate["passed"] else "FAILED"
+    head = f"dsbench gate {verdict} ({gate['workers']} loader workers)"
+    table = fmt.table(["", "check", "base", "candidate", "ratio", "limit", "kind"], rows,
+                      markdown=markdown)
+    return (f"### {head}\n\n{table}" if markdown else f"{head}\n{table}")

@@ -21,7 +21,7 @@ import io
 import numpy as np
 from PIL import Image
 
-from dsbench.spec import ImageSpec
+from dsbench.export.spec import ImageSpec
 
 ALPHA = 1.1
 CHROMA_ALPHA = 1.6

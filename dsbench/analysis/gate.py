@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from dsbench import fmt
-from dsbench.compare import format_value
 from dsbench.errors import DsbenchError
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
@@ -112,16 +111,3 @@ def evaluate(comparison: dict[str, Any], t: Thresholds, workers: int | None = No
     return {"kind": "dsbench-gate", "workers": w, "thresholds": dataclasses.asdict(t),
             "checks": checks, "passed": not failed,
             "exit_code": 1 if failed else 0}
-
-
-def render(gate: dict[str, Any], markdown: bool = False) -> str:
-    icon = {PASS: "pass", WARN: "WARN", FAIL: "FAIL"}
-    rows = [[icon[c["status"]], c["label"], format_value(c["metric"], c["base"]),
-             format_value(c["metric"], c["cand"]), fmt.ratio(c["ratio"])
-             if c["ratio"] != float("inf") else "inf", c["limit"],
-             "hard" if c["hard"] else "soft"] for c in gate["checks"]]
-    verdict = "PASSED" if gate["passed"] else "FAILED"
-    head = f"dsbench gate {verdict} ({gate['workers']} loader workers)"
-    table = fmt.table(["", "check", "base", "candidate", "ratio", "limit", "kind"], rows,
-                      markdown=markdown)
-    return (f"### {head}\n\n{table}" if markdown else f"{head}\n{table}")

@@ -35,8 +35,8 @@ from PIL import Image
 from dsbench.adapters import base
 from dsbench.adapters.base import RawSample
 from dsbench.errors import DsbenchError, SampleError
+from dsbench.results.document import STAGES
 
-STAGES = ("read", "decode", "fields", "transform", "collate")
 DECODERS = ("pillow", "simplejpeg")
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)

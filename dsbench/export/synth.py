@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from dsbench.images import make_image
-from dsbench.spec import ExportSpec, FieldSpec
+from dsbench.export.images import make_image
+from dsbench.export.spec import ExportSpec, FieldSpec
 
 # A fixed pseudo-vocabulary for captions, built from syllables so that it needs no word list.
 _SYLLABLES = ["ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "ba", "de", "fu", "go", "hi", "ja",

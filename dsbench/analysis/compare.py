@@ -12,14 +12,18 @@ counts, repeatable to the byte, so any difference beyond rounding is real.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from dsbench import fmt
-from dsbench.pipeline import STAGES
+from dsbench.loader.options import BenchOptions
+from dsbench.loader.runner import Progress, run_benches
+from dsbench.model.cluster import extrapolate
+from dsbench.model.node import ClusterSpec
+from dsbench.results.document import STAGES, read_result, write_result
 
 # Machine and config keys that must be equal for two results to be compared as ratios.
 MACHINE_MUST_MATCH = ("cpu_model", "usable_cores")
@@ -168,12 +172,9 @@ def is_result_file(path: str) -> bool:
     return path.endswith(".json")
 
 
-def load_or_measure(paths: Sequence[str], opts: Any, progress: Any = None
+def load_or_measure(paths: Sequence[str], opts: BenchOptions, progress: Progress | None = None
                     ) -> list[dict[str, Any]]:
     """Each side's result: read from its file, or measured, all exports in one interleaved run."""
-    from dsbench.results import read_result
-    from dsbench.runner import run_benches
-
     docs: dict[int, dict[str, Any]] = {i: read_result(p) for i, p in enumerate(paths)
                                        if is_result_file(p)}
     to_measure = [i for i in range(len(paths)) if i not in docs]
@@ -183,14 +184,30 @@ def load_or_measure(paths: Sequence[str], opts: Any, progress: Any = None
     return [docs[i] for i in range(len(paths))]
 
 
-def cluster_predictions(base: dict[str, Any], cand: dict[str, Any], cluster: Any,
+def cluster_predictions(base: dict[str, Any], cand: dict[str, Any], cluster: ClusterSpec,
                         seed: int = 0, steps: int = 5000) -> dict[str, dict[str, Any]]:
     """Extrapolate both sides to the same ClusterSpec with the same seed: only the loader differs.
 
     The scaling table is cut to 64 and 128 ranks, the two job sizes of the incident.
     """
-    from dsbench.cluster import extrapolate
-
     return {side: extrapolate(doc, cluster, np.random.default_rng(seed), steps=steps,
                               scaling=(64, 128))
             for side, doc in (("base", base), ("cand", cand))}
+
+
+def compare_sides(paths: Sequence[str], opts: BenchOptions, *,
+                  save: Sequence[str] | None = None, progress: Progress | None = None,
+                  cluster: Callable[[int], ClusterSpec] | None = None) -> dict[str, Any]:
+    """Load or measure both sides (saving their results when asked) and compare them; when
+    `cluster` is given and they are comparable, predict both on the cluster it builds from
+    the measured batch size."""
+    base, cand = load_or_measure(paths, opts, progress)
+    for path, doc in zip(save or (), (base, cand), strict=False):
+        write_result(path, doc)
+        if progress:
+            progress(f"wrote {path}")
+    comparison = compare(base, cand)
+    if cluster is not None and comparison["comparable"]:
+        spec = cluster(base["runs"][0]["batch_size"])
+        comparison["cluster"] = cluster_predictions(base, cand, spec)
+    return comparison

@@ -17,8 +17,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from dsbench import fmt, plots, results, tables, verdict
+from dsbench import fmt
 from dsbench.errors import DsbenchError
+from dsbench.report import comparison as tables
+from dsbench.report import plots, verdict
+from dsbench.results import document as results
 
 NO_MATPLOTLIB = "matplotlib is not installed (pip install 'dsbench[plot]')"
 

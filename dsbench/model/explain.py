@@ -13,27 +13,27 @@ import numpy as np
 from dsbench import fmt
 
 if TYPE_CHECKING:
-    from dsbench.cluster import ClusterSpec, NodeBudget
-    from dsbench.loadcost import LoaderCost
-    from dsbench.simulate import SimResult
+    from dsbench.model.costs import LoaderCost
+    from dsbench.model.node import ClusterSpec, NodeRates
+    from dsbench.model.simulate import SimResult
 
 BALANCED = (0.97, 1.10)  # supply / demand inside this band: neither side has real slack
 
 
-def verdict(budget: NodeBudget) -> tuple[str, str]:
+def verdict(rates: NodeRates) -> tuple[str, str]:
     """('input-bound' | 'compute-bound' | 'balanced', a sentence saying by how much)."""
-    r = budget.ratio
+    r = rates.ratio
     if r < BALANCED[0]:
         return "input-bound", (
             f"input-bound: the loaders supply {fmt.ratio(r)} of the samples/s the GPUs consume "
-            f"({fmt.ratio(1 / r)} short); limit: {budget.limit}")
+            f"({fmt.ratio(1 / r)} short); limit: {rates.limit}")
     if r > BALANCED[1]:
         return "compute-bound", (
             f"compute-bound: the loaders could supply {fmt.ratio(r)} the samples/s the GPUs "
             f"consume ({fmt.percent(r - 1)} headroom)")
     return "balanced", (
         f"balanced: supply is {fmt.ratio(r)} of demand, so any hiccup in the loader becomes a "
-        f"wait; limit: {budget.limit}")
+        f"wait; limit: {rates.limit}")
 
 
 def _row(name: str, value: Any, text: str, source: str, note: str = "") -> dict[str, Any]:
@@ -87,16 +87,16 @@ def inputs(cost: LoaderCost, cluster: ClusterSpec,
     return rows
 
 
-def timeline_note(budget: NodeBudget, cluster: ClusterSpec, result: SimResult) -> str:
+def timeline_note(rates: NodeRates, cluster: ClusterSpec, result: SimResult) -> str:
     """Why the GPU timeline looks the way it does, from the per-batch time and the bursts."""
     tl = result.timeline
-    batch_s = budget.per_sample_s * cluster.batch_size
+    batch_s = rates.per_sample_s * cluster.batch_size
     w = cluster.workers_per_gpu
     if tl.size == 0:
         return "no timeline"
     high, low = float(np.mean(tl >= 0.9)), float(np.mean(tl <= 0.1))
     shares = (f"{fmt.percent(high)} of seconds at >= 90% busy, {fmt.percent(low)} at <= 10%")
-    if budget.ratio >= BALANCED[0]:
+    if rates.ratio >= BALANCED[0]:
         return (f"{shares}. The loaders keep ahead: the prefetch queues ({w} workers x "
                 f"{cluster.prefetch} batches per GPU) stay full and the GPUs seldom wait.")
     if batch_s >= 2 * result.timeline_bucket_s:

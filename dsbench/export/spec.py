@@ -21,6 +21,9 @@ FIELD_TYPES = ("int", "string", "embedding", "boxes")
 EMBEDDING_ENCODINGS = ("binary", "json", "list")
 FIELDS_AS = ("json", "members")
 
+# The definitions that ship with dsbench (the repository's formats/ links here).
+FORMATS_DIR = Path(__file__).parent / "formats"
+
 # Member extension of the image per codec, as WebDataset and per-sample layouts name them.
 IMAGE_EXT = {"jpeg": "jpg", "png": "png", "raw": "npy"}
 

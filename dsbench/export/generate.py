@@ -18,13 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dsbench import adapters
+from dsbench import atomic
+from dsbench.adapters.base import MANIFEST
 from dsbench.errors import DsbenchError
+from dsbench.export.spec import ExportSpec
+from dsbench.export.synth import make_samples
+from dsbench.export.write import WRITERS
 from dsbench.fmt import Progress
-from dsbench.spec import ExportSpec
-from dsbench.synth import make_samples
-
-MANIFEST = "_dsbench.json"
 
 
 @dataclass(frozen=True)
@@ -74,15 +74,14 @@ def _check_target(out_dir: Path, want: dict[str, Any]) -> None:
                            "write into it", path=out_dir)
 
 
-def _write_json_atomically(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+def _write_manifest(out_dir: Path, data: dict[str, Any]) -> None:
+    atomic.write_text(out_dir / MANIFEST, json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
 def _remove_temporaries(out_dir: Path) -> None:
-    for tmp in out_dir.rglob(".*.tmp*"):
-        if tmp.is_file():
+    """What a killed writer left: its temporaries (a finished write leaves none)."""
+    for tmp in out_dir.rglob(".*"):
+        if tmp.is_file() and atomic.is_tmp(tmp):
             tmp.unlink(missing_ok=True)
 
 
@@ -93,7 +92,7 @@ def _ignore_sigint() -> None:
 
 def _write_unit(job: tuple[ExportSpec, Path, int, int, int, int]) -> int:
     spec, out_dir, seed, unit, start, stop = job
-    adapters.get(spec.layout).write_unit(spec, out_dir, unit, make_samples(spec, seed, start, stop))
+    WRITERS[spec.layout].write_unit(spec, out_dir, unit, make_samples(spec, seed, start, stop))
     return stop - start
 
 
@@ -106,17 +105,17 @@ def generate(spec: ExportSpec, out_dir: str | Path, samples: int | None = None, 
         raise DsbenchError(f"--samples must be at least 1, got {n}")
     if seed < 0:
         raise DsbenchError(f"--seed must be non-negative, got {seed}")
-    adapter = adapters.get(spec.layout)
+    writer = WRITERS[spec.layout]
     manifest = _manifest(spec, n, seed, complete=False)
     _check_target(out, manifest)
     out.mkdir(parents=True, exist_ok=True)
     _remove_temporaries(out)
     if not (out / MANIFEST).exists():
-        _write_json_atomically(out / MANIFEST, manifest)
+        _write_manifest(out, manifest)
 
     ranges = unit_ranges(spec, n)
     todo = [(spec, out, seed, u, a, b) for u, a, b in ranges
-            if not all(p.exists() for p in adapter.unit_paths(spec, out, u))]
+            if not all(p.exists() for p in writer.unit_paths(spec, out, u))]
     workers = max(1, min(jobs or len(os.sched_getaffinity(0)), len(todo)))
     bar = Progress(f"generate {spec.name}", sum(j[5] - j[4] for j in todo), "samples")
     t0, cpu0 = time.perf_counter(), _cpu_with_children()
@@ -135,7 +134,7 @@ def generate(spec: ExportSpec, out_dir: str | Path, samples: int | None = None, 
         raise
     pool.join()
     bar.close()
-    _write_json_atomically(out / MANIFEST, _manifest(spec, n, seed, complete=True))
+    _write_manifest(out, _manifest(spec, n, seed, complete=True))
     return GenerateReport(out, n, bar.total, len(todo), len(ranges) - len(todo),
                           time.perf_counter() - t0, _cpu_with_children() - cpu0)
 

@@ -1,0 +1,291 @@
+"""Columns of Arrow IPC and Parquet exports: schema unification, the image column, rows.
+
+dsbench's own exports (dsbench.export.encode) mark every column with field metadata: KIND
+(the field type, or "image"), ENCODING (one of base.ENC_*: how the loader parses the stored
+value) and, on the image column, CODEC.
+
+Reading is schema-first: the schemas of all shards, from headers and footers only, are unified,
+so a field that a re-export added is read from every shard (None where an old shard lacks it)
+instead of vanishing as it does when the first file's schema is taken for the whole dataset.
+Exports that dsbench did not write are read too: the image column is the one with dsbench
+metadata, else one named image/jpg/jpeg/png/img, else the first binary column whose values start
+with a JPEG or PNG signature (a struct<bytes, path> column, as Hugging Face datasets stores
+images, counts as binary); the key column is `key` or `__key__`, else the row number in the export.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from dsbench.adapters import base
+from dsbench.errors import DsbenchError, SampleError
+
+KIND = b"dsbench.kind"
+ENCODING = b"dsbench.encoding"
+CODEC = b"dsbench.codec"
+IMAGE_NAMES = ("image", "jpg", "jpeg", "png", "img")
+KEY_NAMES = ("key", "__key__")
+_ENCODINGS = {base.ENC_F32, base.ENC_JSON, base.ENC_VALUE, base.ENC_TEXT, base.ENC_NPY}
+_SIGNATURES = ((b"\xff\xd8\xff", "jpeg"), (b"\x89PNG\r\n\x1a\n", "png"), (b"\x93NUMPY", "raw"),
+               (b"P6", "ppm"))
+
+
+class Unreadable(Exception):
+    """A shard that cannot be read; the export turns the message into a DsbenchError."""
+
+
+@dataclass(frozen=True)
+class BadChunk:
+    """A record batch or row group that could not be read: `rows` rows (0 when unknown) lost."""
+
+    rows: int
+    message: str
+
+
+# ---- schemas ------------------------------------------------------------------------------------
+
+def _compatible(a: pa.DataType, b: pa.DataType) -> bool:
+    try:
+        pa.unify_schemas([pa.schema([("c", a)]), pa.schema([("c", b)])],
+                         promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        return False
+    return True
+
+
+def unify(where: Path, schemas: list[tuple[str, pa.Schema]],
+          ) -> tuple[pa.Schema, dict[str, list[str]]]:
+    """One schema for all shards, and for each column the shards that lack it.
+
+    Types that widen safely (int32 and int64, binary and large_binary, null and anything) are
+    promoted; any other disagreement is an error naming the column and both shards.
+    """
+    first: dict[str, tuple[pa.DataType, str]] = {}
+    for shard, schema in schemas:
+        dupes = sorted({n for n in schema.names if schema.names.count(n) > 1})
+        if dupes:
+            raise DsbenchError(f"{shard} has duplicate columns: {', '.join(dupes)}", path=where)
+        for fld in schema:
+            seen_type, seen_in = first.setdefault(fld.name, (fld.type, shard))
+            if seen_type != fld.type and not _compatible(seen_type, fld.type):
+                raise DsbenchError(f"column {fld.name!r} is {seen_type} in {seen_in} but "
+                                   f"{fld.type} in {shard}", path=where)
+    try:
+        unified = pa.unify_schemas([s for _, s in schemas], promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+        raise DsbenchError(f"shard schemas cannot be unified: {exc}", path=where) from None
+    missing = {n: [shard for shard, s in schemas if s.get_field_index(n) < 0]
+               for n in unified.names}
+    return unified, missing
+
+
+def sniff_codec(data: bytes) -> str | None:
+    """The image codec that `data` starts with, or None."""
+    for signature, codec in _SIGNATURES:
+        if data.startswith(signature):
+            return codec
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "webp"
+    return None
+
+
+def _is_binary(t: pa.DataType) -> bool:
+    return pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_binary_view(t)
+
+
+def _image_candidate(fld: pa.Field) -> tuple[str, str | None] | None:
+    """(column, struct child holding the bytes or None) when `fld` could hold encoded images."""
+    if _is_binary(fld.type):
+        return fld.name, None
+    if pa.types.is_struct(fld.type):
+        i = fld.type.get_field_index("bytes")
+        if i >= 0 and _is_binary(fld.type.field(i).type):
+            return fld.name, "bytes"
+    return None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How to turn the unified schema's columns into RawSamples."""
+
+    image: str
+    image_child: str | None  # "bytes" for struct<bytes, path> image columns
+    codec: str | None  # from the column's metadata; otherwise sniffed per image
+    key: str | None
+    fields: tuple[str, ...]
+    encodings: dict[str, str]
+
+
+def _encoding(fld: pa.Field) -> str:
+    stored = (fld.metadata or {}).get(ENCODING, b"").decode(errors="replace")
+    if stored in _ENCODINGS:
+        return stored
+    return base.ENC_BYTES if _is_binary(fld.type) else base.ENC_VALUE
+
+
+def make_plan(schema: pa.Schema, probe: Callable[[list[str]], pa.Table | None],
+              where: Path) -> Plan:
+    """Find the image and key columns; `probe(columns)` returns a few rows of those columns."""
+    candidates = [c for c in map(_image_candidate, schema) if c]
+    found = next((c for c in candidates
+                  if (schema.field(c[0]).metadata or {}).get(KIND) == b"image"), None)
+    found = found or next((c for c in candidates if c[0].lower() in IMAGE_NAMES), None)
+    if found is None and candidates:
+        head = probe([c[0] for c in candidates])
+        for c in candidates:
+            if head is None or c[0] not in head.column_names:
+                continue
+            values = image_column(head.column(c[0]).combine_chunks(), c[1])
+            first = next((values[i] for i in range(head.num_rows) if values[i] is not None),
+                         None)
+            if first is not None and sniff_codec(first) in ("jpeg", "png"):
+                found = c
+                break
+    if found is None:
+        raise DsbenchError(f"no image column: no column has dsbench image metadata, is named "
+                           f"{'/'.join(IMAGE_NAMES)} or holds JPEG/PNG bytes (columns: "
+                           f"{', '.join(schema.names)})", path=where)
+    codec = (schema.field(found[0]).metadata or {}).get(CODEC, b"").decode() or None
+    key = next((n for n in KEY_NAMES if n in schema.names and (
+        pa.types.is_string(t := schema.field(n).type) or pa.types.is_large_string(t)
+        or pa.types.is_integer(t))), None)
+    fields = tuple(n for n in schema.names if n not in (found[0], key))
+    return Plan(found[0], found[1], codec, key, fields,
+                {n: _encoding(schema.field(n)) for n in fields})
+
+
+# ---- rows ---------------------------------------------------------------------------------------
+
+class _Slices:
+    """Values of a binary column, copied out of its data buffer one row at a time.
+
+    Slicing lazily keeps a batch's images out of Python objects until each row is asked for.
+    """
+
+    __slots__ = ("_data", "_off", "_valid")
+
+    def __init__(self, arr: pa.Array) -> None:
+        n = len(arr)
+        _, offsets, data = arr.buffers()[:3]
+        width = np.int64 if pa.types.is_large_binary(arr.type) else np.int32
+        self._off = (np.frombuffer(offsets, width, count=arr.offset + n + 1)[arr.offset:].tolist()
+                     if n else [0])
+        self._data = memoryview(data) if data is not None else memoryview(b"")
+        self._valid = arr.is_valid().to_pylist() if arr.null_count else None
+
+    def __len__(self) -> int:
+        return len(self._off) - 1
+
+    def __getitem__(self, i: int) -> bytes | None:
+        if self._valid is not None and not self._valid[i]:
+            return None
+        return bytes(self._data[self._off[i]:self._off[i + 1]])
+
+
+class _Rows:
+    """Per-row values from a NumPy array (or per-row slices of one), None where the row is null."""
+
+    __slots__ = ("_off", "_valid", "_values")
+
+    def __init__(self, values: np.ndarray, arr: pa.Array, offsets: list[int] | None) -> None:
+        self._values, self._off = values, offsets
+        self._valid = arr.is_valid().to_pylist() if arr.null_count else None
+
+    def __getitem__(self, i: int) -> np.ndarray | None:
+        if self._valid is not None and not self._valid[i]:
+            return None
+        if self._off is None:
+            return self._values[i]
+        return self._values[self._off[i]:self._off[i + 1]]
+
+
+def _numeric(t: pa.DataType) -> bool:
+    return pa.types.is_floating(t) or pa.types.is_integer(t)
+
+
+def column_values(arr: pa.Array) -> Sequence[Any] | _Rows | _Slices:
+    """Row-indexable values of one column: bytes, NumPy views for numeric lists, else Python."""
+    t = arr.type
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return _Slices(arr)
+    if pa.types.is_fixed_size_list(t) and _numeric(t.value_type):
+        d = t.list_size
+        child = arr.values.slice(arr.offset * d, len(arr) * d)
+        if child.null_count == 0:
+            # Zero-copy for a memory-mapped batch: each row is a view, not per-float objects.
+            return _Rows(child.to_numpy(zero_copy_only=False).reshape(len(arr), d), arr, None)
+    if ((pa.types.is_list(t) or pa.types.is_large_list(t)) and _numeric(t.value_type)
+            and arr.values.null_count == 0):
+        return _Rows(arr.values.to_numpy(zero_copy_only=False), arr,
+                     arr.offsets.to_numpy().tolist())
+    return arr.to_pylist()
+
+
+def image_column(arr: pa.Array, child: str | None) -> Sequence[Any] | _Slices:
+    if child is not None:
+        arr = arr.flatten()[arr.type.get_field_index(child)]
+    return column_values(arr)
+
+
+def _conformed(batch: pa.RecordBatch, name: str, want: pa.DataType) -> pa.Array | None:
+    i = batch.schema.get_field_index(name)
+    if i < 0:
+        return None
+    arr = batch.column(i)
+    return arr if arr.type == want else arr.cast(want)
+
+
+def batch_rows(batch: pa.RecordBatch, schema: pa.Schema, plan: Plan, source: str,
+               first_row: int, encodings: dict[str, str]) -> Iterator[base.RawSample | SampleError]:
+    """The rows of one batch read against the unified `schema`: a RawSample, or the SampleError
+    of a bad row. Columns are converted (and cast to the unified types) before the first row, so
+    an unconvertible batch raises here, not midway."""
+    image = _conformed(batch, plan.image, schema.field(plan.image).type)
+    if image is None:
+        raise DsbenchError(f"no image column {plan.image!r}", path=source)
+    images = image_column(image, plan.image_child)
+    key_arr = _conformed(batch, plan.key, schema.field(plan.key).type) if plan.key else None
+    keys = key_arr.to_pylist() if key_arr is not None else None
+    values = {}
+    for n in plan.fields:
+        arr = _conformed(batch, n, schema.field(n).type)
+        values[n] = column_values(arr) if arr is not None else None
+    return _rows(batch.num_rows, images, keys, values, plan, source, first_row, encodings)
+
+
+def _rows(n: int, images: Any, keys: list[Any] | None, values: dict[str, Any], plan: Plan,
+          source: str, first_row: int, encodings: dict[str, str],
+          ) -> Iterator[base.RawSample | SampleError]:
+    # A null in a column the loader would parse (JSON, float32 bytes) is a value: None.
+    parsed = [name for name, e in encodings.items() if e != base.ENC_VALUE]
+    for i in range(n):
+        k = keys[i] if keys is not None else None
+        key = str(first_row + i) if k is None else str(k)
+        data = images[i]
+        if data is None:
+            yield SampleError(f"image column {plan.image!r} is null", path=source, key=key)
+            continue
+        codec = plan.codec or sniff_codec(data)
+        if codec is None:
+            yield SampleError(f"image column {plan.image!r} holds bytes that are not JPEG, PNG, "
+                              f"WebP, PPM or .npy (they start {data[:8]!r})", path=source, key=key)
+            continue
+        fields = {name: (v[i] if v is not None else None) for name, v in values.items()}
+        nulls = [name for name in parsed if fields[name] is None]
+        yield base.RawSample(key, source, data, codec, fields,
+                             {**encodings, **dict.fromkeys(nulls, base.ENC_VALUE)} if nulls
+                             else encodings)
+
+
+# ---- survey helpers -----------------------------------------------------------------------------
+
+def binary_lengths(arr: pa.Array) -> np.ndarray:
+    """Byte length of each value of a binary column, read from its offsets alone (0 if null)."""
+    return pc.binary_length(arr).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)

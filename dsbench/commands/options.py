@@ -1,0 +1,193 @@
+"""Options more than one command takes, defined once: the measuring window, the two sides of a
+comparison, the predicted cluster, and machine output (`--json OUT`).
+
+Machine output: every command that makes a document takes `--json OUT` and writes it there
+whole (`-` writes it to standard output instead of the report for people). The bare `--json`
+of earlier versions still prints to standard output, with a deprecation note on standard error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from dsbench import atomic, fmt
+from dsbench.errors import DsbenchError
+from dsbench.loader.options import BenchOptions
+from dsbench.loader.pipeline import DECODERS
+from dsbench.model.costs import DIST_SYNTAX, Distribution
+from dsbench.model.node import ClusterSpec
+from dsbench.model.profiles import PROFILES, parse_storage
+
+STDOUT = "-"
+_BARE = "\0bare"  # what a bare --json stands for: standard output, deprecated spelling
+
+
+# --- machine output -----------------------------------------------------------------------------
+
+def add_json_argument(p: argparse.ArgumentParser | argparse._ArgumentGroup, what: str) -> None:
+    p.add_argument("--json", nargs="?", const=_BARE, default=None, metavar="OUT",
+                   help=f"write {what} to OUT as JSON ('-': to standard output, instead of the "
+                        "report)")
+
+
+def json_target(args: argparse.Namespace) -> str | None:
+    """Where --json goes: None (not asked), STDOUT, or a file path."""
+    target: str | None = getattr(args, "json", None)
+    if target == _BARE:
+        fmt.progress(f"dsbench {args.command}: note: a bare --json is deprecated; write "
+                     "--json - for standard output or --json FILE")
+        return STDOUT
+    return target
+
+
+def emit(args: argparse.Namespace, doc: Any, report: Callable[[], str],
+         write: Callable[[Path, Any], object] | None = None) -> None:
+    """The document to --json's target and, unless that is standard output, the report."""
+    target = json_target(args)
+    if target == STDOUT:
+        print(json.dumps(doc))
+        return
+    if target is not None:
+        path = Path(target)
+        if write is not None:
+            write(path, doc)
+        else:
+            try:
+                atomic.write_text(path, json.dumps(doc, indent=1) + "\n")
+            except OSError as exc:
+                raise DsbenchError(f"cannot write: {exc.strerror or exc}", path=path) from None
+    print(report())
+    if target is not None:
+        fmt.progress(f"wrote {target}")
+
+
+# --- the measuring window -----------------------------------------------------------------------
+
+def parse_workers(text: str, option: str = "--workers") -> tuple[int, ...]:
+    try:
+        counts = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        counts = ()
+    if not counts or any(c < 1 for c in counts):
+        raise DsbenchError(f"{option} expects positive integers separated by commas, like "
+                           f"1,2,4; got {text!r}")
+    return counts
+
+
+def add_window_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup,
+                         d: BenchOptions | None = None) -> None:
+    """What to measure and for how long: shared by `bench`, `compare`, `gate` and `demo`."""
+    d = d or BenchOptions()
+    p.add_argument("--workers", default=",".join(map(str, d.workers)),
+                   help=f"worker counts to run, comma-separated, e.g. 1,2,4 (default "
+                        f"{','.join(map(str, d.workers))})")
+    p.add_argument("--batch-size", type=int, default=d.batch_size,
+                   help=f"samples per batch (default {d.batch_size})")
+    p.add_argument("--seconds", type=float, default=d.seconds,
+                   help=f"length of each measured window in s (default {d.seconds:g})")
+    p.add_argument("--rounds", type=int, default=d.rounds,
+                   help=f"rounds per worker count, each with fresh workers (default {d.rounds})")
+    p.add_argument("--cold", action="store_true",
+                   help="evict the export's files from the page cache before each round")
+    p.add_argument("--decoder", choices=DECODERS, default=d.decoder,
+                   help="JPEG decoder (simplejpeg: pip install 'dsbench[fast]')")
+
+
+def window_options(args: argparse.Namespace, **more: Any) -> BenchOptions:
+    return BenchOptions(workers=parse_workers(args.workers), batch_size=args.batch_size,
+                        seconds=args.seconds, rounds=args.rounds, decoder=args.decoder,
+                        cold=args.cold, **more)
+
+
+# --- the two sides of compare and gate ------------------------------------------------------------
+
+def add_side_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("base", help="the current export: a result .json or an export path")
+    p.add_argument("cand", help="the candidate export: a result .json or an export path")
+    m = p.add_argument_group("measuring export paths (both in one run, rounds interleaved)")
+    add_window_arguments(m)
+    m.add_argument("--save", nargs=2, metavar=("BASE_JSON", "CAND_JSON"),
+                   help="write both sides' result documents")
+
+
+# --- the predicted cluster ------------------------------------------------------------------------
+
+# ClusterSpec's field -> (option, help); ClusterSpec names its fields in errors.
+_CLUSTER_OPTIONS: dict[str, tuple[str, str]] = {
+    "nodes": ("--nodes", "nodes"),
+    "gpus_per_node": ("--gpus-per-node", "GPUs per node"),
+    "cores_per_node": ("--cores-per-node", "CPU cores per node"),
+    "trainer_cores_per_gpu": ("--trainer-cores-per-gpu",
+                              "cores each training process itself keeps busy"),
+    "workers_per_gpu": ("--workers-per-gpu", "DataLoader workers per GPU"),
+    "prefetch": ("--prefetch", "batches in flight per worker"),
+    "batch_size": ("--gpu-batch", "samples per GPU per step"),
+    "compute": ("--compute", f"GPU seconds per step: {DIST_SYNTAX}"),
+    "allreduce_s": ("--allreduce", "all-reduce seconds after the slowest rank"),
+    "stall_prob": ("--stall-prob", "chance that a rank stalls in a step"),
+    "stall_s": ("--stall-time", "seconds of such a stall"),
+    "storage": ("--storage", f"{', '.join(PROFILES)} or custom:LATENCY_S,BYTES_PER_S"),
+}
+_TYPES: dict[str, Callable[[str], Any]] = {"trainer_cores_per_gpu": float, "allreduce_s": float,
+                                           "stall_prob": float, "stall_s": float,
+                                           "compute": str, "storage": str}
+
+
+def _default_text(name: str, d: ClusterSpec, measured_batch: bool) -> str:
+    if name == "batch_size" and measured_batch:
+        return "the measured batch"
+    value = getattr(d, name)
+    if name == "compute":
+        return d.compute.describe()
+    if name == "storage":
+        return d.storage.name
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def add_cluster_arguments(p: argparse.ArgumentParser, d: ClusterSpec, title: str, *,
+                          measured_batch: bool = True,
+                          batch_aliases: tuple[str, ...] = ()) -> None:
+    """The cluster's options, each defaulting to `d`'s value (unset options stay None, so a
+    caller can tell an assumption from a stated figure)."""
+    g = p.add_argument_group(title)
+    for name, (flag, text) in _CLUSTER_OPTIONS.items():
+        flags = (flag, *batch_aliases) if name == "batch_size" else (flag,)
+        g.add_argument(*flags, dest=f"cluster_{name}", type=_TYPES.get(name, int), default=None,
+                       help=f"{text} (default {_default_text(name, d, measured_batch)})")
+
+
+def cluster_from_args(args: argparse.Namespace, d: ClusterSpec, measured_batch: int | None = None
+                      ) -> tuple[ClusterSpec, dict[str, str]]:
+    """The cluster the options describe, and where each field came from: 'stated' (given),
+    'measured' (the batch a result was measured at) or 'default' (d's assumption)."""
+    given = {name: getattr(args, f"cluster_{name}") for name in _CLUSTER_OPTIONS}
+    sources = {name: ("stated" if v is not None else "default") for name, v in given.items()}
+    values = {name: v for name, v in given.items() if v is not None}
+    if "batch_size" not in values and measured_batch is not None:
+        values["batch_size"], sources["batch_size"] = measured_batch, "measured"
+    if "compute" in values:
+        try:
+            values["compute"] = Distribution.parse(values["compute"])
+        except DsbenchError as exc:
+            raise DsbenchError(f"--compute {exc}") from None
+    if "storage" in values:
+        values["storage"] = parse_storage(values["storage"])
+    return build_cluster(d, **values), sources
+
+
+def build_cluster(d: ClusterSpec, **fields: Any) -> ClusterSpec:
+    """`d` with `fields` replaced; an error names the option, not ClusterSpec's field."""
+    try:
+        return d.replace(**fields)
+    except DsbenchError as exc:
+        text = str(exc)
+        for name, (flag, _) in _CLUSTER_OPTIONS.items():
+            spelled = name.replace("_", "-")
+            if text.startswith(spelled + " "):
+                text = flag + text[len(spelled):]
+                break
+        raise DsbenchError(text) from None

@@ -1,0 +1,162 @@
+"""The same work through torch.utils.data.DataLoader: `--backend torch`, the cross-check.
+
+Its workers iterate `TorchSamples`, an `IterableDataset` over `Export.read` with worker info,
+created on first use so that importing this module never imports torch, and `torch_collate`
+stacks each batch the way torch does (into shared memory) and attaches the same report that
+dsbench's own workers send.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dsbench.adapters import base
+from dsbench.errors import DsbenchError
+from dsbench.loader.pipeline import BatchBuilder, Pipeline, collate_fields
+from dsbench.loader.worker import (
+    ERRORS_KEPT,
+    BatchReport,
+    Opener,
+    cpu_now,
+    endless,
+    error_record,
+    open_export,
+    read_chars,
+)
+from dsbench.results.document import STAGES
+
+_torch_last_cpu = 0.0
+_torch_setup_opens = 0
+
+
+def torch_collate(items: list[tuple[Any, ...]]) -> dict[str, Any]:
+    """DataLoader collate_fn: images stacked by torch (into shared memory, as torch does it)."""
+    import torch
+    from torch.utils.data import default_collate
+
+    global _torch_last_cpu
+    c0 = time.process_time()
+    with warnings.catch_warnings():
+        # Pillow's pixels are read-only arrays; torch warns about wrapping them, but they are
+        # only read here (stacked into a new shared-memory tensor), never written.
+        warnings.simplefilter("ignore", UserWarning)
+        images = default_collate([torch.from_numpy(np.ascontiguousarray(it[2]))
+                                  for it in items])
+    fields = collate_fields([it[3] for it in items])
+    for name, value in fields.items():
+        if isinstance(value, np.ndarray):
+            fields[name] = torch.from_numpy(value)
+    c1 = time.process_time()
+    stages = [sum(it[4][i] for it in items) for i in range(len(STAGES))]
+    stages[STAGES.index("collate")] += c1 - c0
+    last = items[-1]
+    errors = [e for it in items for e in it[6]]
+    opens, mapped = base.io_counters()
+    report = BatchReport(last[0], -1, -1, [it[1] for it in items], stages,
+                         c1 - _torch_last_cpu, cpu_now(), read_chars(),
+                         opens - _torch_setup_opens, mapped, last[5],
+                         errors, None)
+    _torch_last_cpu = c1
+    return {"images": images, "fields": fields, "report": report}
+
+
+def _make_torch_samples() -> type:
+    from torch.utils.data import IterableDataset, get_worker_info
+
+    class TorchSamples(IterableDataset):  # type: ignore[type-arg]
+        """Yields (worker, key, pixels, fields, stage CPU s, skipped so far, new errors)."""
+
+        def __init__(self, path: str, pipeline: Pipeline, seed: int,
+                     opener: Opener | None = None) -> None:
+            self.path, self.pipeline, self.seed, self.opener = path, pipeline, seed, opener
+
+        def __iter__(self) -> Iterator[tuple[Any, ...]]:
+            global _torch_last_cpu, _torch_setup_opens
+            info = get_worker_info()
+            worker, n_workers = (info.id, info.num_workers) if info else (0, 1)
+            export = open_export(self.path, self.opener)
+            _torch_setup_opens = base.io_counters()[0]  # set-up, as in worker.py: not counted
+            builder = BatchBuilder(self.pipeline, lambda skip: endless(export, worker,
+                                                                      n_workers, skip),
+                                   np.random.default_rng([self.seed, worker]))
+            reported = 0
+            _torch_last_cpu = time.process_time()
+            while True:
+                t = [0.0] * len(STAGES)
+                key, pixels, fields = builder.next_sample(t)
+                new = builder.skipped[reported:ERRORS_KEPT]
+                reported += len(new)
+                yield (worker, key, pixels, fields, t, len(builder.skipped),
+                       [error_record(e) for e in new])
+
+    TorchSamples.__module__ = __name__
+    TorchSamples.__qualname__ = "TorchSamples"
+    return TorchSamples
+
+
+def __getattr__(name: str) -> Any:
+    # Created on first use (and found here again by pickle in torch's worker processes).
+    if name == "TorchSamples":
+        cls = _make_torch_samples()
+        globals()[name] = cls
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+class TorchSource:
+    """The same work through torch.utils.data.DataLoader (an IterableDataset, spawn workers)."""
+
+    def __init__(self, path: Path, pipeline: Pipeline, n_workers: int, opts: Any) -> None:
+        try:
+            from torch.utils.data import DataLoader
+        except ImportError:
+            raise DsbenchError("--backend torch needs torch: pip install 'dsbench[torch]'"
+                               ) from None
+        dataset = __getattr__("TorchSamples")(str(path), pipeline, opts.seed, opts.opener)
+        # Same start method as ShmSource, for the same reason; in-order delivery is the default.
+        self.loader = DataLoader(dataset, batch_size=opts.batch_size, num_workers=n_workers,
+                                 prefetch_factor=opts.prefetch, collate_fn=torch_collate,
+                                 multiprocessing_context="spawn", timeout=opts.stall_s)
+        self.it: Any = iter(self.loader)
+
+    def next(self) -> BatchReport:
+        try:
+            batch = next(self.it)
+        except DsbenchError as exc:
+            # torch re-raises a worker's exception with its whole traceback as the message.
+            raise DsbenchError(str(exc).strip().splitlines()[-1].split(": ", 1)[-1]) from None
+        except RuntimeError as exc:
+            raise DsbenchError(f"torch DataLoader failed: {str(exc).splitlines()[0]}") from None
+        report = batch["report"]
+        del batch
+        return report
+
+    def release(self, report: BatchReport) -> None:
+        pass  # the batch's tensors were freed when `next` dropped them
+
+    def close(self) -> None:
+        old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            it, self.it = self.it, None
+            if it is None:
+                return
+            try:
+                it._shutdown_workers()
+            except RuntimeError:
+                # torch's SIGCHLD handler reports a worker that died while exiting (seen here:
+                # an abort, "terminate called without an active exception", at interpreter exit
+                # in about one torch worker shutdown in 25). The window was measured by then;
+                # make sure every worker is gone and carry on.
+                for w in getattr(it, "_workers", []):
+                    if w.is_alive():
+                        w.terminate()
+                    w.join(2.0)
+        finally:
+            signal.signal(signal.SIGINT, old)

@@ -1,0 +1,48 @@
+"""`dsbench bench`'s report for people: throughput and cost per worker count, CPU by stage."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dsbench import fmt
+from dsbench.results.document import STAGES
+
+
+def render(doc: dict[str, Any]) -> str:
+    """The result as two tables for people: throughput and cost, then CPU per stage."""
+    runs = doc["runs"]
+    rows = []
+    for r in runs:
+        lo, hi = r["samples_per_s_ci95"]
+        au = r["accelerator_util"]
+        rows.append([
+            str(r["workers"]), fmt.rate(r["samples_per_s"]),
+            f"{fmt.sig(lo)}-{fmt.sig(hi)} samples/s",
+            fmt.seconds(r["cpu_s_per_sample"], "sample"),
+            fmt.nbytes(r["bytes_per_sample"], "sample"),
+            fmt.rate(r["files_per_sample"], "files/sample"),
+            fmt.nbytes(r["peak_pss_bytes"]),
+            fmt.percent(r["scaling_efficiency"]) if r["scaling_efficiency"] is not None else "-",
+            fmt.percent(au) if au is not None else "-",
+        ])
+    main = fmt.table(["workers", "throughput", "95% CI", "CPU", "bytes read", "files opened",
+                      "peak PSS", "scaling", "accel. util"], rows)
+    stage_rows = []
+    for r in runs:
+        # Stages are pooled over all rounds, so "other" is taken against the pooled CPU too
+        # (the headline CPU figure is the median of the rounds).
+        pooled = sum(x["cpu_s"] for x in r["rounds"]) / r["samples"]
+        other = pooled - sum(r["stages"].values())
+        stage_rows.append([str(r["workers"]),
+                           *(fmt.seconds(r["stages"][s], "sample") for s in STAGES),
+                           fmt.seconds(other, "sample")])
+    stages = fmt.table(["workers", *STAGES, "other"], stage_rows)
+    cfg = doc["config"]
+    head = (f"{cfg['path']}: {doc['export'].get('layout', '?')} export, batch "
+            f"{cfg['batch_size']}, {cfg['rounds']} rounds of {fmt.seconds(cfg['seconds'])}, "
+            f"backend {cfg['backend']}, decoder {cfg['decoder']}"
+            + (", cold cache" if cfg["cold"] else ""))
+    skipped = sum(r["skipped_samples"] for r in runs)
+    tail = f"\nskipped {skipped} bad samples (see 'skipped' in --json)" if skipped else ""
+    return (f"{head}\n\n{main}\n\nCPU per sample by stage (other: main process, hand-over, "
+            f"idle wake-ups)\n{stages}{tail}")

@@ -1,0 +1,94 @@
+"""`dsbench extrapolate`'s report for people: inputs and their sources, the node's supply and
+demand, step times, the GPU timeline as a sparkline, what would reach 90%, and the scaling table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dsbench import fmt
+
+_SPARK = " ▁▂▃▄▅▆▇█"
+_SPARK_WIDTH = 100
+
+
+def sparkline(values: list[float]) -> str:
+    """One character per value in [0, 1]: ' ' for idle up to '█' for busy."""
+    top = len(_SPARK) - 1
+    return "".join(_SPARK[min(top, max(0, round(v * top)))] for v in values)
+
+
+def render(doc: dict[str, Any]) -> str:
+    """The human-readable report of an extrapolation document."""
+    node, st = doc["node"], doc["step_time_s"]
+    cl = doc["cluster"]
+    lines = [f"dsbench extrapolate: {doc['model_note']}", "", "Inputs"]
+    rows = [[r["name"], r["text"], r["source"]] for r in doc["inputs"]]
+    lines += ["  " + ln for ln in fmt.table(["input", "value", "source"], rows).splitlines()]
+    notes = [r for r in doc["inputs"] if r["note"] and r["source"] in ("measured", "profile")]
+    lines += [f"  {r['name']}: {r['note']}" for r in notes]
+    per = (f"{cl['gpus_per_node']} GPUs x {cl['batch_size']} samples / "
+           f"({fmt.seconds(cl['compute']['mean_s'])} compute + "
+           f"{fmt.seconds(cl['allreduce_s'])} all-reduce)")
+    lines += ["", "Per node",
+              f"  supply   {fmt.rate(doc['supply_samples_per_s_per_node'])}: "
+              f"{node['workers']} workers on {fmt.sig(node['free_cores'])} free cores, "
+              f"{fmt.seconds(node['per_sample_s'], 'sample')} per worker (CPU "
+              f"{fmt.seconds(node['cpu_s'])} incl. contention {fmt.ratio(node['contention'])} "
+              f"and time-sharing {fmt.ratio(node['oversubscription'])}, file latency "
+              f"{fmt.seconds(node['latency_s'])}, transfer {fmt.seconds(node['transfer_s'])})",
+              f"  demand   {fmt.rate(doc['demand_samples_per_s_per_node'])}: {per}",
+              f"  verdict  {doc['verdict_text']}", ""]
+    lines += [f"Step time ({doc['ranks']} ranks, {doc['steps']} steps simulated, the first "
+              f"{doc['warmup_steps']} not counted)",
+              f"  mean {fmt.seconds(st['mean'])}  p50 {fmt.seconds(st['p50'])}  "
+              f"p99 {fmt.seconds(st['p99'])}  max {fmt.seconds(st['max'])}",
+              f"  GPU utilization {fmt.percent(doc['gpu_util'])} (compute / step time); "
+              f"waiting for data {fmt.percent(doc['data_wait_share'])} of a step; "
+              f"{fmt.rate(doc['samples_per_s_per_node'])} per node", ""]
+    tl = doc["timeline"]
+    shown = tl["gpu_util"][:_SPARK_WIDTH]
+    lines += [f"GPU utilization timeline (mean of {tl['ranks']} GPUs, one character per "
+              f"{fmt.seconds(tl['bucket_s'])}, first {len(shown)} of {len(tl['gpu_util'])}; "
+              "' ' idle .. '█' busy)", f"  |{sparkline(shown)}|", f"  {tl['note']}", ""]
+    lines += _what_if_lines(doc)
+    lines += ["", f"Scaling (per-rank work fixed; 'slow' = slower than one rank's own p99, "
+                  f"{fmt.seconds(doc['scaling_reference_p99_s'])})"]
+    rows = [[str(r["ranks"]), fmt.seconds(r["mean_s"]), fmt.seconds(r["p50_s"]),
+             fmt.seconds(r["p99_s"]), fmt.percent(r["slow_step_fraction"]),
+             fmt.percent(r["independent_fraction"]), fmt.percent(r["gpu_util"])]
+            for r in doc["scaling"]]
+    heads = ["ranks", "mean", "p50", "p99", "slow steps", "if independent", "GPU util"]
+    lines += ["  " + ln for ln in fmt.table(heads, rows).splitlines()]
+    lines += [f"  {doc['mechanism']}"]
+    return "\n".join(lines)
+
+
+def _what_if_lines(doc: dict[str, Any]) -> list[str]:
+    w = doc["what_if"]
+    target = fmt.percent(w["target_util"])
+    lines = [f"What if (for {target} GPU utilization the nodes must supply "
+             f"{fmt.rate(w['supply_needed_samples_per_s_per_node'])} each)"]
+    if w["reason"] == "ceiling":
+        return [*lines, "  not reachable through the input pipeline: with a loader that is "
+                f"never late, compute jitter, stalls and the all-reduce leave "
+                f"{fmt.percent(w['ceiling_util'])}"]
+    if w["reason"] == "storage":
+        return [*lines, "  not reachable at this storage: its bandwidth caps a node at "
+                f"{fmt.rate(w['storage_cap_samples_per_s_per_node'])}"]
+    if w["workers_per_gpu"]:
+        x = w["workers_per_gpu"]
+        lines.append(f"  workers per GPU needed: {x['workers_per_gpu']} at "
+                     f"{doc['cluster']['cores_per_node']} cores per node "
+                     f"(simulated {fmt.percent(x['simulated_util'])})")
+    else:
+        lines.append(f"  more workers per GPU alone do not reach {target}: the free cores are "
+                     "the limit")
+    if w["cores_per_node"]:
+        x = w["cores_per_node"]
+        lines.append(f"  cores per node needed: {x['cores_per_node']} with "
+                     f"{x['workers_per_gpu']} workers per GPU "
+                     f"(simulated {fmt.percent(x['simulated_util'])})")
+    else:
+        lines.append(f"  no core count up to 16384 reaches {target} in the simulation")
+    lines.append(f"  ceiling with a loader that is never late: {fmt.percent(w['ceiling_util'])}")
+    return lines

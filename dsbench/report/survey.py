@@ -1,0 +1,70 @@
+"""`dsbench inspect`'s report for people: the export summary, one fact a line, with units."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dsbench import fmt
+
+
+def counted(n: int, plural: str) -> str:
+    """'1 shard', '2 shards', '1 directory'."""
+    if n != 1:
+        return f"{n} {plural}"
+    words = plural.split(" ")
+    last = words[-1]
+    words[-1] = last[:-3] + "y" if last.endswith("ies") else last.removesuffix("s")
+    return f"1 {' '.join(words)}"
+
+
+def render(s: dict[str, Any]) -> str:
+    """The summary as text for a terminal: one fact a line, every figure with its unit."""
+    bps = s["bytes_per_sample"]
+    lines = [
+        f"path:               {s['path']}",
+        f"layout:             {s['layout']}",
+        f"samples:            {counted(s['samples'], 'samples')}",
+        f"{s['unit_name'] + ':':<20}{counted(s['units'], s['unit_name'])}",
+        *([f"{c['name'] + ':':<20}{counted(c['count'], c['name'])}"]
+          if (c := s["containers"]) and c["name"] != s["unit_name"] else []),
+        f"data files:         {counted(s['files'], 'files')}, {fmt.nbytes(s['bytes'])}",
+        f"bytes per sample:   mean {fmt.nbytes(bps['mean'], 'sample')}, "
+        f"p50 {fmt.nbytes(bps['p50'], 'sample')}, p99 {fmt.nbytes(bps['p99'], 'sample')}",
+        f"files per sample:   {fmt.sig(s['files_per_sample'])} files opened/sample",
+    ]
+    if s["members_per_sample"] is not None:
+        lines.append(f"tar members:        {fmt.sig(s['members_per_sample'])} members/sample")
+    lines.append("fields:")
+    if not s["fields"]:
+        lines.append("  (none besides the image)")
+    width = max((len(n) for n in s["fields"]), default=0)
+    where_name = s["containers"]["name"] if s["containers"] else s["unit_name"]
+    for name, info in s["fields"].items():
+        where = f"in all {where_name}"
+        if info["missing_in_count"]:
+            shown = ", ".join(info["missing_in"][:3])
+            more = info["missing_in_count"] - min(3, len(info["missing_in"]))
+            where = (f"missing in {counted(info['missing_in_count'], where_name)}: {shown}"
+                     + (f" and {more} more" if more > 0 else ""))
+        lines.append(f"  {name:<{width}}  {info['type']}  ({where})")
+    im = s["image"]
+    if im["count_checked"]:
+        w, h = im["width"], im["height"]
+        common = ", ".join(f"{c['size']} px ({fmt.percent(c['count'] / im['count_checked'])})"
+                           for c in im["common_sizes"][:3])
+        lines += [
+            f"image:              {im['codec']} ({im['count_checked']} images checked)",
+            f"  width:            {w['min']}-{w['max']} px, p50 {fmt.sig(w['p50'])} px",
+            f"  height:           {h['min']}-{h['max']} px, p50 {fmt.sig(h['p50'])} px",
+            f"  common sizes:     {common}",
+        ]
+    else:
+        lines.append("image:              none checked")
+    lines.append(f"bad samples:        {counted(s['bad_samples'], 'samples')} "
+                 f"({counted(s['problems_count'], 'problems')} found)")
+    for p in s["problems"][:10]:
+        key = f" [sample {p['key']}]" if p["key"] is not None else ""
+        lines.append(f"  {p['file']}{key}: {p['error']}")
+    if s["problems_count"] > 10:
+        lines.append(f"  ... and {s['problems_count'] - 10} more problems")
+    return "\n".join(lines)

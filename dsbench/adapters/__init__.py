@@ -1,4 +1,9 @@
-"""Format adapters: one module per on-disk layout, a plain registry, and layout detection."""
+"""Format adapters: one module per on-disk layout, a plain registry, and layout detection.
+
+In: a path. Out: an `Export` (base.py) that yields raw samples (`RawSample`: encoded bytes and
+fields as stored) for a worker's share, and surveys itself for `inspect` (survey.py). Reads
+exports whoever wrote them. May import: the foundation modules only.
+"""
 
 from __future__ import annotations
 

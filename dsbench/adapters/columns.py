@@ -228,10 +228,13 @@ def column_values(arr: pa.Array) -> Sequence[Any] | _Rows | _Slices:
     return arr.to_pylist()
 
 
-def image_column(arr: pa.Array, child: str | None) -> Sequence[Any] | _Slices:
+def image_column(arr: pa.Array, child: str | None) -> _Slices | list[Any]:
+    """The encoded images of a binary column (or of a struct's binary child), row by row."""
     if child is not None:
         arr = arr.flatten()[arr.type.get_field_index(child)]
-    return column_values(arr)
+    if pa.types.is_binary(arr.type) or pa.types.is_large_binary(arr.type):
+        return _Slices(arr)
+    return list(arr.to_pylist())
 
 
 def _conformed(batch: pa.RecordBatch, name: str, want: pa.DataType) -> pa.Array | None:

@@ -1,1 +1,3 @@
-"""One module per `dsbench` subcommand: argument parsing and printing, no measuring logic."""
+"""One module per subcommand, each with HELP, add_arguments(parser) and run(args) -> exit code;
+options.py holds the options several commands share. Parse, call, print: no logic of their own.
+"""

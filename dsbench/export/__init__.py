@@ -1,0 +1,6 @@
+"""Exports dsbench writes: definitions (formats/*.toml), deterministic samples, the writers.
+
+In: a definition file (spec.load_spec). Out: an export on disk (generate.generate), laid out as
+the adapters read it. May import: the foundation modules and dsbench.adapters, whose layout
+conventions (member names, column metadata, the manifest's name) the writers follow.
+"""

@@ -78,7 +78,7 @@ def _smooth_field(rng: np.random.Generator, h: int, w: int, alpha: float) -> np.
     lost is detail a photo would not have; it makes generation several times cheaper.
     """
     small = _spectral_field(rng, max(2, h // 4), max(2, w // 4), alpha)
-    return np.asarray(Image.fromarray(small, mode="F").resize((w, h), Image.BILINEAR))
+    return np.asarray(Image.fromarray(small, mode="F").resize((w, h), Image.Resampling.BILINEAR))
 
 
 def render(spec: ImageSpec, rng: np.random.Generator) -> np.ndarray:

@@ -106,7 +106,7 @@ def _parse(encoding: str | None, value: Any) -> Any:
     if encoding == base.ENC_INT_TEXT:
         return int(value)
     if encoding == base.ENC_TEXT:
-        return value.decode("utf-8") if isinstance(value, bytes | bytearray | memoryview) \
+        return bytes(value).decode("utf-8") if isinstance(value, bytes | bytearray | memoryview) \
             else str(value)
     if encoding == base.ENC_JSON:
         return json.loads(value)
@@ -170,8 +170,11 @@ def resized_crop_params(width: int, height: int, rng: np.random.Generator,
 class Transform(Protocol):
     """A per-sample transform; the runner sizes its batch buffers from `out_shape`/`out_dtype`."""
 
-    out_shape: tuple[int, ...]
-    out_dtype: str
+    @property
+    def out_shape(self) -> tuple[int, ...]: ...
+
+    @property
+    def out_dtype(self) -> str: ...
 
     def __call__(self, pixels: Pixels, rng: np.random.Generator) -> np.ndarray: ...
 
@@ -234,7 +237,7 @@ def collate_fields(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
         if isinstance(first, np.ndarray) and all(
                 isinstance(v, np.ndarray) and v.shape == first.shape and v.dtype == first.dtype
                 for v in values):
-            out[name] = np.stack(values)
+            out[name] = np.stack([v for v in values if v is not None])
         elif all(type(v) is int for v in values):
             out[name] = np.asarray(values, dtype=np.int64)
         elif all(type(v) is float for v in values):

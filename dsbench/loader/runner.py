@@ -143,7 +143,7 @@ def _measure(source: ShmSource | TorchSource, opts: BenchOptions, n_workers: int
     assert all(r is not None for r in first)  # warmup_batches >= 1 guarantees a report each
 
     def delta(field: str) -> float:
-        return float(sum(getattr(b, field) - getattr(a, field)  # type: ignore[union-attr]
+        return float(sum(getattr(b, field) - getattr(a, field)
                          for a, b in zip(first, last, strict=True)))
 
     samples = sum(len(r.keys) for r in reports)
@@ -160,7 +160,7 @@ def _measure(source: ShmSource | TorchSource, opts: BenchOptions, n_workers: int
         "read_bytes": delta("read_chars"), "mapped_bytes": delta("mapped_bytes"),
         # Opens are counted from each worker's start, warm-up included: a shard layout opens a
         # file only every few thousand samples, which a short window would miss altogether.
-        "opens": float(sum(r.opens for r in last)),  # type: ignore[union-attr]
+        "opens": float(sum(r.opens for r in last)),
         "opens_samples": warmup_samples + samples, "skipped_samples": int(delta("skipped")),
         "skipped": errors, "batch_cpu_s": [r.batch_cpu_s for r in reports],
         "peak_pss_bytes": peak_pss, "warmup_batches": n_workers * opts.warmup_batches,

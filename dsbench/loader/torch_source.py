@@ -70,7 +70,7 @@ def torch_collate(items: list[tuple[Any, ...]]) -> dict[str, Any]:
 def _make_torch_samples() -> type:
     from torch.utils.data import IterableDataset, get_worker_info
 
-    class TorchSamples(IterableDataset):  # type: ignore[type-arg]
+    class TorchSamples(IterableDataset):
         """Yields (worker, key, pixels, fields, stage CPU s, skipped so far, new errors)."""
 
         def __init__(self, path: str, pipeline: Pipeline, seed: int,

@@ -208,6 +208,8 @@ def _loop(spec: WorkerSpec, data: Connection, ctrl: Connection) -> None:
     transform = spec.pipeline.transform
     shape = (spec.batch_size, *transform.out_shape)
     shm = SharedMemory(spec.shm_name)
+    buf = shm.buf
+    assert buf is not None  # None only after close()
     free = list(range(spec.slots))
     ctrl_bytes = 0
     reported_errors = 0
@@ -224,13 +226,13 @@ def _loop(spec: WorkerSpec, data: Connection, ctrl: Connection) -> None:
                 free.append(slot)
             slot = free.pop(0)
             base_off = slot * spec.slot_bytes
-            images = np.ndarray(shape, dtype=transform.out_dtype, buffer=shm.buf,
+            images = np.ndarray(shape, dtype=transform.out_dtype, buffer=buf,
                                 offset=base_off)
             times = StageTimes()
             c0 = time.process_time()
             keys, fields = builder.build(images, times)
             c1 = time.process_time()
-            extras = pack_fields(fields, shm.buf, base_off + spec.image_bytes,
+            extras = pack_fields(fields, buf, base_off + spec.image_bytes,
                                  spec.slot_bytes - spec.image_bytes)
             c2 = time.process_time()
             times.seconds[STAGES.index("collate")] += c2 - c1

@@ -207,7 +207,9 @@ def _what_if(cost: LoaderCost, cluster: ClusterSpec, steps: int, seed: int,
     lowest = math.floor(cluster.gpus_per_node * cluster.trainer_cores_per_gpu) + 1
     c = next((c for c in range(lowest, 16_385) if node_rates(cost, with_cores(c)).supply >= need),
              None)
-    for _ in range(_REFINE_TRIES if c is not None else 0):
+    for _ in range(_REFINE_TRIES):
+        if c is None:
+            break
         spec = with_cores(c)
         if 2 * spec.workers_per_gpu * spec.prefetch >= sim_steps:
             break

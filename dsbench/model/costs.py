@@ -190,7 +190,8 @@ def _from_result(doc: Mapping[str, Any], path: str | None) -> LoaderCost:
     # Contention: CPU per sample at W workers over the base run, placed at load W / cores.
     by_load = {0.0: 1.0} | {w / cores: cpu / base_cpu for w, cpu, _, _ in parsed if w <= cores}
     points = sorted(by_load.items())
-    export = doc.get("export") if isinstance(doc.get("export"), Mapping) else {}
+    raw_export = doc.get("export")
+    export: Mapping[str, Any] = raw_export if isinstance(raw_export, Mapping) else {}
     files = _read_per_sample(base, export, "files_per_sample", where, path)
     nbytes = _read_per_sample(base, export, "bytes_per_sample", where, path)
     stages = base.get("stages") if isinstance(base.get("stages"), Mapping) else {}

@@ -24,16 +24,17 @@ def _fed(job: Job) -> list[list[str]]:
 
 
 def render(job: Job, doc: dict[str, Any]) -> str:
+    fed = doc["inputs"]  # the figures given: in the capacity part and the observed part, all set
     s, rate, pct = fmt.seconds, fmt.rate, fmt.percent
     lines = [f"dsbench budget: {doc['model_note']}", "", "Fed"]
     lines += ["  " + ln for ln in fmt.table(["figure", "value"], _fed(job)).splitlines()]
     cap = doc["capacity"]
     if cap:
         lines += ["", "Capacity per node",
-                  f"  GPUs consume       {job.gpus_per_node} x {job.batch_size} samples / "
-                  f"{s(job.compute_s)} = {rate(cap['needed_samples_per_s_per_node'])}",
+                  f"  GPUs consume       {fed['gpus_per_node']} x {fed['batch_size']} samples / "
+                  f"{s(fed['compute_s'])} = {rate(cap['needed_samples_per_s_per_node'])}",
                   f"  free cores supply  {fmt.sig(cap['free_cores_per_node'])} cores / "
-                  f"{s(job.cpu_s_per_sample, 'sample')} = "
+                  f"{s(fed['cpu_s_per_sample'], 'sample')} = "
                   f"{rate(cap['available_samples_per_s_per_node'])}",
                   f"  headroom           {fmt.ratio(cap['headroom'])}"
                   + ("" if cap["headroom"] >= 1 else
@@ -43,19 +44,19 @@ def render(job: Job, doc: dict[str, Any]) -> str:
                   f"  whole job needs    {rate(cap['needed_samples_per_s_job'])}"]
     obs = doc["observed"]
     if obs:
-        lines += ["", "What the observed job implies"] + ["  " + ln for ln in _observed(job, obs)]
+        lines += ["", "What the observed job implies"] + ["  " + ln for ln in _observed(fed, obs)]
     lines += ["", "This is arithmetic on the figures above: a model, not a measurement."]
     return "\n".join(lines)
 
 
-def _observed(job: Job, o: dict[str, Any]) -> list[str]:
+def _observed(fed: dict[str, Any], o: dict[str, Any]) -> list[str]:
     s, pct, x = fmt.seconds, fmt.percent, fmt.ratio
-    mean = job.mean_step_s
+    mean = fed['mean_step_s']
     out = [f"GPU busy {s(o['gpu_busy_s_per_step'])} of each {s(mean)} step, idle "
            f"{s(o['gpu_idle_s_per_step'])} ({pct(o['gpu_idle_share'])}): at most that much is "
            "data wait (it also holds any exposed all-reduce)"]
     if "previous_step_s" in o:
-        out.append(f"before: {s(mean)} / {fmt.sig(job.slowdown)} = {s(o['previous_step_s'])} "
+        out.append(f"before: {s(mean)} / {fmt.sig(fed['slowdown'])} = {s(o['previous_step_s'])} "
                    f"per step; {s(o['added_s_per_step'])} per step was added since")
         if not o["util_consistent_with_slowdown"]:
             out.append(f"inconsistent: {s(o['gpu_busy_s_per_step'])} busy per step exceeds the "
@@ -74,12 +75,12 @@ def _observed(job: Job, o: dict[str, Any]) -> list[str]:
             line += f" = {s(o['cpu_s_per_sample_consistent'], 'sample')}"
         out.append(line + " (if all of it is loading work)")
     if o.get("cpu_saturated"):
-        out.append(f"host CPU {pct(job.host_cpu)}: saturated, the loaders cannot go faster on "
+        out.append(f"host CPU {pct(fed['host_cpu'])}: saturated, the loaders cannot go faster on "
                    "these cores; the CPU sets the step time (more GPUs would add nodes with the "
                    "same shortfall, and more ranks to wait for)")
     if "cpu_per_sample_growth_at_least" in o:
         out.append(f"CPU per sample grew at least {x(o['cpu_per_sample_growth_at_least'])} "
-                   f"({x(job.slowdown)} slower x {pct(job.host_cpu)} host CPU now, with the "
+                   f"({x(fed['slowdown'])} slower x {pct(fed['host_cpu'])} host CPU now, with the "
                    "previous host CPU at most 100%, same cores and batch)")
     target = pct(TARGET_UTIL)
     line = (f"for {target} GPU utilization at this compute the step must take "

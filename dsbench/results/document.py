@@ -15,7 +15,7 @@ import math
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from dsbench import __version__
 from dsbench.errors import DsbenchError
@@ -51,7 +51,7 @@ def new_document(machine: dict[str, Any], export: dict[str, Any], config: dict[s
             "config": config, "runs": runs, "warnings": list(warnings or [])}
 
 
-def _is_number(x: Any) -> bool:
+def _is_number(x: Any) -> TypeGuard[int | float]:
     return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
 
 
@@ -74,7 +74,7 @@ class _Checker:
         value = obj.get(key)
         if optional and value is None:
             return
-        if not _is_number(value) or value < 0:
+        if not (_is_number(value) and value >= 0):
             raise self.fail(f"{where}.{key}", f"expected a finite non-negative number, "
                                               f"got {value!r}")
 

@@ -45,8 +45,10 @@ def test_bench_writes_every_key_and_prints_a_table_with_units(
                "--batch-size", "2", "--step-time", "0.001", "--json", str(out)])
     assert rc == 0
     doc = read_result(out)  # validates the schema too
-    assert doc["schema_version"] == 1 and doc["kind"] == "dsbench-bench"
-    assert {"created_utc", "dsbench_version", "machine", "export", "config", "runs"} <= set(doc)
+    assert doc["schema_version"] == 2 and doc["kind"] == "dsbench-bench"
+    assert {"created_utc", "dsbench_version", "machine", "export", "counts", "config",
+            "statistics", "run_id", "runs"} <= set(doc)
+    assert doc["counts"]["exact"] and doc["counts"]["files_per_sample"] == 2.0
     assert set(doc["config"]) >= CONFIG_KEYS
     assert doc["export"]["layout"] == "files"
     assert [r["workers"] for r in doc["runs"]] == [1, 2]
@@ -94,12 +96,18 @@ def _start(export: Path) -> subprocess.Popen[str]:
                             start_new_session=True)
 
 
+def _cmdline(p: psutil.Process) -> str:
+    try:
+        return " ".join(p.cmdline())
+    except psutil.Error:  # exited meanwhile (a zombie until reaped)
+        return ""
+
+
 def _workers(proc: subprocess.Popen[str], n: int, timeout: float = 30.0) -> list[psutil.Process]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        found = [c for c in psutil.Process(proc.pid).children()
-                 if "spawn_main" in " ".join(c.cmdline()) and
-                 "resource_tracker" not in " ".join(c.cmdline())]
+        found = [c for c, line in ((c, _cmdline(c)) for c in psutil.Process(proc.pid).children())
+                 if "spawn_main" in line and "resource_tracker" not in line]
         if len(found) == n:
             return found
         time.sleep(0.1)

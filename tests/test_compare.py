@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from dsbench.analysis import compare
 from dsbench.cli import main
 from dsbench.report import comparison as tables
@@ -17,62 +19,96 @@ def _metric(cmp: dict, key: str, workers: int = 1) -> dict:
     return next(m for m in r["metrics"] if m["metric"] == key)
 
 
-def test_identical_results_show_no_significant_change() -> None:
+def test_identical_results_show_no_change() -> None:
     doc = document([run()])
     cmp = compare.compare(doc, doc)
-    assert cmp["comparable"]
+    assert cmp["comparable"] and cmp["paired"]  # one document: the same run, paired rounds
     for m in cmp["runs"][0]["metrics"]:
-        assert m["ratio"] == 1.0
-        assert m["change"] == "same", m
+        assert m["ratio"] == pytest.approx(1.0)
+        assert m["change"] == compare.SAME and not m["significant"], m
+    assert cmp["runs"][0]["moved"] == "nothing distinguishable from noise"
 
 
 def test_clear_slowdown_is_significant_and_worse() -> None:
     base = document([run(sps=[400, 405, 395], cpu=[0.0049, 0.0050, 0.0051])])
     cand = document([run(sps=[190, 195, 200], cpu=[0.0104, 0.0105, 0.0106])])
     cmp = compare.compare(base, cand)
+    assert not cmp["paired"] and "Welch" in cmp["method"]  # two runs
     sps, cpu = _metric(cmp, "samples_per_s"), _metric(cmp, "cpu_s_per_sample")
     assert sps["significant"] and sps["change"] == "worse"
-    assert abs(sps["ratio"] - 195 / 400) < 1e-12
+    assert sps["ratio"] == pytest.approx((190 * 195 * 200 / (400 * 405 * 395)) ** (1 / 3))
     assert cpu["significant"] and cpu["change"] == "worse"
     lo, hi = cpu["ratio_ci95"]
     assert 1.9 < lo <= cpu["ratio"] <= hi < 2.3
 
 
+def test_rounds_of_one_run_are_paired() -> None:
+    # Both sides swing together round by round (a busy neighbour in rounds 2 and 4): paired,
+    # the 5% slowdown is clear; the same figures from two runs are not distinguishable.
+    a = [400.0, 300.0, 410.0, 310.0]
+    b = [x * 0.95 for x in a]
+    base, cand = document([run(sps=a, cpu=[0.005] * 4)], run_id="r1"), document(
+        [run(sps=b, cpu=[0.005] * 4)], run_id="r1")
+    m = _metric(compare.compare(base, cand), "samples_per_s")
+    assert m["change"] == "worse" and m["ratio"] == pytest.approx(0.95)
+    apart = dict(cand, run_id="r2")
+    assert _metric(compare.compare(base, apart), "samples_per_s")["change"] == compare.SAME
+
+
 def test_overlapping_noise_is_not_significant() -> None:
     base = document([run(sps=[400, 440, 360])])
     cand = document([run(sps=[390, 430, 370])])
-    assert not _metric(compare.compare(base, cand), "samples_per_s")["significant"]
+    m = _metric(compare.compare(base, cand), "samples_per_s")
+    assert not m["significant"] and m["change"] == compare.SAME
 
 
 def test_one_round_per_side_cannot_be_significant() -> None:
     base = document([run(sps=[400], cpu=[0.005])])
     cand = document([run(sps=[200], cpu=[0.010])])
     m = _metric(compare.compare(base, cand), "samples_per_s")
-    assert m["ratio_ci95"] is None and not m["significant"]
+    assert m["ratio_ci95"] is None and not m["significant"] and m["change"] == compare.UNKNOWN
 
 
-def test_exact_counts_differ_significantly_by_any_amount() -> None:
+@pytest.mark.parametrize("cand_files", [0.0011, 2.0])
+def test_counts_differ_by_any_amount(cand_files: float) -> None:
     base = document([run(files_per_sample=0.001, bytes_per_sample=95_000)])
-    cand = document([run(files_per_sample=2.0, bytes_per_sample=95_000)])
+    cand = document([run(files_per_sample=cand_files, bytes_per_sample=95_000)])
     cmp = compare.compare(base, cand)
     files = _metric(cmp, "files_per_sample")
-    assert files["significant"] and files["change"] == "worse"
-    assert files["ratio"] == 2000.0
-    assert _metric(cmp, "bytes_per_sample")["change"] == "same"
+    assert files["significant"] and files["change"] == "worse" and files["exact"]
+    assert files["ratio"] == pytest.approx(cand_files / 0.001)
+    assert _metric(cmp, "bytes_per_sample")["change"] == compare.SAME
 
 
-def test_attribution_names_the_stages_that_moved_largest_first() -> None:
+def test_a_cost_from_nothing_has_no_ratio_and_is_worse() -> None:
+    cmp = compare.compare(document([run(files_per_sample=0.0)]),
+                          document([run(files_per_sample=1.0)]))
+    files = _metric(cmp, "files_per_sample")
+    assert files["ratio"] is None and files["change"] == "worse"
+    assert "new cost" in tables.render(cmp)
+
+
+def test_attribution_leads_with_what_changed_and_names_the_noise() -> None:
     stages_b = {"read": 0.0003, "decode": 0.003, "fields": 0.0001, "transform": 0.0015,
                 "collate": 0.0001}
     stages_c = dict(stages_b, fields=0.0005, read=0.0012)
     base = document([run(stages=stages_b)])
-    cand = document([run(stages=stages_c, files_per_sample=2.0)])
-    att = compare.compare(base, cand)["runs"][0]["attribution"]
-    assert [a["what"] for a in att[:2]] == ["read", "fields"]
-    assert att[0]["text"] == "read +900 µs/sample"
-    assert att[1]["text"] == "fields +400 µs/sample"
-    files = next(a for a in att if a["what"] == "files opened")
-    assert files["text"] == "files opened +2.00 per sample"
+    cand = document([run(stages=stages_c, files_per_sample=2.0, bytes_per_sample=600_000)])
+    r = compare.compare(base, cand)["runs"][0]
+    att = r["attribution"]
+    # Counts first (never crowded out by stages), then the stages that moved, largest first.
+    assert [a["what"] for a in att[:4]] == ["files opened", "bytes read", "read", "fields"]
+    assert att[0]["text"] == "files opened +2.00 per sample (exact)"
+    assert att[2]["text"].startswith("read +900 µs/sample (from ")
+    assert all(not a["distinguishable"] for a in att[4:])
+    assert r["moved"].endswith("not distinguishable: decode, transform, collate")
+
+
+def test_a_change_too_small_for_a_ratio_is_said_in_percent() -> None:
+    base = document([run(sps=[400, 401, 402, 403], cpu=[0.005] * 4, pss=500e6)], run_id="r")
+    cand = document([run(sps=[400, 401, 402, 403], cpu=[0.005] * 4, pss=501e6)], run_id="r")
+    text = tables.render(compare.compare(base, cand))
+    assert "0.200% more" in text and "1.00x more" not in text
 
 
 def test_different_machines_are_not_comparable() -> None:
@@ -104,7 +140,7 @@ def test_markdown_table_is_github_flavoured() -> None:
     lines = md.splitlines()
     assert any(line.startswith("|  | metric | base |") for line in lines)
     assert any(set(line) <= set("|-") and line for line in lines)
-    assert "2.00 files/sample" in md
+    assert "2.00 files/sample" in md and "intervals: 95%" in md
 
 
 def _write(tmp_path: Path, name: str, doc: dict) -> str:

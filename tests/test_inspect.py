@@ -11,12 +11,13 @@ from typing import Any
 
 import pytest
 
-from dsbench.adapters.survey import apportion, distribution, percentile, spread, summarize
+from dsbench.adapters.survey import apportion, spread, summarize
 from dsbench.cli import main
 from dsbench.export.generate import generate
 from dsbench.export.spec import ExportSpec, FieldSpec, ImageSpec
 from dsbench.export.synth import make_sample
 from dsbench.report.survey import render
+from dsbench.stats import distribution, percentile
 
 IMAGE = ImageSpec(sizes="fixed", width=64, height=48)
 FIELDS = (FieldSpec("label", "int", classes=10), FieldSpec("caption", "string", words=(2, 5)),
@@ -237,7 +238,8 @@ def test_summary_helpers() -> None:
     assert apportion(1000, [100, 300]) == [250, 750]
     assert sum(apportion(10_007, [3, 5, 11, 0])) == 10_007
     assert percentile([1, 2, 3, 4], 50) == 2.5 and percentile([], 99) == 0.0
-    assert distribution([2, 4]) == {"mean": 3.0, "p50": 3.0, "p99": pytest.approx(3.98)}
+    assert distribution([2, 4]) == {"mean": 3.0, "p50": 3.0, "p99": pytest.approx(3.98),
+                                    "max": 4.0}
     assert spread(5, 10) == [0, 1, 2, 3, 4] and spread(1000, 3) == [0, 499, 999]
 
 

@@ -9,8 +9,12 @@ from typing import Any
 
 import pytest
 
+from dsbench import atomic
+from dsbench.adapters.survey import new_survey, summarize
 from dsbench.errors import DsbenchError
-from dsbench.loader.runner import BenchOptions, summarize_run
+from dsbench.loader.counts import Counts
+from dsbench.loader.options import BenchOptions
+from dsbench.loader.runner import summarize_run
 from dsbench.results import document as results
 from dsbench.results import machine
 from dsbench.results.document import STAGES
@@ -22,17 +26,21 @@ def _round(samples: int, wall: float, cpu: float) -> dict[str, Any]:
             "samples_per_s": samples / wall, "cpu_s_per_sample": cpu / samples,
             "accelerator_util": None, "warmup_batches": 2, "warmup_s": 0.5,
             "peak_pss_bytes": 1e8, "stages_s": {s: cpu / 10 for s in STAGES},
-            "read_bytes": 1000.0 * samples, "mapped_bytes": 0.0, "opens": 2.0 * samples,
-            "opens_samples": samples,
+            "window_files": 2 * samples, "window_bytes": 1000 * samples,
             "skipped_samples": 0, "skipped": [], "batch_cpu_s": [0.01] * (samples // 4)}
+
+
+COUNTS = Counts(samples=800, skipped=0, units_read=800, units=800, files=1600,
+                read_bytes=800_000, mapped_bytes=0)
 
 
 def _doc() -> dict[str, Any]:
     opts = BenchOptions(batch_size=4)
-    run = summarize_run(1, opts, [_round(400, 1.0, 2.0), _round(420, 1.0, 2.1)])
+    run = summarize_run(1, opts, [_round(400, 1.0, 2.0), _round(420, 1.0, 2.1)], COUNTS)
     run["scaling_efficiency"] = 1.0
-    return results.new_document(machine.collect(), {"layout": "files"}, opts.config("/x"),
-                                [run])
+    summary = summarize(new_survey("files"), "/x")
+    return results.new_document(machine.collect(), summary, opts.config("/x"), [run],
+                                counts=COUNTS.to_json())
 
 
 def test_round_trip(tmp_path: Path) -> None:
@@ -58,8 +66,7 @@ def test_a_newer_schema_is_refused_in_one_line(tmp_path: Path) -> None:
     assert "\n" not in msg
 
 
-def test_an_older_schema_is_upgraded_step_by_step(tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_older_schema_is_upgraded_step_by_step(monkeypatch: pytest.MonkeyPatch) -> None:
     # Pretend the current schema is 3: version 1 documents must pass through 1->2 and 2->3.
     seen: list[int] = []
 
@@ -71,16 +78,28 @@ def test_an_older_schema_is_upgraded_step_by_step(tmp_path: Path,
             return d
         return up
 
-    doc = _doc()
-    doc["runs_v1"] = doc.pop("runs")  # a key that version 2 renamed
-    p = tmp_path / "old.json"
-    p.write_text(json.dumps(doc))
+    doc = {"schema_version": 1, "runs_v1": [{"workers": 1}]}  # a key that version 2 renamed
     monkeypatch.setattr(results, "SCHEMA_VERSION", 3)
     monkeypatch.setattr(results, "UPGRADES", {1: step(1, ("runs_v1", "runs")), 2: step(2)})
-    back = results.read_result(p)
+    back = results.upgrade(doc, "old.json")
     assert seen == [1, 2]
     assert back["schema_version"] == 3
     assert back["runs"][0]["workers"] == 1
+
+
+def test_a_schema_1_result_is_read_with_its_counts_marked_as_window_estimates(
+        tmp_path: Path) -> None:
+    doc = _doc()
+    doc["schema_version"] = 1
+    for key in ("counts", "statistics", "run_id"):
+        del doc[key]
+    p = tmp_path / "v1.json"
+    p.write_text(json.dumps(doc))
+    back = results.read_result(p)
+    assert back["schema_version"] == results.SCHEMA_VERSION
+    assert back["counts"] == {"method": "window", "exact": False, "files_per_sample": 2.0,
+                              "bytes_per_sample": 1000.0}
+    assert back["statistics"]["center"] == "median of rounds" and back["run_id"] is None
 
 
 def test_an_older_schema_without_an_upgrade_is_refused(tmp_path: Path) -> None:
@@ -93,11 +112,11 @@ def test_an_older_schema_without_an_upgrade_is_refused(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("path,want", [
-    (("runs", 0, "samples_per_s"), "runs[0]: missing key 'samples_per_s'"),
-    (("runs", 0, "stages", "decode"), "runs[0].stages: missing key 'decode'"),
-    (("config", "batch_size"), "config: missing key 'batch_size'"),
-    (("machine",), "document: missing key 'machine'"),
-    (("runs", 0, "rounds", 0, "wall_s"), "runs[0].rounds[0]: missing key 'wall_s'"),
+    (("runs", 0, "samples_per_s"), "runs[0]: 'samples_per_s' is a required property"),
+    (("runs", 0, "stages", "decode"), "runs[0].stages: 'decode' is a required property"),
+    (("config", "batch_size"), "config: 'batch_size' is a required property"),
+    (("machine",), "document: 'machine' is a required property"),
+    (("runs", 0, "rounds", 0, "wall_s"), "runs[0].rounds[0]: 'wall_s' is a required property"),
 ])
 def test_missing_keys_are_named(tmp_path: Path, path: tuple[Any, ...], want: str) -> None:
     doc = _doc()
@@ -150,7 +169,7 @@ def test_write_is_atomic_and_refuses_invalid_documents(tmp_path: Path,
     # A failure while writing leaves the old file whole and no temporary behind.
     def broken_replace(src: object, dst: object) -> None:
         raise OSError("disk full")
-    monkeypatch.setattr(results.os, "replace", broken_replace)
+    monkeypatch.setattr(atomic.os, "replace", broken_replace)
     with pytest.raises(DsbenchError, match="disk full"):
         results.write_result(p, _doc())
     assert p.read_bytes() == before

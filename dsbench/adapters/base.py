@@ -97,6 +97,7 @@ class Export(Protocol):
 
     path: Path
     layout: str
+    ignored: list[str]  # files under `path` this layout does not read (set by open_export)
 
     def units(self) -> list[str]:
         """What workers split between them, sorted: shard files, or sample keys (per-sample)."""
@@ -105,6 +106,10 @@ class Export(Protocol):
     def read(self, worker: int = 0, n_workers: int = 1, skip: SkipHandler = None,
              ) -> Iterator[RawSample]:
         """Yield the samples of worker `worker`'s slice: units[worker::n_workers], in order."""
+        ...
+
+    def read_units(self, units: Sequence[str], skip: SkipHandler = None) -> Iterator[RawSample]:
+        """Yield the samples of these units (from `units()`), in the order given."""
         ...
 
     def survey(self) -> dict[str, Any]:

@@ -17,7 +17,7 @@ or when the schemas disagree, is opening itself an error.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +101,7 @@ class ColumnarExport:
 
     def __init__(self, path: Path, files: list[Path]) -> None:
         self.path = path
+        self.ignored: list[str] = []
         self._root = path if path.is_dir() else path.parent
         self._files = files
         self._broken: dict[str, str] = {}
@@ -158,7 +159,11 @@ class ColumnarExport:
 
     def read(self, worker: int = 0, n_workers: int = 1, skip: base.SkipHandler = None,
              ) -> Iterator[base.RawSample]:
-        for unit in base.worker_share(self.units(), worker, n_workers):
+        yield from self.read_units(base.worker_share(self.units(), worker, n_workers), skip)
+
+    def read_units(self, units: Sequence[str], skip: base.SkipHandler = None,
+                   ) -> Iterator[base.RawSample]:
+        for unit in units:
             yield from self._read_unit(unit, skip)
 
     def _encodings(self, unit: str) -> dict[str, str]:

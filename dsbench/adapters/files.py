@@ -11,7 +11,7 @@ member, or lacking a member that most samples of its directory have, is a bad sa
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -31,6 +31,7 @@ class FilesExport:
     images: dict[str, str] = field(default_factory=dict)
     expected: dict[str, frozenset[str]] = field(default_factory=dict)  # directory -> exts
     layout: str = "files"
+    ignored: list[str] = field(default_factory=list)
 
     def units(self) -> list[str]:
         return list(self.groups)
@@ -44,7 +45,11 @@ class FilesExport:
 
     def read(self, worker: int = 0, n_workers: int = 1, skip: base.SkipHandler = None,
              ) -> Iterator[base.RawSample]:
-        for key in base.worker_share(self.units(), worker, n_workers):
+        yield from self.read_units(base.worker_share(self.units(), worker, n_workers), skip)
+
+    def read_units(self, units: Sequence[str], skip: base.SkipHandler = None,
+                   ) -> Iterator[base.RawSample]:
+        for key in units:
             try:
                 yield self._read_one(key)
             except SampleError as err:

@@ -18,6 +18,8 @@ from typing import IO, Any
 import numpy as np
 from PIL import Image
 
+from dsbench import stats
+
 # At most this many images (and JSON documents) are opened to learn codecs, sizes and field
 # types; everything else comes from file sizes, tar headers and columnar footers.
 CHECK_LIMIT = 200
@@ -44,22 +46,6 @@ def new_survey(layout: str) -> dict[str, Any]:
 
 def problem(file: str | Path, key: str | None, error: str) -> dict[str, Any]:
     return {"file": str(file), "key": key, "error": error}
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0..100) with linear interpolation; 0 for no values."""
-    if len(values) == 0:
-        return 0.0
-    return float(np.percentile(np.asarray(values, dtype=np.float64), q))
-
-
-def distribution(values: Sequence[float]) -> dict[str, float]:
-    """mean, p50 and p99 of `values` (all 0 when there are none)."""
-    if len(values) == 0:
-        return {"mean": 0.0, "p50": 0.0, "p99": 0.0}
-    arr = np.asarray(values, dtype=np.float64)
-    return {"mean": float(arr.mean()), "p50": float(np.percentile(arr, 50)),
-            "p99": float(np.percentile(arr, 99))}
 
 
 def apportion(total: int, weights: Sequence[int]) -> list[int]:
@@ -143,8 +129,10 @@ def finish_image(survey: dict[str, Any]) -> None:
         image["codec"] = "mixed: " + ", ".join(c for c, _ in codecs.most_common())
 
 
-def summarize(survey: dict[str, Any], path: str | Path = "") -> dict[str, Any]:
-    """The inspect summary: per-sample figures, field types, image sizes, bad samples."""
+def summarize(survey: dict[str, Any], path: str | Path = "", ignored: Sequence[str] = ()
+              ) -> dict[str, Any]:
+    """The inspect summary: per-sample figures, field types, image sizes, bad samples, and the
+    files under the export that its layout does not read."""
     samples = int(survey["samples"])
     fields = {}
     for name, info in sorted(survey["fields"].items()):
@@ -165,7 +153,7 @@ def summarize(survey: dict[str, Any], path: str | Path = "") -> dict[str, Any]:
         "containers": survey.get("containers"),
         "files": int(survey["files"]),
         "bytes": int(survey["bytes"]),
-        "bytes_per_sample": distribution(survey["sample_bytes"]),
+        "bytes_per_sample": stats.distribution(survey["sample_bytes"]),
         "files_per_sample": float(survey["files_per_sample"]),
         "members_per_sample": survey.get("members_per_sample"),
         "fields": fields,
@@ -180,10 +168,11 @@ def summarize(survey: dict[str, Any], path: str | Path = "") -> dict[str, Any]:
         "problems_count": len(problems),
         "problems_by_file": dict(by_file.most_common(LIST_LIMIT)),
         "problems": problems[:LIST_LIMIT],
+        "ignored_files": {"count": len(ignored), "examples": list(ignored[:LIST_LIMIT])},
     }
 
 
 def _range(values: Sequence[int]) -> dict[str, float]:
     if not values:
         return {"min": 0, "p50": 0.0, "max": 0}
-    return {"min": int(min(values)), "p50": percentile(values, 50), "max": int(max(values))}
+    return {"min": int(min(values)), "p50": stats.percentile(values, 50), "max": int(max(values))}

@@ -2,23 +2,26 @@
 
 A sample is consecutive members `<key>.<ext>` (members.py has the naming convention).
 
-Read: every `*.tar` file at or below the path (names starting with '.' or '_' are ignored), as
-written by webdataset's TarWriter/ShardWriter, GNU tar or Python's tarfile. A shard is streamed
-once, front to back; consecutive members with the same key form one sample. Directories are
-skipped; links, devices and names that are absolute or contain '..' are reported as bad samples
-and never followed: nothing is ever extracted to disk. A shard that ends early (no end-of-archive
-block) or breaks off inside a member is reported with the last complete sample before the break.
-A sample lacking a member that the shard's first sample has is bad (a stream cannot look ahead;
-`inspect` reads the headers first and goes by what most samples of the shard have).
+Read: every `*.tar` file at or below the path, and `*.tar.gz` / `*.tgz` shards, which are
+decompressed as they stream (that work is in the loader's read stage), as written by
+webdataset's TarWriter/ShardWriter, GNU tar or Python's tarfile; names starting with '.' or '_'
+are ignored. A shard is streamed once, front to back; consecutive members with the same key
+form one sample. Directories are skipped; links, devices and names that are absolute or
+contain '..' are reported as bad samples and never followed: nothing is ever extracted to
+disk. A shard that ends early (no end-of-archive block) or breaks off inside a member is
+reported with the last complete sample before the break. A sample lacking a member that the
+shard's first sample has is bad (a stream cannot look ahead; `inspect` reads the headers first
+and goes by what most samples of the shard have).
 """
 
 from __future__ import annotations
 
 import os
 import tarfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from tarfile import EOFHeaderError  # type: ignore[attr-defined]  # not in typeshed
 from typing import IO, Any
 
 from dsbench.adapters import base, members
@@ -26,6 +29,9 @@ from dsbench.adapters.survey import apportion
 from dsbench.errors import DsbenchError, SampleError
 
 _BLOCK = tarfile.BLOCKSIZE
+# Shards, plain or gzip-compressed as webdataset reads them too.
+SHARD_EXTS = (".tar", ".tar.gz", ".tgz")
+_CLEAN_END = "dsbench_clean_end"
 
 
 def _member_problem(m: tarfile.TarInfo) -> str | None:
@@ -46,11 +52,34 @@ def _sample_name(m: tarfile.TarInfo) -> tuple[str, str] | None:
     return members.split_name(m.name)
 
 
-def _ends_cleanly(f: IO[bytes], offset: int) -> bool:
-    """True when an end-of-archive (all-zero) block follows the last member."""
-    f.seek(offset)
-    block = f.read(_BLOCK)
-    return len(block) == _BLOCK and block.count(0) == _BLOCK
+def is_shard(name: str) -> bool:
+    return name.lower().endswith(SHARD_EXTS) and not base.is_ignored(name.rpartition("/")[2])
+
+
+class _Member(tarfile.TarInfo):
+    """A TarInfo that marks its archive when reading stopped at an all-zero block, the
+    end-of-archive marker, rather than at data that ran out (a truncated shard); it works on
+    a compressed stream too, where the raw file's offsets say nothing."""
+
+    @classmethod
+    def fromtarfile(cls, tarfile: tarfile.TarFile) -> _Member:
+        try:
+            return super().fromtarfile(tarfile)
+        except EOFHeaderError:
+            setattr(tarfile, _CLEAN_END, True)
+            raise
+
+
+def _ended_cleanly(tf: tarfile.TarFile) -> bool:
+    return bool(getattr(tf, _CLEAN_END, False))
+
+
+def _not_tar(exc: BaseException) -> str:
+    """One line for a shard tarfile cannot open (its message for `r:*` lists every method)."""
+    text = str(exc)
+    if "could not be opened successfully" in text:
+        return "not a tar archive (plain, gzip, bzip2 or xz)"
+    return f"not a tar archive ({text.splitlines()[0] if text else type(exc).__name__})"
 
 
 def _span(m: tarfile.TarInfo) -> int:
@@ -64,14 +93,19 @@ class WdsExport:
     shards: list[Path]
     images: dict[str, str] = field(default_factory=dict)
     layout: str = "wds"
+    ignored: list[str] = field(default_factory=list)
 
     def units(self) -> list[str]:
         return [str(p) for p in self.shards]
 
     def read(self, worker: int = 0, n_workers: int = 1, skip: base.SkipHandler = None,
              ) -> Iterator[base.RawSample]:
-        for shard in base.worker_share(self.shards, worker, n_workers):
-            yield from self._read_shard(shard, skip)
+        yield from self.read_units(base.worker_share(self.units(), worker, n_workers), skip)
+
+    def read_units(self, units: Sequence[str], skip: base.SkipHandler = None,
+                   ) -> Iterator[base.RawSample]:
+        for shard in units:
+            yield from self._read_shard(Path(shard), skip)
 
     def _read_shard(self, shard: Path, skip: base.SkipHandler) -> Iterator[base.RawSample]:
         src = str(shard)
@@ -96,7 +130,7 @@ class WdsExport:
         with base.open_file(shard) as f:
             try:
                 # Closing a TarFile over a caller's file object would not close the file.
-                tf = tarfile.open(fileobj=f, mode="r|")  # noqa: SIM115
+                tf = tarfile.open(fileobj=f, mode="r|*", tarinfo=_Member)  # noqa: SIM115
                 for m in tf:
                     why = _member_problem(m)
                     if why is not None:
@@ -124,12 +158,12 @@ class WdsExport:
                         continue
                     data = tf.extractfile(m)
                     group[ext] = data.read() if data is not None else b""
-                clean = _ends_cleanly(f, tf.offset)
+                clean = _ended_cleanly(tf)
                 broken = "no end-of-archive block after the last member"
             except (tarfile.TarError, OSError, EOFError) as exc:
                 if key is None and last_complete is None and not isinstance(exc, OSError):
                     size = os.fstat(f.fileno()).st_size
-                    msg = "empty file" if size == 0 else f"not a tar archive ({exc})"
+                    msg = "empty file" if size == 0 else _not_tar(exc)
                     base.report(SampleError(msg, path=src), skip)
                     return
                 clean, broken = False, f"{exc}"
@@ -173,10 +207,9 @@ class WdsExport:
         with base.open_file(shard) as f:
             size = os.fstat(f.fileno()).st_size
             try:
-                tf = tarfile.open(fileobj=f, mode="r:")  # noqa: SIM115 - f is closed below
+                tf = tarfile.open(fileobj=f, mode="r:*", tarinfo=_Member)  # noqa: SIM115
             except (tarfile.TarError, OSError, EOFError) as exc:
-                acc.problem(name, src, None, "empty file" if size == 0 else
-                            f"not a tar archive ({exc})")
+                acc.problem(name, src, None, "empty file" if size == 0 else _not_tar(exc))
                 return 0
             broken: str | None = None
             broken_inside = False  # the cut is inside a member, not between two
@@ -201,7 +234,7 @@ class WdsExport:
                     infos[k, ext] = m
                     spans[k] = spans.get(k, 0) + _span(m)
                     last = k
-                if not _ends_cleanly(f, tf.offset):
+                if not _ended_cleanly(tf):
                     broken = "no end-of-archive block after the last member"
             except (tarfile.TarError, OSError, EOFError) as exc:
                 broken, broken_inside = str(exc), True
@@ -234,16 +267,10 @@ class WdsAdapter:
 
     def detect(self, path: Path) -> bool:
         if path.is_file():
-            return path.suffix == ".tar" and not base.is_ignored(path.name)
+            return is_shard(path.name)
         if not path.is_dir():
             return False
-        for rel, _ in base.walk(path):
-            if rel.endswith(".tar"):
-                return True
-            parsed = members.split_name(rel)
-            if parsed and members.pick_image([parsed[1]], base.IMAGE_EXTS):
-                return False  # per-sample image files come first: not a directory of shards
-        return False
+        return any(is_shard(rel) for rel, _ in base.walk(path))
 
     def open(self, path: Path) -> WdsExport:
         if not path.exists():
@@ -251,10 +278,10 @@ class WdsAdapter:
         if path.is_file():
             shards, root = [path], path.parent
         else:
-            shards = [path / rel for rel, _ in base.walk(path) if rel.endswith(".tar")]
+            shards = [path / rel for rel, _ in base.walk(path) if is_shard(rel)]
             root = path
         if not shards:
-            raise DsbenchError("no .tar shards here", path=path)
+            raise DsbenchError(f"no {', '.join(SHARD_EXTS)} shards here", path=path)
         return WdsExport(path, sorted(shards), members.image_exts(root))
 
 

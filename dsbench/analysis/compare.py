@@ -1,36 +1,34 @@
-"""Compare two bench results: ratios, significance, where the CPU went, and what a cluster pays.
+"""Compare two bench results: ratios with intervals, and where the per-sample cost moved.
 
 Two results are only compared when they were measured alike: on the same kind of machine and
 with the same loader options. Otherwise the comparison says "not comparable" and why, instead of
 printing a ratio that would mislead (pyperf's rule for must-match metadata).
 
-Significance of the noisy figures (samples/s, CPU per sample, PSS) comes from the rounds: a
-percentile bootstrap of the ratio of medians, resampling each side's rounds independently; the
-difference is significant when that 95% interval excludes 1. Bytes and files per sample are
-counts, repeatable to the byte, so any difference beyond rounding is real.
+Counts (files and bytes per sample) are counted over whole units of each export
+(dsbench.loader.counts): the same export always gives the same count, so any difference is
+real. Timings (samples/s, CPU per sample, peak memory) vary from round to round; their ratio
+gets a 95% interval from the rounds (dsbench.stats): a paired t on per-round log ratios when
+both sides were measured in one interleaved run (`run_id` alike), Welch's t otherwise. A ratio
+whose interval holds 1 is "not distinguishable" from no change, whatever its point estimate.
+Stage deltas get intervals that hold for all five stages at once (99% each).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
-from dsbench import fmt
-from dsbench.loader.options import BenchOptions
-from dsbench.loader.runner import Progress, run_benches
-from dsbench.model.cluster import extrapolate
-from dsbench.model.node import ClusterSpec
-from dsbench.results.document import STAGES, read_result, write_result
+from dsbench import fmt, stats
+from dsbench.results.document import STAGES
 
 # Machine and config keys that must be equal for two results to be compared as ratios.
 MACHINE_MUST_MATCH = ("cpu_model", "usable_cores")
 CONFIG_MUST_MATCH = ("batch_size", "decoder", "normalize", "backend", "step_time_s", "cold",
                      "prefetch")
-BOOTSTRAP_RESAMPLES = 4000
-EXACT_TOLERANCE = 1e-9  # relative; counts differ by at least one file or byte per export
+COUNT_TOLERANCE = 1e-9  # relative; counts differ by at least one file or byte per export
+STAGE_LEVEL = 1 - (1 - stats.LEVEL) / len(STAGES)  # simultaneous over the stages: 0.99
+
+BETTER, WORSE, SAME, UNKNOWN = "better", "worse", "not distinguishable", "unknown"
 
 
 @dataclass(frozen=True)
@@ -38,16 +36,15 @@ class Metric:
     key: str
     label: str
     higher_is_better: bool
-    exact: bool  # a repeatable count rather than a noisy timing
-    round_key: str | None  # where each round's value lives, for the bootstrap
+    counted: bool  # counted over whole units, rather than timed in rounds
 
 
 METRICS = (
-    Metric("samples_per_s", "samples/s", True, False, "samples_per_s"),
-    Metric("cpu_s_per_sample", "CPU per sample", False, False, "cpu_s_per_sample"),
-    Metric("bytes_per_sample", "bytes read per sample", False, True, None),
-    Metric("files_per_sample", "files opened per sample", False, True, None),
-    Metric("peak_pss_bytes", "peak memory (PSS)", False, False, "peak_pss_bytes"),
+    Metric("samples_per_s", "samples/s", True, False),
+    Metric("cpu_s_per_sample", "CPU per sample", False, False),
+    Metric("bytes_per_sample", "bytes read per sample", False, True),
+    Metric("files_per_sample", "files opened per sample", False, True),
+    Metric("peak_pss_bytes", "peak memory (PSS)", False, False),
 )
 
 
@@ -90,124 +87,137 @@ def run_for(doc: dict[str, Any], workers: int) -> dict[str, Any]:
     return next(r for r in doc["runs"] if r["workers"] == workers)
 
 
-def ratio_ci(base: Sequence[float], cand: Sequence[float], rng: np.random.Generator,
-             resamples: int = BOOTSTRAP_RESAMPLES) -> tuple[float, float] | None:
-    """95% percentile-bootstrap interval of median(cand) / median(base); None under 2 rounds."""
-    b, c = np.asarray(base, dtype=float), np.asarray(cand, dtype=float)
-    if b.size < 2 or c.size < 2 or np.any(b <= 0):
-        return None
-    mb = np.median(b[rng.integers(0, b.size, (resamples, b.size))], axis=1)
-    mc = np.median(c[rng.integers(0, c.size, (resamples, c.size))], axis=1)
-    lo, hi = np.percentile(mc / mb, [2.5, 97.5])
-    return float(lo), float(hi)
+def is_paired(base: dict[str, Any], cand: dict[str, Any]) -> bool:
+    """Measured in one interleaved run, so that round i of each saw the same machine."""
+    return base.get("run_id") is not None and base.get("run_id") == cand.get("run_id")
 
 
-def metric_row(m: Metric, rb: dict[str, Any], rc: dict[str, Any], rng: np.random.Generator
-               ) -> dict[str, Any]:
-    a, b = float(rb[m.key]), float(rc[m.key])
-    ratio = b / a if a > 0 else (1.0 if b == 0 else float("inf"))
-    ci = None
-    if m.exact:
-        significant = abs(b - a) > EXACT_TOLERANCE * max(abs(a), abs(b), 1e-300)
-    else:
-        ci = ratio_ci([r[m.round_key] for r in rb["rounds"] if m.round_key in r],
-                      [r[m.round_key] for r in rc["rounds"] if m.round_key in r], rng)
-        significant = ci is not None and (ci[0] > 1.0 or ci[1] < 1.0)
+def counts_note(doc: dict[str, Any]) -> tuple[bool, bool]:
+    """(counted over whole units, and over every unit) for a document's files and bytes."""
+    counts = doc.get("counts") or {}
+    return counts.get("method") == "whole units", bool(counts.get("exact"))
+
+
+def _change(significant: bool | None, ratio: float | None, higher_is_better: bool) -> str:
+    """None ratio: a cost where the base had none (a rise from zero)."""
+    if significant is None:
+        return UNKNOWN
     if not significant:
-        change = "same"
-    elif (ratio > 1.0) == m.higher_is_better:
-        change = "better"
+        return SAME
+    rose = ratio is None or ratio > 1.0
+    return BETTER if rose == higher_is_better else WORSE
+
+
+def metric_row(m: Metric, base: dict[str, Any], cand: dict[str, Any], workers: int,
+               paired: bool) -> dict[str, Any]:
+    rb, rc = run_for(base, workers), run_for(cand, workers)
+    a, b = float(rb[m.key]), float(rc[m.key])
+    row: dict[str, Any] = {"metric": m.key, "label": m.label, "base": a, "cand": b,
+                           "higher_is_better": m.higher_is_better, "counted": False,
+                           "exact": False, "ratio_ci95": None}
+    counted_a, exact_a = counts_note(base)
+    counted_b, exact_b = counts_note(cand)
+    if m.counted and counted_a and counted_b:
+        ratio: float | None = b / a if a > 0 else (1.0 if b == 0 else None)
+        significant: bool | None = abs(b - a) > COUNT_TOLERANCE * max(abs(a), abs(b), 1e-300)
+        row |= {"counted": True, "exact": exact_a and exact_b}
     else:
-        change = "worse"
-    return {"metric": m.key, "label": m.label, "base": a, "cand": b, "ratio": ratio,
-            "ratio_ci95": list(ci) if ci else None, "significant": significant,
-            "change": change, "higher_is_better": m.higher_is_better, "exact": m.exact}
+        # A count from a window (schema 1 results) is as noisy as a timing, with no rounds to
+        # say how noisy: its change is unknown.
+        xa = [r[m.key] for r in rb["rounds"] if m.key in r]
+        xb = [r[m.key] for r in rc["rounds"] if m.key in r]
+        interval = None
+        if xa and xb and min(xa + xb) > 0:
+            interval = stats.ratio(xa, xb, paired and len(xa) == len(xb))
+        ratio = interval.estimate if interval else (b / a if a > 0 else None)
+        significant = interval.excludes_null if interval else None
+        row["ratio_ci95"] = interval.as_list() if interval else None
+    row |= {"ratio": ratio, "significant": bool(significant),
+            "change": _change(significant, ratio, m.higher_is_better)}
+    return row
 
 
-def attribution(rb: dict[str, Any], rc: dict[str, Any]) -> list[dict[str, Any]]:
-    """Where the per-sample cost moved: CPU by stage, then files and bytes, largest first."""
+def _signed(x: float, show: str) -> str:
+    return f"{'+' if x >= 0 else '-'}{show}"
+
+
+def stage_rows(base: dict[str, Any], cand: dict[str, Any], workers: int, paired: bool
+               ) -> list[dict[str, Any]]:
+    """Per stage: CPU s/sample on each side, the change, and its simultaneous interval."""
+    rb, rc = run_for(base, workers), run_for(cand, workers)
     rows = []
     for stage in STAGES:
         a, b = rb["stages"].get(stage, 0.0), rc["stages"].get(stage, 0.0)
+        xa = [r["stages"][stage] for r in rb["rounds"] if "stages" in r]
+        xb = [r["stages"][stage] for r in rc["rounds"] if "stages" in r]
+        interval = None
+        if len(xa) == len(rb["rounds"]) and len(xb) == len(rc["rounds"]):
+            interval = stats.difference(xa, xb, paired and len(xa) == len(xb), STAGE_LEVEL)
+        moved = interval.excludes_null if interval else None
+        text = f"{stage} {_signed(b - a, fmt.seconds(abs(b - a)))}/sample"
+        if interval:
+            text += (f" (from {fmt.seconds(interval.lo)} to {fmt.seconds(interval.hi)})")
         rows.append({"what": stage, "unit": "s/sample", "base": a, "cand": b, "delta": b - a,
-                     "text": f"{stage} {'+' if b >= a else '-'}{fmt.seconds(abs(b - a))}/sample"})
-    rows.sort(key=lambda r: -abs(r["delta"]))
-    fa, fc = rb["files_per_sample"], rc["files_per_sample"]
-    rows.append({"what": "files opened", "unit": "files/sample", "base": fa, "cand": fc,
-                 "delta": fc - fa,
-                 "text": f"files opened {'+' if fc >= fa else '-'}{fmt.sig(abs(fc - fa))} "
-                         f"per sample"})
-    ba, bc = rb["bytes_per_sample"], rc["bytes_per_sample"]
-    rows.append({"what": "bytes read", "unit": "B/sample", "base": ba, "cand": bc,
-                 "delta": bc - ba,
-                 "text": f"bytes read {'+' if bc >= ba else '-'}{fmt.nbytes(abs(bc - ba))} "
-                         f"per sample"})
+                     "delta_ci": interval.as_list() if interval else None,
+                     "level": STAGE_LEVEL if interval else None, "counted": False,
+                     "distinguishable": moved, "text": text})
     return rows
 
 
-def compare(base: dict[str, Any], cand: dict[str, Any], *, seed: int = 0,
+def count_rows(metrics: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = []
+    for key, what, unit, show in (
+            ("files_per_sample", "files opened", "files/sample", fmt.sig),
+            ("bytes_per_sample", "bytes read", "B/sample", fmt.nbytes)):
+        m = next(x for x in metrics if x["metric"] == key)
+        delta = m["cand"] - m["base"]
+        exact = " (exact)" if m["exact"] else (" (counted)" if m["counted"] else "")
+        rows.append({"what": what, "unit": unit, "base": m["base"], "cand": m["cand"],
+                     "delta": delta, "delta_ci": None, "level": None, "counted": m["counted"],
+                     "distinguishable": m["significant"] if m["counted"] else None,
+                     "text": f"{what} {_signed(delta, show(abs(delta)))} per sample{exact}"})
+    return rows
+
+
+def attribution(metrics: list[dict[str, Any]], stages: list[dict[str, Any]]
+                ) -> list[dict[str, Any]]:
+    """Where the per-sample cost moved, what really changed first: counts that changed, then
+    the stages whose change the rounds can tell from noise (largest first), then the rest."""
+    counts = count_rows(metrics)
+    moved = [r for r in counts if r["distinguishable"]]
+    moved += sorted((r for r in stages if r["distinguishable"]), key=lambda r: -abs(r["delta"]))
+    return moved + [r for r in counts + stages if not r["distinguishable"]]
+
+
+def moved_text(rows: list[dict[str, Any]]) -> str:
+    """The line people read: what moved, then which stages the rounds cannot tell apart."""
+    moved = [r["text"] for r in rows if r["distinguishable"]]
+    unclear = [r["what"] for r in rows if r["unit"] == "s/sample" and not r["distinguishable"]]
+    parts = moved or ["nothing distinguishable from noise"]
+    if unclear and moved:
+        parts.append(f"not distinguishable: {', '.join(unclear)}")
+    return "; ".join(parts)
+
+
+def compare(base: dict[str, Any], cand: dict[str, Any], *,
             cluster: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """The comparison as plain data. `cluster` holds extrapolations of each side, if made."""
     reasons = not_comparable(base, cand)
+    paired = is_paired(base, cand)
     out: dict[str, Any] = {
-        "kind": "dsbench-comparison", "schema_version": 1,
+        "kind": "dsbench-comparison", "schema_version": 2,
         "base": {"path": base["config"]["path"], "layout": base["export"].get("layout")},
         "cand": {"path": cand["config"]["path"], "layout": cand["export"].get("layout")},
-        "comparable": not reasons, "not_comparable_reasons": reasons, "runs": [],
-        "cluster": cluster,
+        "comparable": not reasons, "not_comparable_reasons": reasons, "paired": paired,
+        "method": ("paired t on per-round log ratios (one interleaved run)" if paired else
+                   "Welch t on log values (measured apart: assumes both saw the same machine)"),
+        "runs": [], "cluster": cluster,
     }
     if reasons:
         return out
-    rng = np.random.default_rng(seed)
     for w in common_workers(base, cand):
-        rb, rc = run_for(base, w), run_for(cand, w)
-        out["runs"].append({"workers": w,
-                            "metrics": [metric_row(m, rb, rc, rng) for m in METRICS],
-                            "attribution": attribution(rb, rc)})
+        metrics = [metric_row(m, base, cand, w, paired) for m in METRICS]
+        rows = attribution(metrics, stage_rows(base, cand, w, paired))
+        out["runs"].append({"workers": w, "metrics": metrics, "attribution": rows,
+                            "moved": moved_text(rows)})
     return out
-
-
-def is_result_file(path: str) -> bool:
-    """A side given as a `.json` file is a saved result; anything else is an export to measure."""
-    return path.endswith(".json")
-
-
-def load_or_measure(paths: Sequence[str], opts: BenchOptions, progress: Progress | None = None
-                    ) -> list[dict[str, Any]]:
-    """Each side's result: read from its file, or measured, all exports in one interleaved run."""
-    docs: dict[int, dict[str, Any]] = {i: read_result(p) for i, p in enumerate(paths)
-                                       if is_result_file(p)}
-    to_measure = [i for i in range(len(paths)) if i not in docs]
-    if to_measure:
-        measured = run_benches([paths[i] for i in to_measure], opts, progress)
-        docs.update(zip(to_measure, measured, strict=True))
-    return [docs[i] for i in range(len(paths))]
-
-
-def cluster_predictions(base: dict[str, Any], cand: dict[str, Any], cluster: ClusterSpec,
-                        seed: int = 0, steps: int = 5000) -> dict[str, dict[str, Any]]:
-    """Extrapolate both sides to the same ClusterSpec with the same seed: only the loader differs.
-
-    The scaling table is cut to 64 and 128 ranks, the two job sizes of the incident.
-    """
-    return {side: extrapolate(doc, cluster, np.random.default_rng(seed), steps=steps,
-                              scaling=(64, 128))
-            for side, doc in (("base", base), ("cand", cand))}
-
-
-def compare_sides(paths: Sequence[str], opts: BenchOptions, *,
-                  save: Sequence[str] | None = None, progress: Progress | None = None,
-                  cluster: Callable[[int], ClusterSpec] | None = None) -> dict[str, Any]:
-    """Load or measure both sides (saving their results when asked) and compare them; when
-    `cluster` is given and they are comparable, predict both on the cluster it builds from
-    the measured batch size."""
-    base, cand = load_or_measure(paths, opts, progress)
-    for path, doc in zip(save or (), (base, cand), strict=False):
-        write_result(path, doc)
-        if progress:
-            progress(f"wrote {path}")
-    comparison = compare(base, cand)
-    if cluster is not None and comparison["comparable"]:
-        spec = cluster(base["runs"][0]["batch_size"])
-        comparison["cluster"] = cluster_predictions(base, cand, spec)
-    return comparison

@@ -1,10 +1,10 @@
 """The CI throughput gate: does a candidate export (or reader) hold against the base?
 
-Hard limits apply to figures that repeat from run to run: bytes and files per sample (counts),
-and CPU per sample, which fails only when it is over its limit *and* the rise is significant
-(its bootstrap interval excludes no change), so machine noise alone cannot fail a build.
-Samples/s is wall-clock and noisy on shared CI machines: it is a soft limit that warns, unless
-`strict_throughput` makes it hard.
+Hard limits apply to figures that repeat from run to run: bytes and files per sample (counted
+over whole units, the same for the same export), and CPU per sample, which fails only when its
+whole 95% interval is over its limit, so machine noise alone cannot fail a build. Samples/s is
+wall-clock and noisy on shared CI machines: a soft limit that warns, unless `strict_throughput`
+makes it hard (and then it too fails only when its interval is past the limit).
 
 Thresholds come from, in increasing precedence: the defaults here, a `[tool.dsbench.gate]` table
 in the nearest pyproject.toml, and command-line options.
@@ -74,18 +74,36 @@ def load_thresholds(pyproject: Path | None, overrides: dict[str, Any]) -> Thresh
         raise DsbenchError(str(exc), path=pyproject) from None
 
 
-def _check(metric: dict[str, Any], limit: float, hard: bool, lower_limit: bool = False,
-           needs_significance: bool = False) -> dict[str, Any]:
-    ratio = metric["ratio"]
-    over = ratio < limit if lower_limit else ratio > limit
-    if needs_significance and over and not metric["significant"]:
-        over = False  # over the line only by noise
-    status = (FAIL if hard else WARN) if over else PASS
+def _check(metric: dict[str, Any], limit: float, hard: bool, lower_limit: bool = False
+           ) -> dict[str, Any]:
+    """Pass, warn or fail one figure against its limit.
+
+    A count (whole units: the same export always gives the same count) fails a hard limit on
+    its value. A timing fails a hard limit only when its whole 95% interval is past the limit:
+    a ratio past the limit whose interval still reaches back over it is noise-compatible and
+    only warns, so an export measured against itself never fails.
+    """
+    ratio, ci = metric["ratio"], metric["ratio_ci95"]
+
+    def past(x: float | None) -> bool:
+        if x is None:  # a cost where the base had none: past any upper limit
+            return not lower_limit
+        return x < limit if lower_limit else x > limit
+
+    if metric["counted"]:
+        over, cleared, why = past(ratio), past(ratio), "a count over whole units"
+    elif ci is not None:
+        over, cleared = past(ratio), past(ci[1] if lower_limit else ci[0])
+        why = ("its 95% interval is past the limit" if cleared else
+               "its 95% interval reaches back over the limit: more rounds can tell")
+    else:
+        over, cleared, why = past(ratio), False, "no interval (one round, or a schema 1 count)"
+    status = PASS if not over else (FAIL if hard and cleared else WARN)
     sign = ">=" if lower_limit else "<="
     return {"metric": metric["metric"], "label": metric["label"], "status": status,
-            "hard": hard, "ratio": ratio, "limit": f"ratio {sign} {fmt.sig(limit)}",
-            "base": metric["base"], "cand": metric["cand"],
-            "significant": metric["significant"]}
+            "hard": hard, "ratio": ratio, "ratio_ci95": ci, "limit": f"ratio {sign} "
+            f"{fmt.sig(limit)}", "base": metric["base"], "cand": metric["cand"],
+            "counted": metric["counted"], "why": why if over else ""}
 
 
 def evaluate(comparison: dict[str, Any], t: Thresholds, workers: int | None = None
@@ -97,17 +115,17 @@ def evaluate(comparison: dict[str, Any], t: Thresholds, workers: int | None = No
     runs = {r["workers"]: r for r in comparison["runs"]}
     w = max(runs) if workers is None else workers
     if w not in runs:
-        raise DsbenchError(f"--workers {w} was not measured on both sides (measured: "
+        raise DsbenchError(f"--gate-workers {w} was not measured on both sides (measured: "
                            f"{', '.join(map(str, sorted(runs)))})")
     m = {x["metric"]: x for x in runs[w]["metrics"]}
     checks = [
         _check(m["bytes_per_sample"], t.max_bytes_ratio, hard=True),
         _check(m["files_per_sample"], t.max_files_ratio, hard=True),
-        _check(m["cpu_s_per_sample"], t.max_cpu_ratio, hard=True, needs_significance=True),
+        _check(m["cpu_s_per_sample"], t.max_cpu_ratio, hard=True),
         _check(m["samples_per_s"], t.min_throughput_ratio, hard=t.strict_throughput,
-               lower_limit=True, needs_significance=True),
+               lower_limit=True),
     ]
     failed = [c for c in checks if c["status"] == FAIL]
-    return {"kind": "dsbench-gate", "workers": w, "thresholds": dataclasses.asdict(t),
-            "checks": checks, "passed": not failed,
+    return {"kind": "dsbench-gate", "schema_version": 2, "workers": w,
+            "thresholds": dataclasses.asdict(t), "checks": checks, "passed": not failed,
             "exit_code": 1 if failed else 0}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from dsbench import fmt
-from dsbench.analysis.compare import compare_sides
+from dsbench.analysis.measure import compare_sides
 from dsbench.commands.options import (
     add_cluster_arguments,
     add_json_argument,

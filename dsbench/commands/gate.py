@@ -7,7 +7,7 @@ from pathlib import Path
 
 from dsbench import fmt
 from dsbench.analysis import gate
-from dsbench.analysis.compare import compare_sides
+from dsbench.analysis.measure import compare_sides
 from dsbench.commands.options import add_json_argument, add_side_arguments, emit, window_options
 from dsbench.errors import DsbenchError
 from dsbench.report.comparison import render, render_gate

@@ -30,7 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     export = adapters.open_export(args.path, args.layout)
-    summary = summarize(export.survey(), args.path)
+    summary = summarize(export.survey(), args.path, export.ignored)
     emit(args, summary, lambda: render(summary))
     if summary["samples"] == 0 and not summary["problems"]:
         raise DsbenchError("the export holds no samples", path=args.path)

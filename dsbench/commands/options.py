@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from dsbench import atomic, fmt
+from dsbench.adapters import FORMATS
 from dsbench.errors import DsbenchError
 from dsbench.loader.options import BenchOptions
 from dsbench.loader.pipeline import DECODERS
@@ -23,6 +24,9 @@ from dsbench.model.node import ClusterSpec
 from dsbench.model.profiles import PROFILES, parse_storage
 
 STDOUT = "-"
+# Comparing wants more rounds than describing one export: 10 paired rounds of 2 s detect a 10%
+# change at 5% noise per round 96% of the time (docs/statistics.md).
+COMPARE_WINDOW = BenchOptions(rounds=10, seconds=2.0)
 _BARE = "\0bare"  # what a bare --json stands for: standard output, deprecated spelling
 
 
@@ -95,12 +99,19 @@ def add_window_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup,
                    help="evict the export's files from the page cache before each round")
     p.add_argument("--decoder", choices=DECODERS, default=d.decoder,
                    help="JPEG decoder (simplejpeg: pip install 'dsbench[fast]')")
+    p.add_argument("--layout", choices=sorted(FORMATS), default=None,
+                   help="read as this layout instead of detecting it (in a directory that "
+                        "mixes layouts, the files of the others are listed as not read)")
+    p.add_argument("--count-samples", type=int, default=d.count_samples, metavar="N",
+                   help="files and bytes per sample are counted over whole units up to N "
+                        f"samples; 0 counts every unit (default {d.count_samples})")
 
 
 def window_options(args: argparse.Namespace, **more: Any) -> BenchOptions:
     return BenchOptions(workers=parse_workers(args.workers), batch_size=args.batch_size,
                         seconds=args.seconds, rounds=args.rounds, decoder=args.decoder,
-                        cold=args.cold, **more)
+                        cold=args.cold, layout=args.layout, count_samples=args.count_samples,
+                        **more)
 
 
 # --- the two sides of compare and gate ------------------------------------------------------------
@@ -109,7 +120,7 @@ def add_side_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("base", help="the current export: a result .json or an export path")
     p.add_argument("cand", help="the candidate export: a result .json or an export path")
     m = p.add_argument_group("measuring export paths (both in one run, rounds interleaved)")
-    add_window_arguments(m)
+    add_window_arguments(m, COMPARE_WINDOW)
     m.add_argument("--save", nargs=2, metavar=("BASE_JSON", "CAND_JSON"),
                    help="write both sides' result documents")
 

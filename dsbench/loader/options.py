@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dsbench import adapters
 from dsbench.errors import DsbenchError
+from dsbench.loader.counts import DEFAULT_MAX_SAMPLES
 from dsbench.loader.pipeline import DECODERS, Pipeline, TrainTransform, Transform
 from dsbench.loader.worker import Opener
 
@@ -20,8 +23,8 @@ class BenchOptions:
 
     workers: tuple[int, ...] = (1,)
     batch_size: int = 64
-    seconds: float = 10.0
-    rounds: int = 3
+    seconds: float = 2.0
+    rounds: int = 6
     warmup_batches: int = 2  # per worker
     step_time_s: float = 0.0
     cold: bool = False
@@ -34,7 +37,9 @@ class BenchOptions:
     batches: int | None = None  # measure exactly this many batches per round instead of seconds
     transform: Transform | None = None  # replaces the training transform (e.g. a known cost)
     opener: Opener | None = None  # opens the export in each worker (default: adapters)
+    layout: str | None = None  # read as this layout instead of detecting it
     stall_s: float = 120.0  # a worker silent this long fails the run
+    count_samples: int = DEFAULT_MAX_SAMPLES  # samples of whole units to count; 0: every unit
 
     def __post_init__(self) -> None:
         def bad(option: str, value: object, want: str) -> DsbenchError:
@@ -43,7 +48,7 @@ class BenchOptions:
                                    for w in self.workers):
             raise bad("workers", self.workers, "a list of positive integers")
         for name, lo in (("batch_size", 1), ("rounds", 1), ("warmup_batches", 1),
-                         ("prefetch", 1)):
+                         ("prefetch", 1), ("count_samples", 0)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < lo:
                 raise bad(name.replace("_", "-"), value, f"an integer >= {lo}")
@@ -57,11 +62,18 @@ class BenchOptions:
             raise bad("backend", self.backend, " or ".join(BACKENDS))
         if self.decoder not in DECODERS:
             raise bad("decoder", self.decoder, " or ".join(DECODERS))
+        if self.layout is not None:
+            adapters.get(self.layout)  # an unknown layout fails here, naming the choices
         self.pipeline()  # checks the error policy and that the decoder is installed
 
     def pipeline(self) -> Pipeline:
         transform = self.transform or TrainTransform(normalize=self.normalize)
         return Pipeline(decoder=self.decoder, transform=transform, on_error=self.on_error)
+
+    def export_opener(self) -> Opener:
+        """How every process opens the export: the given opener, or the adapters (picklable,
+        as spawned workers need it)."""
+        return self.opener or functools.partial(adapters.open_export, layout=self.layout)
 
     def config(self, path: str | Path) -> dict[str, Any]:
         return {"path": str(path), "workers": list(self.workers), "batch_size": self.batch_size,
@@ -69,5 +81,6 @@ class BenchOptions:
                 "warmup_batches": self.warmup_batches, "step_time_s": self.step_time_s,
                 "cold": self.cold, "decoder": self.decoder, "normalize": self.normalize,
                 "on_error": self.on_error, "backend": self.backend, "prefetch": self.prefetch,
-                "seed": self.seed, "batches": self.batches,
+                "seed": self.seed, "batches": self.batches, "count_samples": self.count_samples,
+                "layout": self.layout,
                 "transform": type(self.pipeline().transform).__name__}

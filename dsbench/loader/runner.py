@@ -27,6 +27,7 @@ import contextlib
 import os
 import resource
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -38,10 +39,11 @@ from dsbench import stats
 from dsbench.adapters.survey import summarize
 from dsbench.errors import DsbenchError
 from dsbench.loader import worker
+from dsbench.loader.counts import Counts, count_pass
 from dsbench.loader.options import BenchOptions
 from dsbench.loader.sources import ShmSource
 from dsbench.loader.torch_source import TorchSource
-from dsbench.loader.worker import BatchReport, Opener
+from dsbench.loader.worker import BatchReport
 from dsbench.results import document as results
 from dsbench.results import machine
 from dsbench.results.document import STAGES
@@ -101,12 +103,10 @@ def _measure(source: ShmSource | TorchSource, opts: BenchOptions, n_workers: int
     """Warm up, then the measured window; everything per window, nothing logged inside it."""
     t_start = time.perf_counter()
     before: list[BatchReport | None] = [None] * n_workers
-    warmup_samples = 0
     for _ in range(n_workers * opts.warmup_batches):
         report = source.next()
         source.release(report)
         before[report.worker] = report
-        warmup_samples += len(report.keys)
     warmup_s = time.perf_counter() - t_start
     peak_pss = tree_pss()
     step = opts.step_time_s
@@ -157,11 +157,11 @@ def _measure(source: ShmSource | TorchSource, opts: BenchOptions, n_workers: int
         "samples_per_s": samples / wall, "cpu_s_per_sample": (main_cpu + workers_cpu) / samples,
         "accelerator_util": (len(reports) * step / wall) if step else None,
         "stages_s": dict(zip(STAGES, map(float, stage_s), strict=True)),
-        "read_bytes": delta("read_chars"), "mapped_bytes": delta("mapped_bytes"),
-        # Opens are counted from each worker's start, warm-up included: a shard layout opens a
-        # file only every few thousand samples, which a short window would miss altogether.
-        "opens": float(sum(r.opens for r in last)),
-        "opens_samples": warmup_samples + samples, "skipped_samples": int(delta("skipped")),
+        # What the window happened to read: it ends inside a shard wherever the clock says, so
+        # these depend on its length; the per-sample figures come from whole units (counts.py).
+        "window_files": int(delta("opens")),
+        "window_bytes": int(delta("read_chars") + delta("mapped_bytes")),
+        "skipped_samples": int(delta("skipped")),
         "skipped": errors, "batch_cpu_s": [r.batch_cpu_s for r in reports],
         "peak_pss_bytes": peak_pss, "warmup_batches": n_workers * opts.warmup_batches,
         "warmup_s": warmup_s,
@@ -189,33 +189,35 @@ def run_round(path: Path, opts: BenchOptions, n_workers: int) -> dict[str, Any]:
 def _round_row(r: dict[str, Any]) -> dict[str, Any]:
     keys = ("samples", "batches", "wall_s", "cpu_s", "main_cpu_s", "workers_cpu_s",
             "workers_cpu_s_reaped", "samples_per_s", "cpu_s_per_sample", "accelerator_util",
-            "warmup_batches", "warmup_s", "peak_pss_bytes")
-    return {k: r[k] for k in keys}
+            "warmup_batches", "warmup_s", "peak_pss_bytes", "window_files", "window_bytes")
+    row = {k: r[k] for k in keys}
+    row["stages"] = {s: r["stages_s"][s] / r["samples"] for s in STAGES}
+    return row
 
 
-def summarize_run(n_workers: int, opts: BenchOptions, rounds: list[dict[str, Any]]
-                  ) -> dict[str, Any]:
+def summarize_run(n_workers: int, opts: BenchOptions, rounds: list[dict[str, Any]],
+                  counts: Counts) -> dict[str, Any]:
     """One worker count's figures over its rounds."""
-    sps = stats.summarize([r["samples_per_s"] for r in rounds], seed=opts.seed)
-    cpu = stats.summarize([r["cpu_s_per_sample"] for r in rounds], seed=opts.seed)
+    sps = stats.summarize([r["samples_per_s"] for r in rounds])
+    cpu = stats.summarize([r["cpu_s_per_sample"] for r in rounds])
     samples = sum(r["samples"] for r in rounds)
     au = [r["accelerator_util"] for r in rounds if r["accelerator_util"] is not None]
     skipped = [e for r in rounds for e in r["skipped"]][:SKIPPED_KEPT]
     return {
         "workers": n_workers, "batch_size": opts.batch_size,
-        "samples_per_s": sps.median, "samples_per_s_iqr": list(sps.iqr),
+        "samples_per_s": sps.center, "samples_per_s_iqr": list(sps.iqr),
         "samples_per_s_ci95": list(sps.ci95), "samples_per_s_spread": sps.relative_spread,
-        "cpu_s_per_sample": cpu.median, "cpu_s_per_sample_iqr": list(cpu.iqr),
+        "cpu_s_per_sample": cpu.center, "cpu_s_per_sample_iqr": list(cpu.iqr),
         "cpu_s_per_sample_ci95": list(cpu.ci95), "cpu_s_per_sample_spread": cpu.relative_spread,
         "stages": {s: sum(r["stages_s"][s] for r in rounds) / samples for s in STAGES},
-        "bytes_per_sample": sum(r["read_bytes"] + r["mapped_bytes"] for r in rounds) / samples,
-        "mapped_bytes_per_sample": sum(r["mapped_bytes"] for r in rounds) / samples,
-        "files_per_sample": sum(r["opens"] for r in rounds)
-        / sum(r["opens_samples"] for r in rounds),
+        # Counts of the export, not of this run's windows: the same for every worker count.
+        "bytes_per_sample": counts.per_sample(counts.read_bytes + counts.mapped_bytes),
+        "mapped_bytes_per_sample": counts.per_sample(counts.mapped_bytes),
+        "files_per_sample": counts.per_sample(counts.files),
         "peak_pss_bytes": max(r["peak_pss_bytes"] for r in rounds),
         "samples": samples, "skipped_samples": sum(r["skipped_samples"] for r in rounds),
         "skipped": skipped,
-        "accelerator_util": stats.median(au) if au else None,
+        "accelerator_util": stats.geometric_mean(au) if au and min(au) > 0 else None,
         "scaling_efficiency": None,
         "batch_cpu_s": [x for r in rounds for x in r["batch_cpu_s"]],
         "rounds": [_round_row(r) for r in rounds],
@@ -243,12 +245,18 @@ def _warnings(run: dict[str, Any], opts: BenchOptions) -> list[str]:
     return out
 
 
-def export_summary(path: Path, opener: Opener | None) -> tuple[dict[str, Any], int]:
-    """The export's `inspect` summary and its number of units (what workers split)."""
-    export = worker.open_export(str(path), opener)
+def prepare(path: Path, opts: BenchOptions) -> tuple[dict[str, Any], Counts]:
+    """The export's `inspect` summary and its exact counts; refuses more workers than units."""
+    export = worker.open_export(str(path), opts.export_opener())
     units = len(export.units())
-    survey = export.survey()
-    return summarize(survey, path), units
+    if max(opts.workers) > units:
+        raise DsbenchError(f"{units} units (shards or samples) cannot feed {max(opts.workers)} "
+                           f"workers: use --workers {units} or fewer", path=path)
+    summary = summarize(export.survey(), path, export.ignored)
+    skipped: list[Any] = []
+    counts = count_pass(export, opts.count_samples,
+                        skipped.append if opts.on_error == "skip" else None)
+    return summary, counts
 
 
 def run_bench(path: str | Path, opts: BenchOptions, progress: Progress | None = None
@@ -266,28 +274,25 @@ def run_benches(paths: Sequence[str | Path], opts: BenchOptions,
     """
     ps = [Path(p) for p in paths]
     say = progress or (lambda _msg: None)
-    summaries = []
-    for p in ps:
-        summary, units = export_summary(p, opts.opener)
-        if max(opts.workers) > units:
-            raise DsbenchError(f"{units} units (shards or samples) cannot feed "
-                               f"{max(opts.workers)} workers: use --workers {units} or fewer",
-                               path=p)
-        summaries.append(summary)
+    prepared = [prepare(p, opts) for p in ps]
     info = machine.collect()
+    run_id = uuid.uuid4().hex
     runs: list[list[dict[str, Any]]] = [[] for _ in ps]
     warnings: list[list[str]] = [[] for _ in ps]
     for n_workers in opts.workers:
         rounds: list[list[dict[str, Any]]] = [[] for _ in ps]
         for i in range(opts.rounds):
-            for k, p in enumerate(ps):
+            # Every other round in reverse order (A B, B A, ...): a machine that drifts during
+            # the run then favours no export, and round i of each still forms a pair.
+            order = list(enumerate(ps)) if i % 2 == 0 else list(enumerate(ps))[::-1]
+            for k, p in order:
                 r = run_round(p, opts, n_workers)
                 rounds[k].append(r)
                 say(f"bench {p.name}: {n_workers} workers, round {i + 1}/{opts.rounds}: "
                     f"{r['samples_per_s']:.4g} samples/s, "
                     f"{1e3 * r['cpu_s_per_sample']:.3g} ms CPU/sample")
         for k in range(len(ps)):
-            run = summarize_run(n_workers, opts, rounds[k])
+            run = summarize_run(n_workers, opts, rounds[k], prepared[k][1])
             runs[k].append(run)
             warnings[k] += _warnings(run, opts)
     docs = []
@@ -297,8 +302,14 @@ def run_benches(paths: Sequence[str | Path], opts: BenchOptions,
         for run in runs[k]:
             per_worker = base["samples_per_s"] / base["workers"]
             run["scaling_efficiency"] = run["samples_per_s"] / (run["workers"] * per_worker)
+        summary, counts = prepared[k]
+        ignored = summary["ignored_files"]["count"]
+        if ignored:
+            warnings[k].append(f"{ignored} file{'s' if ignored != 1 else ''} under the export "
+                               f"are not {summary['layout']} data and were not read (e.g. "
+                               f"{summary['ignored_files']['examples'][0]})")
         for w in warnings[k]:
             say(f"warning: {p.name}: {w}")
-        docs.append(results.new_document(info, summaries[k], opts.config(p), runs[k],
-                                         warnings[k]))
+        docs.append(results.new_document(info, summary, opts.config(p), runs[k], warnings[k],
+                                         counts.to_json(), run_id))
     return docs

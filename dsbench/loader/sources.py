@@ -103,7 +103,7 @@ class ShmSource:
                 data_recv, data_send = ctx.Pipe(duplex=False)
                 ctrl_recv, ctrl_send = ctx.Pipe(duplex=False)
                 spec = WorkerSpec(str(path), w, n_workers, opts.batch_size, pipeline, opts.seed,
-                                  shm.name, slots, slot_bytes, image_bytes, opts.opener)
+                                  shm.name, slots, slot_bytes, image_bytes, opts.export_opener())
                 proc = ctx.Process(target=run, args=(spec, data_send, ctrl_recv), daemon=True,
                                    name=f"dsbench-worker-{w}")
                 with _children_ignore_sigint():

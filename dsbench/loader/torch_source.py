@@ -119,7 +119,8 @@ class TorchSource:
         except ImportError:
             raise DsbenchError("--backend torch needs torch: pip install 'dsbench[torch]'"
                                ) from None
-        dataset = __getattr__("TorchSamples")(str(path), pipeline, opts.seed, opts.opener)
+        dataset = __getattr__("TorchSamples")(str(path), pipeline, opts.seed,
+                                               opts.export_opener())
         # Same start method as ShmSource, for the same reason; in-order delivery is the default.
         self.loader = DataLoader(dataset, batch_size=opts.batch_size, num_workers=n_workers,
                                  prefetch_factor=opts.prefetch, collate_fn=torch_collate,

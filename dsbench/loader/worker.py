@@ -32,6 +32,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from dsbench import adapters
 from dsbench.adapters import base
 from dsbench.adapters.base import Export, RawSample
 from dsbench.errors import DsbenchError, SampleError
@@ -82,10 +83,7 @@ class WorkerSpec:
 
 
 def open_export(path: str, opener: Opener | None) -> Export:
-    if opener is not None:
-        return opener(path)
-    from dsbench.adapters import open_export as open_any
-    return open_any(path)
+    return opener(path) if opener is not None else adapters.open_export(path)
 
 
 def endless(export: Export, worker: int, n_workers: int,

@@ -164,7 +164,7 @@ def budget(job: Job) -> dict[str, object]:
         raise DsbenchError("nothing to compute: give --batch-size, --compute, --cores-per-node "
                            "and --cpu-per-sample, or an observed job's --mean-step and --gpu-util")
     return {
-        "kind": "dsbench-budget",
+        "kind": "dsbench-budget", "schema_version": 1,
         "model_note": "a model, not a measurement: arithmetic on the figures fed in",
         "inputs": {k: v for k, v in asdict(job).items() if v is not None},
         "capacity": capacity(job) if wants_cap else None,

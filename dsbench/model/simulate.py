@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dsbench import stats
+
 # Draws an array of the given (steps, ranks) shape, in seconds.
 Sampler = Callable[[np.random.Generator, tuple[int, int]], np.ndarray]
 
@@ -53,10 +55,7 @@ class SimResult:
         return self.ranks.index(ranks)
 
     def stats(self, ranks: int) -> dict[str, float]:
-        x = self.step_s[:, self.column(ranks)]
-        p50, p99 = np.percentile(x, [50, 99])
-        return {"mean": float(x.mean()), "p50": float(p50), "p99": float(p99),
-                "max": float(x.max())}
+        return stats.distribution(self.step_s[:, self.column(ranks)])
 
 
 def run(sample_cost: Sampler, sample_compute: Sampler, *, workers: int, prefetch: int,

@@ -11,30 +11,39 @@ from typing import Any
 from dsbench import fmt
 from dsbench.analysis.compare import format_value
 
-MARKS = {"worse": "+", "better": "-", "same": " "}
+MARKS = {"worse": "+", "better": "-", "not distinguishable": " ", "unknown": "?"}
+
+
+def factor(r: float, more: str, less: str) -> str:
+    """'1.07x slower'; a change too small for three digits of a ratio as a percentage."""
+    up = r >= 1
+    x = r if up else 1 / r
+    size = fmt.ratio(x) if fmt.ratio(x) != "1.00x" else fmt.percent(x - 1)
+    return f"{size} {more if up else less}"
 
 
 def _change_text(row: dict[str, Any]) -> str:
     r = row["ratio"]
-    if row["change"] == "same":
-        return "no significant change" if row["exact"] or row["ratio_ci95"] else (
-            "n/a: needs 2+ rounds per side")
-    if row["metric"] == "samples_per_s":
-        word = "faster" if r > 1 else "slower"
-        return f"{fmt.ratio(r if r > 1 else 1 / r)} {word}"
-    if row["base"] == 0:
+    if r is None:
         return "new cost"
-    word = "more" if r > 1 else "less"
-    return f"{fmt.ratio(r if r > 1 else 1 / r)} {word}"
+    if row["change"] == "unknown":
+        return "unknown: needs 2+ rounds per side"
+    if row["change"] == "not distinguishable":
+        return "no change" if row["counted"] else "not distinguishable from noise"
+    if row["metric"] == "samples_per_s":
+        return factor(r, "faster", "slower")
+    return factor(r, "more", "less")
 
 
 def metric_rows(run: dict[str, Any]) -> list[list[str]]:
     rows = []
     for m in run["metrics"]:
-        ratio = fmt.ratio(m["ratio"]) if m["ratio"] != float("inf") else "inf"
+        ratio = fmt.ratio(m["ratio"]) if m["ratio"] is not None else "new"
         ci = m["ratio_ci95"]
-        ci_text = f"[{fmt.ratio(ci[0])}, {fmt.ratio(ci[1])}]" if ci else ("exact" if m["exact"]
-                                                                       else "-")
+        if ci:
+            ci_text = f"{fmt.ratio(ci[0])} to {fmt.ratio(ci[1])}"
+        else:
+            ci_text = "exact" if m["exact"] else ("counted" if m["counted"] else "-")
         rows.append([MARKS[m["change"]], m["label"], format_value(m["metric"], m["base"]),
                      format_value(m["metric"], m["cand"]), ratio, ci_text, _change_text(m)])
     return rows
@@ -62,15 +71,15 @@ def render(comparison: dict[str, Any], markdown: bool = False) -> str:
     title = f"base: {base['path']} ({base['layout']})  vs  candidate: {cand['path']} " \
             f"({cand['layout']})"
     out = [f"### dsbench compare\n\n{title}\n" if markdown else title]
+    out.append(f"intervals: 95%, {comparison['method']}")
     if not comparison["comparable"]:
         out.append("x NOT COMPARABLE: " + "; ".join(comparison["not_comparable_reasons"]))
         return "\n".join(out)
     for run in comparison["runs"]:
         out.append(f"\n{'#### ' if markdown else ''}{run['workers']} loader workers")
         out.append(fmt.table(HEADERS, metric_rows(run), markdown=markdown))
-        moved = [a["text"] for a in run["attribution"] if a["delta"] != 0]
         out.append(("\nwhere the cost moved: " if markdown else "where the cost moved: ")
-                   + ", ".join(moved[:6]))
+                   + run["moved"])
     cluster = comparison.get("cluster")
     if cluster:
         e = cluster["base"]
@@ -83,12 +92,19 @@ def render(comparison: dict[str, Any], markdown: bool = False) -> str:
 
 def render_gate(gate: dict[str, Any], markdown: bool = False) -> str:
     icon = {"pass": "pass", "warn": "WARN", "fail": "FAIL"}
-    rows = [[icon[c["status"]], c["label"], format_value(c["metric"], c["base"]),
-             format_value(c["metric"], c["cand"]), fmt.ratio(c["ratio"])
-             if c["ratio"] != float("inf") else "inf", c["limit"],
-             "hard" if c["hard"] else "soft"] for c in gate["checks"]]
+    rows = []
+    for c in gate["checks"]:
+        ci = c["ratio_ci95"]
+        rows.append([icon[c["status"]], c["label"], format_value(c["metric"], c["base"]),
+                     format_value(c["metric"], c["cand"]),
+                     fmt.ratio(c["ratio"]) if c["ratio"] is not None else "new",
+                     f"{fmt.ratio(ci[0])} to {fmt.ratio(ci[1])}" if ci else
+                     ("counted" if c["counted"] else "-"),
+                     c["limit"], "hard" if c["hard"] else "soft"])
     verdict = "PASSED" if gate["passed"] else "FAILED"
     head = f"dsbench gate {verdict} ({gate['workers']} loader workers)"
-    table = fmt.table(["", "check", "base", "candidate", "ratio", "limit", "kind"], rows,
-                      markdown=markdown)
-    return (f"### {head}\n\n{table}" if markdown else f"{head}\n{table}")
+    table = fmt.table(["", "check", "base", "candidate", "ratio", "95% CI", "limit", "kind"],
+                      rows, markdown=markdown)
+    notes = [f"{icon[c['status']]} {c['label']}: {c['why']}" for c in gate["checks"] if c["why"]]
+    body = "\n".join([table, *([""] if notes and markdown else []), *notes])
+    return f"### {head}\n\n{body}" if markdown else f"{head}\n{body}"

@@ -53,7 +53,7 @@ DEMO_CLUSTER = ClusterSpec(batch_size=256, compute=Distribution("const", 0.15),
                            storage=PROFILES["efs"], stall_prob=1e-4, stall_s=1.0)
 
 
-DEMO_BENCH = BenchOptions(workers=(1, 2), seconds=2.0, rounds=3)
+DEMO_BENCH = BenchOptions(workers=(1, 2), seconds=1.0, rounds=9)
 
 
 def default_cache() -> Path:
@@ -135,7 +135,7 @@ def model(docs: dict[str, dict[str, Any]], exports: dict[str, str], opts: DemoOp
     tails, fine = {}, {}
     for name in ("before", "after"):
         tails[name], fine[name] = _tails_and_timeline(docs[name], cluster, opts)
-    return {"kind": "dsbench-demo", "schema_version": 1, "samples": opts.samples,
+    return {"kind": "dsbench-demo", "schema_version": 2, "samples": opts.samples,
             "exports": exports, "results": docs, "comparisons": comparisons,
             "cluster": extrapolations, "tails": tails, "fine_timeline": fine,
             "cluster_spec": cluster.to_json()}

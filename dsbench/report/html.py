@@ -20,7 +20,7 @@ from typing import Any
 from dsbench import fmt
 from dsbench.errors import DsbenchError
 from dsbench.report import comparison as tables
-from dsbench.report import plots, verdict
+from dsbench.report import measured, plots, verdict
 from dsbench.results import document as results
 
 NO_MATPLOTLIB = "matplotlib is not installed (pip install 'dsbench[plot]')"
@@ -132,7 +132,7 @@ def render_html(doc: dict[str, Any], images: dict[str, bytes],
         f'nodes x {_e(spec["gpus_per_node"])} GPUs.</p>',
         "<h2>Verdict</h2>", f"<pre>{_e(chr(10).join(verdict.verdict_lines(doc)))}</pre>",
         "<h2>Measured on this machine</h2>",
-        _table(verdict.MEASURED_HEADERS, verdict.measured_rows(doc)),
+        _table(measured.MEASURED_HEADERS, measured.measured_rows(doc)),
         *_comparisons(doc),
         f"<h2>Predicted cluster (a model, not a measurement; {_e(spec['nodes'])} nodes x "
         f"{_e(spec['gpus_per_node'])} GPUs)</h2>", _cluster_table(doc),
@@ -165,11 +165,10 @@ def _comparisons(doc: dict[str, Any]) -> list[str]:
             out.append(f"<p>Not comparable: {_e('; '.join(comp['not_comparable_reasons']))}</p>")
             continue
         for run in comp["runs"]:
-            out.append(f"<h3>{_e(verdict.workers_text(run['workers']))}</h3>")
+            out.append(f"<h3>{_e(measured.workers_text(run['workers']))}</h3>")
+            out.append(f'<p class="note">95% intervals: {_e(comp["method"])}</p>')
             out.append(_table(tables.HEADERS, tables.metric_rows(run)))
-            moved = [a["text"] for a in run["attribution"] if a["delta"] != 0]
-            if moved:
-                out.append(f"<p>Where the cost moved: {_e(', '.join(moved))}</p>")
+            out.append(f"<p>Where the cost moved: {_e(run['moved'])}</p>")
     return out
 
 

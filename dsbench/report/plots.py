@@ -13,7 +13,7 @@ from typing import Any
 
 from dsbench import fmt
 from dsbench.report.demo import EXPORTS
-from dsbench.report.verdict import base_run
+from dsbench.report.measured import base_run
 from dsbench.results.document import STAGES
 
 COLORS = {"before": "#1f77b4", "after": "#d62728", "arrow": "#2ca02c"}

@@ -60,6 +60,11 @@ def render(s: dict[str, Any]) -> str:
         ]
     else:
         lines.append("image:              none checked")
+    ign = s["ignored_files"]
+    if ign["count"]:
+        shown = ", ".join(ign["examples"][:3]) + (", ..." if ign["count"] > 3 else "")
+        lines.append(f"not read:           {counted(ign['count'], 'files')} that are not "
+                     f"{s['layout']} data ({shown})")
     lines.append(f"bad samples:        {counted(s['bad_samples'], 'samples')} "
                  f"({counted(s['problems_count'], 'problems')} found)")
     for p in s["problems"][:10]:

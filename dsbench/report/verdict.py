@@ -12,97 +12,21 @@ from pathlib import Path
 from typing import Any
 
 from dsbench import fmt
-from dsbench.analysis.compare import format_value
 from dsbench.report.demo import EXPORTS
+from dsbench.report.measured import (
+    MEASURED_HEADERS,
+    base_run,
+    counts_text,
+    cpu_moves_text,
+    cpu_text,
+    first_run,
+    measured_rows,
+    metric,
+    speed_text,
+    workers_text,
+)
 
 UTIL_MARGIN = 0.01  # modelled GPU utilization closer than this counts as the same
-STAGE_SHARE = 0.01  # stages that moved by less than this share of the CPU per sample are noise
-
-
-def first_run(comparison: dict[str, Any]) -> dict[str, Any] | None:
-    """The fewest workers measured on both sides (None when the two were not comparable).
-
-    On a small machine more workers compete with the main process for its cores, and the
-    model's per-sample cost comes from this run too.
-    """
-    return comparison["runs"][0] if comparison["comparable"] and comparison["runs"] else None
-
-
-def metric(run: dict[str, Any], key: str) -> dict[str, Any]:
-    return next(m for m in run["metrics"] if m["metric"] == key)
-
-
-def base_run(doc: dict[str, Any]) -> dict[str, Any]:
-    return min(doc["runs"], key=lambda r: r["workers"])
-
-
-MEASURED_HEADERS = ["export", "layout", "loader workers", "throughput", "throughput IQR",
-                    "CPU per sample", "files opened", "bytes read"]
-
-
-def workers_text(n: int) -> str:
-    return f"{n} loader worker{'s' if n != 1 else ''}"
-
-
-def measured_rows(doc: dict[str, Any]) -> list[list[str]]:
-    """What was measured, per export and worker count, for the terminal and the report."""
-    rows = []
-    for name in EXPORTS:
-        res = doc["results"][name]
-        for r in sorted(res["runs"], key=lambda r: r["workers"]):
-            lo, hi = r["samples_per_s_iqr"]
-            rows.append([name, res["export"]["layout"],
-                         workers_text(r["workers"]),
-                         fmt.rate(r["samples_per_s"]), f"{fmt.sig(lo)} to {fmt.rate(hi)}",
-                         fmt.seconds(r["cpu_s_per_sample"], "sample"),
-                         f"{fmt.sig(r['files_per_sample'])} files/sample",
-                         fmt.nbytes(r["bytes_per_sample"], "sample")])
-    return rows
-
-
-def speed_text(comparison: dict[str, Any], base: str, cand: str) -> str:
-    run = first_run(comparison)
-    if run is None:
-        return (f"{cand} and {base} were not measured alike, so no ratio: "
-                + "; ".join(comparison["not_comparable_reasons"]))
-    m, w = metric(run, "samples_per_s"), run["workers"]
-    figures = f"{fmt.rate(m['cand'])} vs {fmt.rate(m['base'])} with {workers_text(w)}"
-    ci = m["ratio_ci95"]
-    if ci is None:
-        return (f"{cand} vs {base}: {figures} ({fmt.ratio(m['ratio'])}); one round per side "
-                "gives no interval, so no verdict")
-    if m["change"] == "same":
-        return (f"{cand} is as fast as {base} within noise ({figures}; 95% interval of the "
-                f"ratio {fmt.ratio(ci[0])} to {fmt.ratio(ci[1])})")
-    r = m["ratio"]
-    word = "slower" if r < 1 else "faster"
-    return f"{cand} is {fmt.ratio(1 / r if r < 1 else r)} {word} than {base} ({figures})"
-
-
-def cost_text(comparison: dict[str, Any]) -> str:
-    run = first_run(comparison)
-    if run is None:
-        return "not comparable"
-    parts = []
-    for key, name in (("cpu_s_per_sample", "CPU"), ("files_per_sample", "files opened"),
-                      ("bytes_per_sample", "bytes read")):
-        m = metric(run, key)
-        noise = " within noise" if m["change"] == "same" and not m["exact"] else ""
-        parts.append(f"{name} {format_value(key, m['base'])} -> {format_value(key, m['cand'])}"
-                     f" ({fmt.ratio(m['ratio'])}{noise})")
-    return "; ".join(parts)
-
-
-def cpu_moves_text(comparison: dict[str, Any], stages: int = 3) -> str:
-    run = first_run(comparison)
-    if run is None:
-        return "not comparable"
-    cpu = metric(run, "cpu_s_per_sample")
-    if cpu["change"] == "same":
-        return "CPU per sample did not change beyond noise"
-    floor = STAGE_SHARE * cpu["base"]
-    rows = [r for r in run["attribution"] if r["unit"] == "s/sample" and abs(r["delta"]) >= floor]
-    return ", ".join(r["text"] for r in rows[:stages]) or "spread over every stage"
 
 
 def cluster_text(e: dict[str, Any]) -> str:
@@ -110,6 +34,25 @@ def cluster_text(e: dict[str, Any]) -> str:
     return (f"mean step {fmt.seconds(st['mean'])}, p99 {fmt.seconds(st['p99'])}, GPU "
             f"utilization {fmt.percent(e['gpu_util'])}, {e['verdict']} (supply "
             f"{fmt.ratio(e['supply_over_demand'])} of demand, limit: {e['node']['limit']})")
+
+
+def carries_text(e: dict[str, Any], name: str) -> str:
+    """The figure behind an export's predicted step, and whether it was measured or assumed."""
+    node = e["node"]
+    inputs = {r["name"]: r for r in e["inputs"]}
+    files, storage = inputs["files_per_sample"], inputs["storage"]
+    terms = [f"CPU {fmt.seconds(node['cpu_s'])} (measured here, with contention "
+             f"{fmt.ratio(node['contention'])} and time-sharing "
+             f"{fmt.ratio(node['oversubscription'])})"]
+    if node["latency_s"] > 0:
+        terms.append(f"file latency {fmt.seconds(node['latency_s'])} ({files['text']} "
+                     f"files/sample, {files['source']}, x {fmt.seconds(e['storage']['per_file_s'])}"
+                     f" per file from the {storage['value']} profile: {storage['source']})")
+    if node["transfer_s"] > 0:
+        terms.append(f"transfer {fmt.seconds(node['transfer_s'])} (bytes per sample over the "
+                     f"node's shared link, {storage['value']} profile)")
+    return (f"each of {name}'s loader workers needs {fmt.seconds(node['per_sample_s'], 'sample')}"
+            f": {', '.join(terms)}; the largest term, {node['limit']}, sets the limit")
 
 
 def tail_text(doc: dict[str, Any], name: str) -> str:
@@ -173,7 +116,7 @@ def _fields_text(doc: dict[str, Any]) -> str | None:
     if run is None or metric(run, "cpu_s_per_sample")["change"] != "worse":
         return None
     row = next(r for r in run["attribution"] if r["what"] == "fields")
-    if row["delta"] < STAGE_SHARE * metric(run, "cpu_s_per_sample")["base"]:
+    if not row["distinguishable"] or row["delta"] <= 0:
         return None
     text = (f"parsing after's new fields from JSON costs {fmt.seconds(row['cand'], 'sample')} "
             "of CPU (the fields stage)")
@@ -188,15 +131,19 @@ def _fields_text(doc: dict[str, Any]) -> str | None:
 
 def verdict_lines(doc: dict[str, Any]) -> list[str]:
     comp, cl, spec = doc["comparisons"], doc["cluster"], doc["cluster_spec"]
-    lines = ["Verdict (measured on this machine)",
-             f"  {speed_text(comp['after'], 'before', 'after')}",
-             f"  after vs before: {cost_text(comp['after'])}",
+    lines = ["Verdict (measured on this machine; counts first, then timings with their 95% "
+             "intervals)",
+             f"  {counts_text(comp['after'], 'before', 'after')}",
+             f"  CPU per sample: {cpu_text(comp['after'], 'before', 'after')}",
              f"  where the CPU went: {cpu_moves_text(comp['after'])}",
-             f"  {speed_text(comp['arrow'], 'before', 'arrow')}",
+             f"  throughput: {speed_text(comp['after'], 'before', 'after')}",
+             f"  the candidate: {counts_text(comp['arrow'], 'before', 'arrow')}; "
+             f"{speed_text(comp['arrow'], 'before', 'arrow')}",
              "",
              f"On {spec['nodes']} nodes x {spec['gpus_per_node']} GPUs (a model, not a "
              "measurement; assumptions below)"]
     lines += [f"  {name:<6}  {cluster_text(cl[name])}" for name in EXPORTS]
+    lines.append(f"  what sets it: {carries_text(cl['after'], 'after')}")
     if cl["after"]["verdict"] == "input-bound":
         lines.append(f"  the oscillation: {cl['after']['timeline']['note']}")
     lines.append(f"  the tail: {tail_text(doc, 'after')}")

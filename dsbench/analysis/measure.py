@@ -1,0 +1,61 @@
+"""Load or measure the two sides of a comparison, and predict both on the same cluster."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from dsbench.analysis.compare import compare
+from dsbench.loader.options import BenchOptions
+from dsbench.loader.runner import Progress, run_benches
+from dsbench.model.cluster import extrapolate
+from dsbench.model.node import ClusterSpec
+from dsbench.results.document import read_result, write_result
+
+
+def is_result_file(path: str) -> bool:
+    """A side given as a `.json` file is a saved result; anything else is an export to measure."""
+    return path.endswith(".json")
+
+
+def load_or_measure(paths: Sequence[str], opts: BenchOptions, progress: Progress | None = None
+                    ) -> list[dict[str, Any]]:
+    """Each side's result: read from its file, or measured, all exports in one interleaved run."""
+    docs: dict[int, dict[str, Any]] = {i: read_result(p) for i, p in enumerate(paths)
+                                       if is_result_file(p)}
+    to_measure = [i for i in range(len(paths)) if i not in docs]
+    if to_measure:
+        measured = run_benches([paths[i] for i in to_measure], opts, progress)
+        docs.update(zip(to_measure, measured, strict=True))
+    return [docs[i] for i in range(len(paths))]
+
+
+def cluster_predictions(base: dict[str, Any], cand: dict[str, Any], cluster: ClusterSpec,
+                        seed: int = 0, steps: int = 5000) -> dict[str, dict[str, Any]]:
+    """Extrapolate both sides to the same ClusterSpec with the same seed: only the loader differs.
+
+    The scaling table is cut to 64 and 128 ranks, the two job sizes of the incident.
+    """
+    return {side: extrapolate(doc, cluster, np.random.default_rng(seed), steps=steps,
+                              scaling=(64, 128))
+            for side, doc in (("base", base), ("cand", cand))}
+
+
+def compare_sides(paths: Sequence[str], opts: BenchOptions, *,
+                  save: Sequence[str] | None = None, progress: Progress | None = None,
+                  cluster: Callable[[int], ClusterSpec] | None = None) -> dict[str, Any]:
+    """Load or measure both sides (saving their results when asked) and compare them; when
+    `cluster` is given and they are comparable, predict both on the cluster it builds from
+    the measured batch size."""
+    base, cand = load_or_measure(paths, opts, progress)
+    for path, doc in zip(save or (), (base, cand), strict=False):
+        write_result(path, doc)
+        if progress:
+            progress(f"wrote {path}")
+    comparison = compare(base, cand)
+    if cluster is not None and comparison["comparable"]:
+        spec = cluster(base["runs"][0]["batch_size"])
+        comparison["cluster"] = cluster_predictions(base, cand, spec)
+    return comparison

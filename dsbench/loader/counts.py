@@ -1,0 +1,105 @@
+"""Exact counts: files opened and bytes read per sample, over whole units of the export.
+
+A timed window ends where the clock says, usually inside a shard: counted over a window, a
+shard layout's files per sample depends on how much of its last shard the window read (one
+300-sample shard shows 1/160 files per sample in a window of 160 samples, 1/300 over a whole
+pass). So these figures come from one pass over whole units (shards, or per-sample groups),
+read through the adapter exactly as a loader worker reads them but without decoding, in the
+main process before the timed rounds. What a window reads depends on its length; what a whole
+unit reads does not, so the same export gives the same counts whatever the window, rounds,
+workers or warm-up.
+
+The pass reads every unit unless that is more than `max_samples` samples; then it reads whole
+units in an order spread evenly over the export (bit-reversed indices) until it has that many,
+and the counts say `exact: false` and how many units they cover. The order depends on the
+export alone, so the figures are still the same from run to run.
+
+Bytes are the process's read_chars (every byte a read system call returned, page-cache hits
+included, so they repeat) plus bytes touched through memory maps, as the adapters count them;
+files are the opens the adapters count. Opening the export (headers, footers) is set-up, done
+once per worker, and not counted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from dsbench.adapters import base
+from dsbench.adapters.base import Export
+from dsbench.loader.worker import read_chars
+
+DEFAULT_MAX_SAMPLES = 20_000
+METHOD = "whole units"
+
+
+@dataclass(frozen=True)
+class Counts:
+    samples: int  # samples delivered by the units read (bad ones skipped are not in it)
+    skipped: int
+    units_read: int
+    units: int
+    files: int
+    read_bytes: int
+    mapped_bytes: int
+
+    @property
+    def exact(self) -> bool:
+        """Whether every unit of the export was read."""
+        return self.units_read == self.units
+
+    def per_sample(self, count: int) -> float:
+        return count / self.samples if self.samples else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"method": METHOD, "exact": self.exact, "units": self.units,
+                "units_read": self.units_read, "samples": self.samples,
+                "skipped_samples": self.skipped, "files": self.files,
+                "bytes": self.read_bytes + self.mapped_bytes, "mapped_bytes": self.mapped_bytes,
+                "files_per_sample": self.per_sample(self.files),
+                "bytes_per_sample": self.per_sample(self.read_bytes + self.mapped_bytes),
+                "mapped_bytes_per_sample": self.per_sample(self.mapped_bytes)}
+
+
+def spread(n: int) -> list[int]:
+    """range(n) in bit-reversed order: every prefix is spread evenly over the range."""
+    bits = max(1, (n - 1).bit_length())
+    return sorted(range(n), key=lambda i: int(f"{i:0{bits}b}"[::-1], 2))
+
+
+def count_pass(export: Export, max_samples: int = DEFAULT_MAX_SAMPLES,
+               skip: base.SkipHandler = None) -> Counts:
+    """Read whole units as a worker does (no decoding) and count what reading them took.
+
+    `max_samples` 0 reads every unit. Bad samples raise (the default policy) or go to `skip`.
+    """
+    units = export.units()
+    skipped = 0
+
+    def counting(err: Any) -> None:
+        nonlocal skipped
+        skipped += 1
+        if skip is not None:
+            skip(err)
+
+    handler: base.SkipHandler = counting if skip is not None else None
+    # Python modules an adapter imports on first use read files too: read one sample first,
+    # outside the counts.
+    if units:
+        first = export.read_units(units[:1], handler)
+        try:
+            next(first, None)
+        finally:
+            getattr(first, "close", lambda: None)()  # a generator closes its file here
+        skipped = 0
+    opens0, mapped0 = base.io_counters()
+    chars0 = read_chars()
+    samples = read = 0
+    for i in spread(len(units)):
+        samples += sum(1 for _ in export.read_units([units[i]], handler))
+        read += 1
+        if max_samples and samples >= max_samples:
+            break
+    opens1, mapped1 = base.io_counters()
+    return Counts(samples, skipped, read, len(units), opens1 - opens0, read_chars() - chars0,
+                  mapped1 - mapped0)

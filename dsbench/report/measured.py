@@ -1,0 +1,125 @@
+"""The measured half of the demo's verdict, in the order of how much each figure can be trusted.
+
+Counts come first: files and bytes per sample, counted over whole exports, are the same on
+every run and need no interval. Then CPU per sample and throughput, each with its 95% interval
+from the interleaved rounds; a ratio whose interval holds 1 is said to be not distinguishable
+("can't tell yet: run longer"), never printed as a finding.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dsbench import fmt
+from dsbench.analysis.compare import SAME, UNKNOWN, format_value
+from dsbench.report.comparison import factor
+from dsbench.report.demo import EXPORTS
+
+RUN_LONGER = "run longer (--rounds, --seconds) or on a quieter machine"
+
+
+def first_run(comparison: dict[str, Any]) -> dict[str, Any] | None:
+    """The fewest workers measured on both sides (None when the two were not comparable).
+
+    On a small machine more workers compete with the main process for its cores, and the
+    model's per-sample cost comes from this run too.
+    """
+    return comparison["runs"][0] if comparison["comparable"] and comparison["runs"] else None
+
+
+def metric(run: dict[str, Any], key: str) -> dict[str, Any]:
+    return next(m for m in run["metrics"] if m["metric"] == key)
+
+
+def base_run(doc: dict[str, Any]) -> dict[str, Any]:
+    return min(doc["runs"], key=lambda r: r["workers"])
+
+
+def workers_text(n: int) -> str:
+    return f"{n} loader worker{'s' if n != 1 else ''}"
+
+
+MEASURED_HEADERS = ["export", "layout", "loader workers", "throughput", "95% CI",
+                    "CPU per sample", "files opened", "bytes read"]
+
+
+def measured_rows(doc: dict[str, Any]) -> list[list[str]]:
+    """What was measured, per export and worker count, for the terminal and the report."""
+    rows = []
+    for name in EXPORTS:
+        res = doc["results"][name]
+        for r in sorted(res["runs"], key=lambda r: r["workers"]):
+            lo, hi = r["samples_per_s_ci95"]
+            rows.append([name, res["export"]["layout"], workers_text(r["workers"]),
+                         fmt.rate(r["samples_per_s"]), f"{fmt.sig(lo)} to {fmt.rate(hi)}",
+                         fmt.seconds(r["cpu_s_per_sample"], "sample"),
+                         f"{fmt.sig(r['files_per_sample'])} files/sample",
+                         fmt.nbytes(r["bytes_per_sample"], "sample")])
+    return rows
+
+
+def interval_text(m: dict[str, Any]) -> str:
+    ci = m["ratio_ci95"]
+    return f"95% interval {fmt.ratio(ci[0])} to {fmt.ratio(ci[1])}" if ci else "no interval"
+
+
+def counts_text(comparison: dict[str, Any], base: str, cand: str) -> str:
+    """Files and bytes per sample, the figures that need no interval."""
+    run = first_run(comparison)
+    if run is None:
+        return "not comparable"
+    parts = []
+    for key, verb in (("files_per_sample", "opens"), ("bytes_per_sample", "reads")):
+        m = metric(run, key)
+        change = (factor(m["ratio"], "more", "fewer" if key == "files_per_sample" else "less")
+                  if m["base"] > 0 and m["change"] != SAME else "the same")
+        parts.append(f"{verb} {format_value(key, m['cand'])} ({base}: "
+                     f"{format_value(key, m['base'])}, {change})")
+    m = metric(run, "files_per_sample")
+    how = ("exact: counted over every unit of both exports" if m["exact"] else
+           "counted over whole units" if m["counted"] else
+           "window estimates of schema 1 results, with no interval")
+    return f"{cand} {' and '.join(parts)} [{how}]"
+
+
+def cpu_text(comparison: dict[str, Any], base: str, cand: str) -> str:
+    run = first_run(comparison)
+    if run is None:
+        return "not comparable"
+    m = metric(run, "cpu_s_per_sample")
+    figures = (f"{cand} {format_value(m['metric'], m['cand'])} vs {base} "
+               f"{format_value(m['metric'], m['base'])} with {workers_text(run['workers'])}")
+    if m["change"] == UNKNOWN:
+        return f"{figures}: one round per side gives no interval, so no verdict"
+    if m["change"] == SAME:
+        return f"{figures}: not distinguishable ({interval_text(m)} holds 1x)"
+    return f"{figures}: {factor(m['ratio'], 'more', 'less')} ({interval_text(m)})"
+
+
+def speed_text(comparison: dict[str, Any], base: str, cand: str) -> str:
+    run = first_run(comparison)
+    if run is None:
+        return (f"{cand} and {base} were not measured alike, so no ratio: "
+                + "; ".join(comparison["not_comparable_reasons"]))
+    m, w = metric(run, "samples_per_s"), run["workers"]
+    figures = f"{fmt.rate(m['cand'])} vs {fmt.rate(m['base'])} with {workers_text(w)}"
+    if m["change"] == UNKNOWN:
+        return (f"can't tell whether {cand} is slower than {base} ({figures}): one round per "
+                f"side gives no interval; {RUN_LONGER}")
+    if m["change"] == SAME:
+        return (f"can't tell yet whether {cand} is slower or faster than {base} ({figures}; "
+                f"the {interval_text(m)} holds 1x): {RUN_LONGER}")
+    return (f"{cand} is {factor(m['ratio'], 'faster', 'slower')} than {base} ({figures}; "
+            f"{interval_text(m)})")
+
+
+def cpu_moves_text(comparison: dict[str, Any]) -> str:
+    run = first_run(comparison)
+    if run is None:
+        return "not comparable"
+    stages = [r for r in run["attribution"] if r["unit"] == "s/sample"]
+    moved = [r["text"] for r in stages if r["distinguishable"]]
+    unclear = [r["what"] for r in stages if not r["distinguishable"]]
+    if not moved:
+        return "no stage changed beyond noise (intervals: 99% each, 95% for the five together)"
+    return ", ".join(moved) + (f"; not distinguishable: {', '.join(unclear)}" if unclear else "")

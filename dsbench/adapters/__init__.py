@@ -7,44 +7,42 @@ exports whoever wrote them. May import: the foundation modules only.
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
-from dsbench.adapters import arrow, base, files, members, parquet, wds
-from dsbench.adapters.base import Adapter, Export, RawSample
+from dsbench.adapters import base, members
+from dsbench.adapters.base import SUFFIXES, Adapter, Export, RawSample
 from dsbench.errors import DsbenchError
 
-FORMATS: dict[str, Adapter] = {
-    "wds": wds.ADAPTER,
-    "files": files.ADAPTER,
-    "arrow": arrow.ADAPTER,
-    "parquet": parquet.ADAPTER,
-}
+# Layout name -> its module. Imported when first used: a loader worker reading shards need not
+# pay for importing pyarrow, and it starts once per worker per round.
+FORMATS = {"wds": "dsbench.adapters.wds", "files": "dsbench.adapters.files",
+           "arrow": "dsbench.adapters.arrow", "parquet": "dsbench.adapters.parquet"}
 
 __all__ = ["FORMATS", "NAMES", "Adapter", "Export", "RawSample", "census", "detect", "get",
            "open_export"]
 
 
 def get(layout: str) -> Adapter:
-    try:
-        return FORMATS[layout]
-    except KeyError:
-        raise DsbenchError(f"unknown layout {layout!r} (known: {', '.join(FORMATS)})") from None
+    if layout not in FORMATS:
+        raise DsbenchError(f"unknown layout {layout!r} (known: {', '.join(FORMATS)})")
+    adapter: Adapter = importlib.import_module(FORMATS[layout]).ADAPTER
+    return adapter
 
 
-# What each layout's files are called in messages.
-NAMES = {"wds": "WebDataset shards", "arrow": "Arrow IPC files", "parquet": "Parquet files",
-         "files": "per-sample image files"}
+# What each layout's files are called in messages (one, several).
+NAMES = {"wds": ("WebDataset shard", "WebDataset shards"),
+         "arrow": ("Arrow IPC file", "Arrow IPC files"),
+         "parquet": ("Parquet file", "Parquet files"),
+         "files": ("per-sample image file", "per-sample image files")}
 _OTHER = ""  # a field member of a per-sample layout, or a file no layout reads (README.md)
 
 
 def _layout_of(rel: str, images: dict[str, str]) -> str:
     low = rel.lower()
-    if wds.is_shard(rel):
-        return "wds"
-    if low.endswith(arrow.EXTS):
-        return "arrow"
-    if low.endswith(parquet.EXTS):
-        return "parquet"
+    for layout in ("wds", "arrow", "parquet"):
+        if low.endswith(SUFFIXES[layout]):
+            return layout
     parsed = members.split_name(rel)
     if parsed and members.pick_image([parsed[1]], images):
         return "files"
@@ -60,9 +58,9 @@ def census(root: Path) -> dict[str, list[str]]:
     return out
 
 
-def _listing(files: list[str], what: str) -> str:
+def _listing(files: list[str], layout: str) -> str:
     shown = ", ".join(files[:2]) + (", ..." if len(files) > 2 else "")
-    return f"{len(files)} {what} ({shown})"
+    return f"{len(files)} {NAMES[layout][len(files) > 1]} ({shown})"
 
 
 def detect(path: str | Path) -> Adapter:
@@ -75,15 +73,15 @@ def detect(path: str | Path) -> Adapter:
         found = census(p)
         layouts = [name for name in FORMATS if name in found]
         if len(layouts) > 1:
-            parts = [_listing(found[name], NAMES[name]) for name in layouts]
+            parts = [_listing(found[name], name) for name in layouts]
             raise DsbenchError(f"mixed layouts: {'; '.join(parts)}: read one of them with "
                                f"--layout {' or '.join(layouts)}", path=p)
         if layouts:
-            return FORMATS[layouts[0]]
+            return get(layouts[0])
     # A file, or a directory whose data files have no telling name: their magic bytes decide.
     for name in ("arrow", "parquet", "wds", "files"):
-        if FORMATS[name].detect(p):
-            return FORMATS[name]
+        if get(name).detect(p):
+            return get(name)
     if p.is_dir() and not any(p.iterdir()):
         raise DsbenchError("empty directory: no export here", path=p)
     raise DsbenchError("unknown layout: not WebDataset shards, per-sample files, Arrow IPC "

@@ -26,7 +26,7 @@ from dsbench.adapters import base, columns
 from dsbench.adapters.columnar import ColumnarAdapter, ColumnarExport
 from dsbench.adapters.columns import BadChunk, Unreadable
 
-EXTS = (".arrow", ".feather", ".ipc", ".arrows")
+EXTS = base.SUFFIXES["arrow"]
 FILE_MAGIC = b"ARROW1"
 STREAM_MAGIC = b"\xff\xff\xff\xff"
 

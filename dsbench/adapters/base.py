@@ -42,6 +42,10 @@ IMAGE_EXTS: dict[str, str] = {
 
 ON_ERROR = ("raise", "skip")
 
+# File name endings that tell a layout's data files (the per-sample layout goes by its images).
+SUFFIXES = {"wds": (".tar", ".tar.gz", ".tgz"), "arrow": (".arrow", ".feather", ".ipc", ".arrows"),
+            "parquet": (".parquet",)}
+
 # Per-process counters; a loader worker reads them before and after its measured window.
 _opens = 0
 _mapped_bytes = 0

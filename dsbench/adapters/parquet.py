@@ -26,7 +26,7 @@ from dsbench.adapters import base
 from dsbench.adapters.columnar import ColumnarAdapter, ColumnarExport
 from dsbench.adapters.columns import BadChunk, Unreadable
 
-EXTS = (".parquet",)
+EXTS = base.SUFFIXES["parquet"]
 MAGIC = b"PAR1"
 
 

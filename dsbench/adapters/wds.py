@@ -30,7 +30,7 @@ from dsbench.errors import DsbenchError, SampleError
 
 _BLOCK = tarfile.BLOCKSIZE
 # Shards, plain or gzip-compressed as webdataset reads them too.
-SHARD_EXTS = (".tar", ".tar.gz", ".tgz")
+SHARD_EXTS = base.SUFFIXES["wds"]
 _CLEAN_END = "dsbench_clean_end"
 
 

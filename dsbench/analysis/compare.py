@@ -15,11 +15,13 @@ Stage deltas get intervals that hold for all five stages at once (99% each).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from dsbench import fmt, stats
-from dsbench.results.document import STAGES
+from dsbench.results.stages import STAGES
+from dsbench.results.types import BenchResult, Run
 
 # Machine and config keys that must be equal for two results to be compared as ratios.
 MACHINE_MUST_MATCH = ("cpu_model", "usable_cores")
@@ -62,7 +64,7 @@ def format_value(key: str, value: float) -> str:
     return fmt.sig(value)
 
 
-def not_comparable(base: dict[str, Any], cand: dict[str, Any]) -> list[str]:
+def not_comparable(base: BenchResult, cand: BenchResult) -> list[str]:
     """Why two results must not be compared as ratios; empty when they may."""
     reasons = []
     for key in MACHINE_MUST_MATCH:
@@ -78,21 +80,21 @@ def not_comparable(base: dict[str, Any], cand: dict[str, Any]) -> list[str]:
     return reasons
 
 
-def common_workers(base: dict[str, Any], cand: dict[str, Any]) -> list[int]:
+def common_workers(base: BenchResult, cand: BenchResult) -> list[int]:
     a = {r["workers"] for r in base["runs"]}
     return sorted(a & {r["workers"] for r in cand["runs"]})
 
 
-def run_for(doc: dict[str, Any], workers: int) -> dict[str, Any]:
+def run_for(doc: BenchResult, workers: int) -> Run:
     return next(r for r in doc["runs"] if r["workers"] == workers)
 
 
-def is_paired(base: dict[str, Any], cand: dict[str, Any]) -> bool:
+def is_paired(base: BenchResult, cand: BenchResult) -> bool:
     """Measured in one interleaved run, so that round i of each saw the same machine."""
     return base.get("run_id") is not None and base.get("run_id") == cand.get("run_id")
 
 
-def counts_note(doc: dict[str, Any]) -> tuple[bool, bool]:
+def counts_note(doc: BenchResult) -> tuple[bool, bool]:
     """(counted over whole units, and over every unit) for a document's files and bytes."""
     counts = doc.get("counts") or {}
     return counts.get("method") == "whole units", bool(counts.get("exact"))
@@ -108,9 +110,11 @@ def _change(significant: bool | None, ratio: float | None, higher_is_better: boo
     return BETTER if rose == higher_is_better else WORSE
 
 
-def metric_row(m: Metric, base: dict[str, Any], cand: dict[str, Any], workers: int,
+def metric_row(m: Metric, base: BenchResult, cand: BenchResult, workers: int,
                paired: bool) -> dict[str, Any]:
-    rb, rc = run_for(base, workers), run_for(cand, workers)
+    # Figures looked up by name: as plain mappings (the keys are the metrics', not literals).
+    rb: Mapping[str, Any] = run_for(base, workers)
+    rc: Mapping[str, Any] = run_for(cand, workers)
     a, b = float(rb[m.key]), float(rc[m.key])
     row: dict[str, Any] = {"metric": m.key, "label": m.label, "base": a, "cand": b,
                            "higher_is_better": m.higher_is_better, "counted": False,
@@ -141,7 +145,7 @@ def _signed(x: float, show: str) -> str:
     return f"{'+' if x >= 0 else '-'}{show}"
 
 
-def stage_rows(base: dict[str, Any], cand: dict[str, Any], workers: int, paired: bool
+def stage_rows(base: BenchResult, cand: BenchResult, workers: int, paired: bool
                ) -> list[dict[str, Any]]:
     """Per stage: CPU s/sample on each side, the change, and its simultaneous interval."""
     rb, rc = run_for(base, workers), run_for(cand, workers)
@@ -199,7 +203,7 @@ def moved_text(rows: list[dict[str, Any]]) -> str:
     return "; ".join(parts)
 
 
-def compare(base: dict[str, Any], cand: dict[str, Any], *,
+def compare(base: BenchResult, cand: BenchResult, *,
             cluster: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """The comparison as plain data. `cluster` holds extrapolations of each side, if made."""
     reasons = not_comparable(base, cand)

@@ -13,6 +13,7 @@ from dsbench.loader.runner import Progress, run_benches
 from dsbench.model.cluster import extrapolate
 from dsbench.model.node import ClusterSpec
 from dsbench.results.document import read_result, write_result
+from dsbench.results.types import BenchResult
 
 
 def is_result_file(path: str) -> bool:
@@ -21,9 +22,9 @@ def is_result_file(path: str) -> bool:
 
 
 def load_or_measure(paths: Sequence[str], opts: BenchOptions, progress: Progress | None = None
-                    ) -> list[dict[str, Any]]:
+                    ) -> list[BenchResult]:
     """Each side's result: read from its file, or measured, all exports in one interleaved run."""
-    docs: dict[int, dict[str, Any]] = {i: read_result(p) for i, p in enumerate(paths)
+    docs: dict[int, BenchResult] = {i: read_result(p) for i, p in enumerate(paths)
                                        if is_result_file(p)}
     to_measure = [i for i in range(len(paths)) if i not in docs]
     if to_measure:
@@ -32,7 +33,7 @@ def load_or_measure(paths: Sequence[str], opts: BenchOptions, progress: Progress
     return [docs[i] for i in range(len(paths))]
 
 
-def cluster_predictions(base: dict[str, Any], cand: dict[str, Any], cluster: ClusterSpec,
+def cluster_predictions(base: BenchResult, cand: BenchResult, cluster: ClusterSpec,
                         seed: int = 0, steps: int = 5000) -> dict[str, dict[str, Any]]:
     """Extrapolate both sides to the same ClusterSpec with the same seed: only the loader differs.
 

@@ -95,6 +95,9 @@ def add_window_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup,
                    help=f"length of each measured window in s (default {d.seconds:g})")
     p.add_argument("--rounds", type=int, default=d.rounds,
                    help=f"rounds per worker count, each with fresh workers (default {d.rounds})")
+    p.add_argument("--sweep-rounds", type=int, default=d.sweep_rounds, metavar="N",
+                   help="rounds of each worker count after the first, which verdicts do not "
+                        f"use (default {d.sweep_rounds or 'as --rounds'})")
     p.add_argument("--cold", action="store_true",
                    help="evict the export's files from the page cache before each round")
     p.add_argument("--decoder", choices=DECODERS, default=d.decoder,
@@ -109,7 +112,8 @@ def add_window_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup,
 
 def window_options(args: argparse.Namespace, **more: Any) -> BenchOptions:
     return BenchOptions(workers=parse_workers(args.workers), batch_size=args.batch_size,
-                        seconds=args.seconds, rounds=args.rounds, decoder=args.decoder,
+                        seconds=args.seconds, rounds=args.rounds,
+                        sweep_rounds=args.sweep_rounds, decoder=args.decoder,
                         cold=args.cold, layout=args.layout, count_samples=args.count_samples,
                         **more)
 

@@ -28,6 +28,7 @@ from typing import Any
 from dsbench.adapters import base
 from dsbench.adapters.base import Export
 from dsbench.loader.worker import read_chars
+from dsbench.results import types
 
 DEFAULT_MAX_SAMPLES = 20_000
 METHOD = "whole units"
@@ -51,7 +52,7 @@ class Counts:
     def per_sample(self, count: int) -> float:
         return count / self.samples if self.samples else 0.0
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> types.Counts:
         return {"method": METHOD, "exact": self.exact, "units": self.units,
                 "units_read": self.units_read, "samples": self.samples,
                 "skipped_samples": self.skipped, "files": self.files,

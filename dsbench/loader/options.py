@@ -6,13 +6,13 @@ import functools
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from dsbench import adapters
 from dsbench.errors import DsbenchError
 from dsbench.loader.counts import DEFAULT_MAX_SAMPLES
 from dsbench.loader.pipeline import DECODERS, Pipeline, TrainTransform, Transform
 from dsbench.loader.worker import Opener
+from dsbench.results.types import Config
 
 BACKENDS = ("dsbench", "torch")
 
@@ -25,7 +25,8 @@ class BenchOptions:
     batch_size: int = 64
     seconds: float = 2.0
     rounds: int = 6
-    warmup_batches: int = 2  # per worker
+    sweep_rounds: int | None = None  # rounds of each worker count after the first
+    warmup_batches: int = 1  # per worker: past start-up, imports and the first touch
     step_time_s: float = 0.0
     cold: bool = False
     decoder: str = "pillow"
@@ -56,6 +57,10 @@ class BenchOptions:
             raise bad("seconds", self.seconds, "a positive number")
         if not (math.isfinite(self.step_time_s) and self.step_time_s >= 0):
             raise bad("step-time", self.step_time_s, "a non-negative number")
+        if self.sweep_rounds is not None and (isinstance(self.sweep_rounds, bool) or not
+                                              isinstance(self.sweep_rounds, int)
+                                              or self.sweep_rounds < 1):
+            raise bad("sweep-rounds", self.sweep_rounds, "an integer >= 1")
         if self.batches is not None and self.batches < 1:
             raise bad("batches", self.batches, "a positive integer")
         if self.backend not in BACKENDS:
@@ -70,14 +75,20 @@ class BenchOptions:
         transform = self.transform or TrainTransform(normalize=self.normalize)
         return Pipeline(decoder=self.decoder, transform=transform, on_error=self.on_error)
 
+    def rounds_for(self, index: int) -> int:
+        """Rounds of the `index`-th worker count: the verdicts use the first, so it gets the
+        most; the others describe how throughput scales."""
+        return self.rounds if index == 0 or self.sweep_rounds is None else self.sweep_rounds
+
     def export_opener(self) -> Opener:
         """How every process opens the export: the given opener, or the adapters (picklable,
         as spawned workers need it)."""
         return self.opener or functools.partial(adapters.open_export, layout=self.layout)
 
-    def config(self, path: str | Path) -> dict[str, Any]:
+    def config(self, path: str | Path) -> Config:
         return {"path": str(path), "workers": list(self.workers), "batch_size": self.batch_size,
                 "seconds": self.seconds, "rounds": self.rounds,
+                "sweep_rounds": self.sweep_rounds,
                 "warmup_batches": self.warmup_batches, "step_time_s": self.step_time_s,
                 "cold": self.cold, "decoder": self.decoder, "normalize": self.normalize,
                 "on_error": self.on_error, "backend": self.backend, "prefetch": self.prefetch,

@@ -35,7 +35,7 @@ from PIL import Image
 from dsbench.adapters import base
 from dsbench.adapters.base import RawSample
 from dsbench.errors import DsbenchError, SampleError
-from dsbench.results.document import STAGES
+from dsbench.results.stages import STAGES
 
 DECODERS = ("pillow", "simplejpeg")
 IMAGENET_MEAN = (0.485, 0.456, 0.406)

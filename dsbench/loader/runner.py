@@ -46,7 +46,8 @@ from dsbench.loader.torch_source import TorchSource
 from dsbench.loader.worker import BatchReport
 from dsbench.results import document as results
 from dsbench.results import machine
-from dsbench.results.document import STAGES
+from dsbench.results.stages import STAGES
+from dsbench.results.types import BenchResult, Round, Run
 
 # PSS is read from /proc/<pid>/smaps_rollup, which costs about a millisecond per process: sample
 # it at the window's edges and at most this often inside it (its CPU is not charged to the run).
@@ -186,17 +187,19 @@ def run_round(path: Path, opts: BenchOptions, n_workers: int) -> dict[str, Any]:
     return out
 
 
-def _round_row(r: dict[str, Any]) -> dict[str, Any]:
-    keys = ("samples", "batches", "wall_s", "cpu_s", "main_cpu_s", "workers_cpu_s",
-            "workers_cpu_s_reaped", "samples_per_s", "cpu_s_per_sample", "accelerator_util",
-            "warmup_batches", "warmup_s", "peak_pss_bytes", "window_files", "window_bytes")
-    row = {k: r[k] for k in keys}
-    row["stages"] = {s: r["stages_s"][s] / r["samples"] for s in STAGES}
-    return row
+def _round_row(r: dict[str, Any]) -> Round:
+    return {"samples": r["samples"], "batches": r["batches"], "wall_s": r["wall_s"],
+            "cpu_s": r["cpu_s"], "main_cpu_s": r["main_cpu_s"],
+            "workers_cpu_s": r["workers_cpu_s"], "workers_cpu_s_reaped": r["workers_cpu_s_reaped"],
+            "samples_per_s": r["samples_per_s"], "cpu_s_per_sample": r["cpu_s_per_sample"],
+            "accelerator_util": r["accelerator_util"], "warmup_batches": r["warmup_batches"],
+            "warmup_s": r["warmup_s"], "peak_pss_bytes": r["peak_pss_bytes"],
+            "window_files": r["window_files"], "window_bytes": r["window_bytes"],
+            "stages": {s: r["stages_s"][s] / r["samples"] for s in STAGES}}
 
 
 def summarize_run(n_workers: int, opts: BenchOptions, rounds: list[dict[str, Any]],
-                  counts: Counts) -> dict[str, Any]:
+                  counts: Counts) -> Run:
     """One worker count's figures over its rounds."""
     sps = stats.summarize([r["samples_per_s"] for r in rounds])
     cpu = stats.summarize([r["cpu_s_per_sample"] for r in rounds])
@@ -224,16 +227,16 @@ def summarize_run(n_workers: int, opts: BenchOptions, rounds: list[dict[str, Any
     }
 
 
-def _warnings(run: dict[str, Any], opts: BenchOptions) -> list[str]:
+def _warnings(run: Run, opts: BenchOptions) -> list[str]:
     out = []
     w = run["workers"]
-    for key, label in (("samples_per_s", "samples/s"), ("cpu_s_per_sample", "CPU per sample")):
-        spread = run[f"{key}_spread"]
+    for spread, label in ((run["samples_per_s_spread"], "samples/s"),
+                          (run["cpu_s_per_sample_spread"], "CPU per sample")):
         if spread > stats.SPREAD_WARNING:
             out.append(f"{label} with {w} workers varies by {100 * spread:.3g}% between rounds "
                        f"(IQR/median): use a longer --seconds, more --rounds, or a quieter "
                        f"machine before comparing it")
-    short = min(r["batches"] for r in run["rounds"]) / w
+    short = min(r.get("batches", 0) for r in run["rounds"]) / w
     if short < MIN_WINDOW_BATCHES:
         out.append(f"the measured window with {w} workers held only {short:.3g} batches per "
                    f"worker: use a longer --seconds or a smaller --batch-size")
@@ -260,13 +263,13 @@ def prepare(path: Path, opts: BenchOptions) -> tuple[dict[str, Any], Counts]:
 
 
 def run_bench(path: str | Path, opts: BenchOptions, progress: Progress | None = None
-              ) -> dict[str, Any]:
+              ) -> BenchResult:
     """Benchmark the export at `path` for every worker count in `opts.workers`."""
     return run_benches([path], opts, progress)[0]
 
 
 def run_benches(paths: Sequence[str | Path], opts: BenchOptions,
-                progress: Progress | None = None) -> list[dict[str, Any]]:
+                progress: Progress | None = None) -> list[BenchResult]:
     """Benchmark several exports with their rounds interleaved (A1 B1 A2 B2 ...).
 
     Machine drift (a neighbour starting a job, thermal throttling) then lands on every export
@@ -277,18 +280,19 @@ def run_benches(paths: Sequence[str | Path], opts: BenchOptions,
     prepared = [prepare(p, opts) for p in ps]
     info = machine.collect()
     run_id = uuid.uuid4().hex
-    runs: list[list[dict[str, Any]]] = [[] for _ in ps]
+    runs: list[list[Run]] = [[] for _ in ps]
     warnings: list[list[str]] = [[] for _ in ps]
-    for n_workers in opts.workers:
+    for index, n_workers in enumerate(opts.workers):
         rounds: list[list[dict[str, Any]]] = [[] for _ in ps]
-        for i in range(opts.rounds):
+        n_rounds = opts.rounds_for(index)
+        for i in range(n_rounds):
             # Every other round in reverse order (A B, B A, ...): a machine that drifts during
             # the run then favours no export, and round i of each still forms a pair.
             order = list(enumerate(ps)) if i % 2 == 0 else list(enumerate(ps))[::-1]
             for k, p in order:
                 r = run_round(p, opts, n_workers)
                 rounds[k].append(r)
-                say(f"bench {p.name}: {n_workers} workers, round {i + 1}/{opts.rounds}: "
+                say(f"bench {p.name}: {n_workers} workers, round {i + 1}/{n_rounds}: "
                     f"{r['samples_per_s']:.4g} samples/s, "
                     f"{1e3 * r['cpu_s_per_sample']:.3g} ms CPU/sample")
         for k in range(len(ps)):

@@ -30,7 +30,7 @@ from dsbench.loader.worker import (
     open_export,
     read_chars,
 )
-from dsbench.results.document import STAGES
+from dsbench.results.stages import STAGES
 
 _torch_last_cpu = 0.0
 _torch_setup_opens = 0

@@ -37,7 +37,7 @@ from dsbench.adapters import base
 from dsbench.adapters.base import Export, RawSample
 from dsbench.errors import DsbenchError, SampleError
 from dsbench.loader.pipeline import BatchBuilder, Pipeline, StageTimes
-from dsbench.results.document import STAGES
+from dsbench.results.stages import STAGES
 
 STOP = -1
 ALIGN = 64

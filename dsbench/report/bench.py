@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from dsbench import fmt
 from dsbench.results.document import STAGES
+from dsbench.results.types import BenchResult
 
 
-def render(doc: dict[str, Any]) -> str:
+def render(doc: BenchResult) -> str:
     """The result as two tables for people: throughput and cost, then CPU per stage."""
     runs = doc["runs"]
     rows = []

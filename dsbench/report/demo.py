@@ -34,6 +34,7 @@ from dsbench.model.cluster import extrapolate, simulate
 from dsbench.model.costs import Distribution, LoaderCost
 from dsbench.model.node import ClusterSpec
 from dsbench.model.profiles import PROFILES
+from dsbench.results.types import BenchResult
 
 EXPORTS = ("before", "after", "arrow")  # base, the re-export, the candidate
 TAIL_RANKS = (64, 128)  # the incident's two job sizes
@@ -53,7 +54,9 @@ DEMO_CLUSTER = ClusterSpec(batch_size=256, compute=Distribution("const", 0.15),
                            storage=PROFILES["efs"], stall_prob=1e-4, stall_s=1.0)
 
 
-DEMO_BENCH = BenchOptions(workers=(1, 2), seconds=1.0, rounds=9)
+# 9 paired rounds at 1 worker detect a 10% change at 5% noise per round 94% of the time
+# (tests/test_stats.py); 3 rounds at 2 workers describe the scaling. About 70 s of measuring.
+DEMO_BENCH = BenchOptions(workers=(1, 2), seconds=1.0, rounds=9, sweep_rounds=3)
 
 
 def default_cache() -> Path:
@@ -122,7 +125,7 @@ def run_demo(opts: DemoOptions, progress: Progress) -> dict[str, Any]:
     return model(docs, {n: str(p) for n, p in paths.items()}, opts, progress)
 
 
-def model(docs: dict[str, dict[str, Any]], exports: dict[str, str], opts: DemoOptions,
+def model(docs: dict[str, BenchResult], exports: dict[str, str], opts: DemoOptions,
           progress: Progress) -> dict[str, Any]:
     """Compare the measured results and carry each to the cluster: the demo document."""
     base = docs["before"]
@@ -145,7 +148,7 @@ def _workers_text(workers: tuple[int, ...]) -> str:
     return " and ".join(str(w) for w in workers)
 
 
-def _tails_and_timeline(doc: dict[str, Any], cluster: ClusterSpec, opts: DemoOptions
+def _tails_and_timeline(doc: BenchResult, cluster: ClusterSpec, opts: DemoOptions
                         ) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
     """Step-time quantiles of the same job at 64 and 128 ranks (common random numbers), and
     the first FINE_TIMELINE_S of the GPU timeline in FINE_BUCKET_S buckets: finer than a

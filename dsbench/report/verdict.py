@@ -45,9 +45,10 @@ def carries_text(e: dict[str, Any], name: str) -> str:
              f"{fmt.ratio(node['contention'])} and time-sharing "
              f"{fmt.ratio(node['oversubscription'])})"]
     if node["latency_s"] > 0:
+        counted = "counted here" if files["source"] == "measured" else files["source"]
         terms.append(f"file latency {fmt.seconds(node['latency_s'])} ({files['text']} "
-                     f"files/sample, {files['source']}, x {fmt.seconds(e['storage']['per_file_s'])}"
-                     f" per file from the {storage['value']} profile: {storage['source']})")
+                     f"files/sample {counted} x {fmt.seconds(e['storage']['per_file_s'])} per "
+                     f"file assumed by the {storage['value']} profile)")
     if node["transfer_s"] > 0:
         terms.append(f"transfer {fmt.seconds(node['transfer_s'])} (bytes per sample over the "
                      f"node's shared link, {storage['value']} profile)")

@@ -14,20 +14,21 @@ import json
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from dsbench import __version__, atomic
 from dsbench.errors import DsbenchError
 from dsbench.results import schema
+from dsbench.results.stages import STAGES
+from dsbench.results.types import BenchResult, Config, Counts, Machine, Run, Statistics
 
 SCHEMA_VERSION = 2
 KIND = "dsbench-bench"
-# The loader's stages, in pipeline order: every run reports CPU seconds per sample in each.
-STAGES = ("read", "decode", "fields", "transform", "collate")
 # How runs summarise their rounds (dsbench.stats): the geometric mean, and a Student t
 # interval on the rounds' logarithms.
-STATISTICS = {"center": "geometric mean of rounds", "interval": "t on log values",
-              "level": 0.95}
+STATISTICS: Statistics = {"center": "geometric mean of rounds",
+                          "interval": "t on log values", "level": 0.95}
+__all__ = ["STAGES", "new_document", "read_result", "write_result"]
 PAIRS = ("samples_per_s_iqr", "samples_per_s_ci95", "cpu_s_per_sample_iqr",
          "cpu_s_per_sample_ci95")
 
@@ -36,16 +37,18 @@ def now_utc() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def new_document(machine: dict[str, Any], export: dict[str, Any], config: dict[str, Any],
-                 runs: list[dict[str, Any]], warnings: list[str] | None = None,
-                 counts: dict[str, Any] | None = None, run_id: str | None = None
-                 ) -> dict[str, Any]:
+def new_document(machine: Machine, export: dict[str, Any], config: Config, runs: list[Run],
+                 warnings: list[str] | None = None, counts: Counts | None = None,
+                 run_id: str | None = None) -> BenchResult:
     """`run_id` is shared by the documents of exports measured in one interleaved run, whose
     rounds pair up by position."""
     return {"schema_version": SCHEMA_VERSION, "kind": KIND, "created_utc": now_utc(),
             "dsbench_version": __version__, "run_id": run_id or uuid.uuid4().hex,
-            "machine": machine, "export": export, "counts": counts, "config": config,
-            "statistics": dict(STATISTICS), "runs": runs, "warnings": list(warnings or [])}
+            "machine": machine, "export": export,
+            "counts": counts or {"method": "whole units", "exact": False, "files_per_sample": 0.0,
+                                 "bytes_per_sample": 0.0},
+            "config": config, "statistics": STATISTICS.copy(), "runs": runs,
+            "warnings": list(warnings or [])}
 
 
 def _from_1(doc: dict[str, Any]) -> dict[str, Any]:
@@ -66,7 +69,7 @@ def _from_1(doc: dict[str, Any]) -> dict[str, Any]:
 UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _from_1}
 
 
-def validate(doc: Any, source: object = "result") -> dict[str, Any]:
+def validate(doc: Any, source: object = "result") -> BenchResult:
     """Check a current-version document; a DsbenchError naming `source` and the bad key."""
     schema.validate(doc, "bench", source)
     for i, run in enumerate(doc["runs"]):
@@ -75,7 +78,7 @@ def validate(doc: Any, source: object = "result") -> dict[str, Any]:
             if lo > hi:
                 raise DsbenchError(f"runs[{i}].{key}: low end {lo} above high end {hi}",
                                    path=source)
-    return dict(doc)
+    return cast(BenchResult, doc)  # the schema checked what the type states
 
 
 def upgrade(doc: Any, source: object = "result") -> dict[str, Any]:
@@ -119,7 +122,7 @@ def load_json(path: Path, what: str) -> Any:
         raise DsbenchError("not a dsbench document: JSON nested too deep", path=path) from None
 
 
-def read_result(path: str | Path) -> dict[str, Any]:
+def read_result(path: str | Path) -> BenchResult:
     """Load, upgrade and validate a result file."""
     p = Path(path)
     doc = load_json(p, "result")
@@ -128,7 +131,7 @@ def read_result(path: str | Path) -> dict[str, Any]:
     return validate(upgrade(doc, p), p)
 
 
-def write_result(path: str | Path, doc: dict[str, Any]) -> Path:
+def write_result(path: str | Path, doc: BenchResult) -> Path:
     """Validate and write `doc` atomically: a reader sees the old file or the whole new one."""
     p = Path(path)
     validate(doc, p)

@@ -18,6 +18,8 @@ from typing import Any
 
 import psutil
 
+from dsbench.results.types import Machine
+
 LIBRARIES = ("numpy", "pillow", "pyarrow", "webdataset", "psutil", "simplejpeg", "torch")
 
 
@@ -67,7 +69,7 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def collect(cwd: str | Path | None = None) -> dict[str, Any]:
+def collect(cwd: str | Path | None = None) -> Machine:
     """The machine block of a result document."""
     load = os.getloadavg() if hasattr(os, "getloadavg") else (0.0, 0.0, 0.0)
     return {

@@ -89,7 +89,7 @@ def _non_finite(x: Any, path: tuple[Any, ...]) -> tuple[tuple[Any, ...], float] 
 
 def _type(prop: dict[str, Any]) -> str:
     if "const" in prop:
-        return type(prop["const"]).__name__.replace("str", "string")
+        return {"int": "integer", "str": "string"}.get(type(prop["const"]).__name__, "any")
     if "$ref" in prop:
         return "object"
     kinds = prop.get("type", "any")

@@ -1,0 +1,125 @@
+"""The bench result document as types, for the code that builds and reads it.
+
+(No `from __future__ import annotations` here: TypedDict must see NotRequired at run time.)
+
+They mirror schemas/bench.schema.json key for key (tests/test_schemas.py checks both ways); the
+schema is what a file is checked against, these are what mypy checks the code against.
+"""
+
+
+from typing import Any, NotRequired, TypedDict
+
+
+class Machine(TypedDict):
+    hostname: NotRequired[str]
+    cpu_model: str
+    logical_cores: NotRequired[int]
+    usable_cores: int
+    memory_bytes: NotRequired[int]
+    platform: NotRequired[str]
+    python: NotRequired[dict[str, Any]]
+    libraries: NotRequired[dict[str, str | None]]
+    load_avg_1m: NotRequired[float]
+    git: NotRequired[dict[str, Any] | None]
+
+
+class Counts(TypedDict):
+    method: str
+    exact: bool
+    units: NotRequired[int]
+    units_read: NotRequired[int]
+    samples: NotRequired[int]
+    skipped_samples: NotRequired[int]
+    files: NotRequired[int]
+    bytes: NotRequired[int]
+    mapped_bytes: NotRequired[int]
+    files_per_sample: float
+    bytes_per_sample: float
+    mapped_bytes_per_sample: NotRequired[float]
+
+
+class Config(TypedDict):
+    path: str
+    workers: NotRequired[list[int]]
+    batch_size: int
+    seconds: float
+    rounds: int
+    sweep_rounds: NotRequired[int | None]
+    warmup_batches: int
+    step_time_s: float
+    cold: bool
+    decoder: str
+    normalize: bool
+    on_error: str
+    backend: str
+    prefetch: int
+    seed: NotRequired[int]
+    batches: NotRequired[int | None]
+    transform: NotRequired[str]
+    count_samples: NotRequired[int]
+    layout: NotRequired[str | None]
+
+
+class Statistics(TypedDict):
+    center: str
+    interval: str
+    level: float
+
+
+class Round(TypedDict):
+    samples: int
+    batches: NotRequired[int]
+    wall_s: float
+    cpu_s: float
+    main_cpu_s: NotRequired[float]
+    workers_cpu_s: NotRequired[float]
+    workers_cpu_s_reaped: NotRequired[float]
+    samples_per_s: float
+    cpu_s_per_sample: float
+    accelerator_util: NotRequired[float | None]
+    warmup_batches: NotRequired[int]
+    warmup_s: NotRequired[float]
+    peak_pss_bytes: NotRequired[float]
+    window_files: NotRequired[int]
+    window_bytes: NotRequired[int]
+    stages: NotRequired[dict[str, float]]
+
+
+class Run(TypedDict):
+    workers: int
+    batch_size: int
+    samples_per_s: float
+    samples_per_s_iqr: list[float]
+    samples_per_s_ci95: list[float]
+    samples_per_s_spread: float
+    cpu_s_per_sample: float
+    cpu_s_per_sample_iqr: list[float]
+    cpu_s_per_sample_ci95: list[float]
+    cpu_s_per_sample_spread: float
+    stages: dict[str, float]
+    bytes_per_sample: float
+    mapped_bytes_per_sample: float
+    files_per_sample: float
+    peak_pss_bytes: float
+    samples: int
+    skipped_samples: int
+    skipped: list[dict[str, Any]]
+    accelerator_util: float | None
+    scaling_efficiency: float | None
+    batch_cpu_s: list[float]
+    rounds: list[Round]
+
+
+class BenchResult(TypedDict):
+    schema_version: int
+    kind: str
+    created_utc: str
+    dsbench_version: str
+    run_id: NotRequired[str | None]
+    machine: Machine
+    export: dict[str, Any]  # the export summary: schemas/summary.schema.json
+    counts: Counts
+    config: Config
+    statistics: Statistics
+    runs: list[Run]
+    warnings: NotRequired[list[str]]

@@ -1,0 +1,44 @@
+"""Shared test helpers: tiny export definitions, and exports written from them on the fly."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dsbench.export.generate import generate
+from dsbench.export.spec import ExportSpec, parse_spec
+
+# Tests import their helpers (resultdocs) as top-level modules.
+sys.path.insert(0, str(Path(__file__).parent))
+
+TINY_IMAGE = {"codec": "jpeg", "sizes": "fixed", "width": 48, "height": 32, "quality": 80}
+
+
+def tiny_spec(layout: str, fields: dict[str, Any] | None = None, **extra: Any) -> ExportSpec:
+    """A small definition of `layout` with a label (and whatever `fields` adds): fast to write
+    and to read, for tests that measure real exports."""
+    data: dict[str, Any] = {"name": f"tiny-{layout}", "layout": layout, "image": TINY_IMAGE,
+                            "fields": {"label": {"type": "int", "classes": 10}, **(fields or {})}}
+    if layout in ("files", "wds"):
+        data.setdefault("fields_as", "json" if layout == "files" else "members")
+    data.update(extra)
+    return parse_spec(data, f"tiny-{layout}")
+
+
+def write_export(root: Path, layout: str, samples: int, **extra: Any) -> Path:
+    out = root / f"{layout}-{samples}"
+    generate(tiny_spec(layout, **extra), out, samples=samples, jobs=1)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A before-like WebDataset export (shards of 100) and an after-like per-sample one."""
+    root = tmp_path_factory.mktemp("tiny")
+    return {"before": write_export(root, "wds", 200, shard_samples=100),
+            "after": write_export(root, "files", 200,
+                                  fields={"embedding": {"type": "embedding", "dim": 64,
+                                                        "encoding": "json"}})}

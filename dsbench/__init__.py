@@ -1,7 +1,8 @@
 """dsbench: measure what a dataset's on-disk format costs a training job's input pipeline.
 
 The flow, one package per stage; a stage imports only from the stages before it (and from the
-foundation modules at this level: errors, fmt, atomic, stats), which tests/test_layout.py checks:
+foundation modules at this level: errors, fmt, atomic, stats, procs), as tests/test_layout.py
+checks:
 
     adapters  ->  export  ->  results  ->  loader  ->  model  ->  analysis  ->  report  ->  commands
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 
 from dsbench import __version__
@@ -38,8 +40,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(Exception):
+    """SIGTERM: unwinds like Ctrl-C, so every worker, segment and temporary is cleaned up."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    old = signal.signal(signal.SIGTERM, _terminate) if in_main_thread else None
     try:
         return int(args.run(args))
     except DsbenchError as exc:
@@ -48,6 +60,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"dsbench {args.command}: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
-        # `dsbench ... | head` closed our stdout; that is not an error of ours.
-        return 0
+    except Terminated:
+        print(f"dsbench {args.command}: terminated", file=sys.stderr)
+        return 143
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGTERM, old)

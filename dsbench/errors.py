@@ -17,7 +17,8 @@ class DsbenchError(Exception):
             if key is not None:
                 where += f" [sample {key}]"
             where += ": "
-        super().__init__(where + message)
+        # One line, whatever a library put in its message (pyarrow's span several).
+        super().__init__(" ".join((where + message).split()))
         self.path = path
         self.key = key
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import sys
 from collections.abc import Sequence
 
@@ -69,6 +70,18 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]], markdown: bool 
         return "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
                          for i, (c, w) in enumerate(zip(cells, widths, strict=True))).rstrip()
     return "\n".join([line(headers), line(["-" * w for w in widths]), *map(line, rows)])
+
+
+def out(text: str) -> None:
+    """Print for people or machines on stdout. A reader that went away (`dsbench ... | head`)
+    is not an error of ours: the rest of stdout goes nowhere, and the command still finishes,
+    so an error found after the report is still said on stderr with its exit code."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
 
 
 def progress(message: str) -> None:

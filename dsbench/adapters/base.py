@@ -81,7 +81,8 @@ class RawSample:
     """One sample as stored: the encoded image and the other fields before parsing.
 
     `encodings` maps each field name to one of the ENC_* constants; readers usually share one
-    mapping across all samples of a shard.
+    mapping across all samples of a shard. `sources` names the file of a field where it is not
+    `source` (per-sample files keep each field in its own file), so errors name the right one.
     """
 
     key: str
@@ -90,6 +91,10 @@ class RawSample:
     codec: str
     fields: dict[str, Any]
     encodings: Mapping[str, str]
+    sources: Mapping[str, str] | None = None
+
+    def source_of(self, field: str) -> str:
+        return (self.sources or {}).get(field, self.source)
 
 
 # Called with each bad sample when the error policy is "skip"; None means raise.
@@ -119,6 +124,20 @@ class Export(Protocol):
     def survey(self) -> dict[str, Any]:
         """Layout facts for `inspect`, from indexes, headers and footers where the layout allows."""
         ...
+
+
+class ReadsUnits:
+    """What every export reads the same way: a worker's share is units[worker::n_workers]."""
+
+    def units(self) -> list[str]:
+        raise NotImplementedError
+
+    def read_units(self, units: Sequence[str], skip: SkipHandler = None) -> Iterator[RawSample]:
+        raise NotImplementedError
+
+    def read(self, worker: int = 0, n_workers: int = 1, skip: SkipHandler = None,
+             ) -> Iterator[RawSample]:
+        yield from self.read_units(worker_share(self.units(), worker, n_workers), skip)
 
 
 class Adapter(Protocol):

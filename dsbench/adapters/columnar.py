@@ -96,7 +96,7 @@ def data_files(path: Path, exts: tuple[str, ...], what: str) -> list[Path]:
 
 
 
-class ColumnarExport:
+class ColumnarExport(base.ReadsUnits):
     layout = ""
 
     def __init__(self, path: Path, files: list[Path]) -> None:
@@ -156,10 +156,6 @@ class ColumnarExport:
 
     def units(self) -> list[str]:
         return [str(p) for p in self._files]
-
-    def read(self, worker: int = 0, n_workers: int = 1, skip: base.SkipHandler = None,
-             ) -> Iterator[base.RawSample]:
-        yield from self.read_units(base.worker_share(self.units(), worker, n_workers), skip)
 
     def read_units(self, units: Sequence[str], skip: base.SkipHandler = None,
                    ) -> Iterator[base.RawSample]:

@@ -25,7 +25,7 @@ def _directory(key: str) -> str:
 
 
 @dataclass
-class FilesExport:
+class FilesExport(base.ReadsUnits):
     path: Path
     groups: dict[str, tuple[str, ...]]  # key -> member extensions, sorted by key
     images: dict[str, str] = field(default_factory=dict)
@@ -42,10 +42,6 @@ class FilesExport:
             exts = self.groups.get(key, ())
             ext = members.pick_image(exts, self.images) or (exts[0] if exts else "*")
         return str(self.path / f"{key}.{ext}")
-
-    def read(self, worker: int = 0, n_workers: int = 1, skip: base.SkipHandler = None,
-             ) -> Iterator[base.RawSample]:
-        yield from self.read_units(base.worker_share(self.units(), worker, n_workers), skip)
 
     def read_units(self, units: Sequence[str], skip: base.SkipHandler = None,
                    ) -> Iterator[base.RawSample]:

@@ -135,7 +135,8 @@ def to_raw(key: str, source: str, members: dict[str, bytes], images: Mapping[str
     fields = {e: d for e, d in members.items() if e != img}
     return base.RawSample(key=key, source=source, image=members[img],
                           codec=image_codec(img, images), fields=fields,
-                          encodings=_encodings(tuple(sorted(fields))))
+                          encodings=_encodings(tuple(sorted(fields))),
+                          sources={e: paths[e] for e in fields} if paths else None)
 
 
 # --- survey helpers -----------------------------------------------------------------------
@@ -174,6 +175,12 @@ def merge_type(old: str | None, new: str) -> str:
     o, n = old.split("[")[0], new.split("[")[0]  # list lengths dropped: they may vary
     if o == n:
         return o
+    if "null" in (o, n):  # a value left out (null) agrees with any type
+        return old if n == "null" else new
+    # JSON writes a whole float as an integer (0 for 0.0): numbers agree with numbers.
+    for ints, floats in (("int", "float"), ("list<int>", "list<float>")):
+        if {o, n} == {ints, floats}:
+            return floats
     if o == "list" and n.startswith("list"):
         return new  # an empty list agrees with any list
     if n == "list" and o.startswith("list"):
@@ -298,12 +305,22 @@ class MemberSurvey:
             except (ValueError, OSError) as exc:
                 self.problem(container, file_of(key, ext), key, str(exc))
                 continue
-            self.types[ext] = merge_type(self.types.get(ext), kind)
+            self._typed(container, file_of(key, ext), key, ext, self.types, ext, kind)
             if isinstance(value, dict):
                 inner[ext] = inner[ext] & set(value) if ext in inner else set(value)
                 for k, v in value.items():
-                    self.inner_types[ext, k] = merge_type(self.inner_types.get((ext, k)),
-                                                          json_type(v))
+                    self._typed(container, file_of(key, ext), key, f"{ext}.{k}",
+                                self.inner_types, (ext, k), json_type(v))
+
+    def _typed(self, container: str, file: str, key: str, name: str, types: dict[Any, str],
+               slot: Any, kind: str) -> None:
+        """Record a field's type; the first sample whose type differs from the earlier ones'
+        is a problem: a type that changes between samples is what a re-export bug looks like."""
+        old = types.get(slot)
+        types[slot] = merge_type(old, kind)
+        if old is not None and types[slot].startswith("mixed(") and not old.startswith("mixed("):
+            self.problem(container, file, key, f"field {name!r} is {kind} here but {old} in "
+                                               "earlier samples")
 
     def finish(self) -> dict[str, Any]:
         """The survey dict; the adapter adds units, files, bytes and per-sample figures."""

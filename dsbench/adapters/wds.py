@@ -88,7 +88,7 @@ def _span(m: tarfile.TarInfo) -> int:
 
 
 @dataclass
-class WdsExport:
+class WdsExport(base.ReadsUnits):
     path: Path
     shards: list[Path]
     images: dict[str, str] = field(default_factory=dict)
@@ -98,10 +98,6 @@ class WdsExport:
     def units(self) -> list[str]:
         return [str(p) for p in self.shards]
 
-    def read(self, worker: int = 0, n_workers: int = 1, skip: base.SkipHandler = None,
-             ) -> Iterator[base.RawSample]:
-        yield from self.read_units(base.worker_share(self.units(), worker, n_workers), skip)
-
     def read_units(self, units: Sequence[str], skip: base.SkipHandler = None,
                    ) -> Iterator[base.RawSample]:
         for shard in units:
@@ -109,6 +105,16 @@ class WdsExport:
 
     def _read_shard(self, shard: Path, skip: base.SkipHandler) -> Iterator[base.RawSample]:
         src = str(shard)
+        try:
+            f = base.open_file(shard)
+        except OSError as exc:
+            base.report(SampleError(f"cannot read: {exc.strerror or exc}", path=src), skip)
+            return
+        with f:
+            yield from self._read_open(f, src, skip)
+
+    def _read_open(self, f: IO[bytes], src: str, skip: base.SkipHandler
+                   ) -> Iterator[base.RawSample]:
         key: str | None = None  # the sample being collected
         group: dict[str, bytes] = {}
         done: set[str] = set()  # keys already yielded: a key seen again is not adjacent
@@ -127,46 +133,45 @@ class WdsExport:
                 expected = frozenset(group)
             return sample
 
-        with base.open_file(shard) as f:
-            try:
-                # Closing a TarFile over a caller's file object would not close the file.
-                tf = tarfile.open(fileobj=f, mode="r|*", tarinfo=_Member)  # noqa: SIM115
-                for m in tf:
-                    why = _member_problem(m)
-                    if why is not None:
-                        base.report(SampleError(why, path=src, key=None), skip)
-                        continue
-                    parsed = _sample_name(m)
-                    if parsed is None:
-                        continue
-                    k, ext = parsed
-                    if k != key:
-                        if key is not None:
-                            sample = close_group()
-                            done.add(key)
-                            last_complete = key
-                            if sample is not None:
-                                yield sample
-                        if k in done:
-                            base.report(SampleError(
-                                "members of this sample are not adjacent in the shard (write "
-                                "it with `tar --sort=name`)", path=src, key=k), skip)
-                        key, group = k, {}
-                    if ext in group:
-                        base.report(SampleError(f"duplicate member {m.name!r}", path=src,
-                                                key=k), skip)
-                        continue
-                    data = tf.extractfile(m)
-                    group[ext] = data.read() if data is not None else b""
-                clean = _ended_cleanly(tf)
-                broken = "no end-of-archive block after the last member"
-            except (tarfile.TarError, OSError, EOFError) as exc:
-                if key is None and last_complete is None and not isinstance(exc, OSError):
-                    size = os.fstat(f.fileno()).st_size
-                    msg = "empty file" if size == 0 else _not_tar(exc)
-                    base.report(SampleError(msg, path=src), skip)
-                    return
-                clean, broken = False, f"{exc}"
+        try:
+            # Closing a TarFile over a caller's file object would not close the file.
+            tf = tarfile.open(fileobj=f, mode="r|*", tarinfo=_Member)  # noqa: SIM115
+            for m in tf:
+                why = _member_problem(m)
+                if why is not None:
+                    base.report(SampleError(why, path=src, key=None), skip)
+                    continue
+                parsed = _sample_name(m)
+                if parsed is None:
+                    continue
+                k, ext = parsed
+                if k != key:
+                    if key is not None:
+                        sample = close_group()
+                        done.add(key)
+                        last_complete = key
+                        if sample is not None:
+                            yield sample
+                    if k in done:
+                        base.report(SampleError(
+                            "members of this sample are not adjacent in the shard (write "
+                            "it with `tar --sort=name`)", path=src, key=k), skip)
+                    key, group = k, {}
+                if ext in group:
+                    base.report(SampleError(f"duplicate member {m.name!r}", path=src,
+                                            key=k), skip)
+                    continue
+                data = tf.extractfile(m)
+                group[ext] = data.read() if data is not None else b""
+            clean = _ended_cleanly(tf)
+            broken = "no end-of-archive block after the last member"
+        except (tarfile.TarError, OSError, EOFError) as exc:
+            if key is None and last_complete is None and not isinstance(exc, OSError):
+                size = os.fstat(f.fileno()).st_size
+                msg = "empty file" if size == 0 else _not_tar(exc)
+                base.report(SampleError(msg, path=src), skip)
+                return
+            clean, broken = False, f"{exc}"
         if clean:
             if key is not None:
                 sample = close_group()
@@ -204,7 +209,12 @@ class WdsExport:
         infos: dict[tuple[str, str], tarfile.TarInfo] = {}
         spans: dict[str, int] = {}
         n_members = 0
-        with base.open_file(shard) as f:
+        try:
+            opened = base.open_file(shard)
+        except OSError as exc:
+            acc.problem(name, src, None, f"cannot read: {exc.strerror or exc}")
+            return 0
+        with opened as f:
             size = os.fstat(f.fileno()).st_size
             try:
                 tf = tarfile.open(fileobj=f, mode="r:*", tarinfo=_Member)  # noqa: SIM115

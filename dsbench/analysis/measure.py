@@ -34,14 +34,16 @@ def load_or_measure(paths: Sequence[str], opts: BenchOptions, progress: Progress
 
 
 def cluster_predictions(base: BenchResult, cand: BenchResult, cluster: ClusterSpec,
-                        seed: int = 0, steps: int = 5000) -> dict[str, dict[str, Any]]:
+                        seed: int = 0, steps: int = 5000, paths: Sequence[str] = ("", "")
+                        ) -> dict[str, dict[str, Any]]:
     """Extrapolate both sides to the same ClusterSpec with the same seed: only the loader differs.
 
-    The scaling table is cut to 64 and 128 ranks, the two job sizes of the incident.
+    The scaling table is cut to 64 and 128 ranks, the two job sizes of the incident. `paths`
+    name the sides in errors.
     """
     return {side: extrapolate(doc, cluster, np.random.default_rng(seed), steps=steps,
-                              scaling=(64, 128))
-            for side, doc in (("base", base), ("cand", cand))}
+                              scaling=(64, 128), path=path or None)
+            for side, doc, path in zip(("base", "cand"), (base, cand), paths, strict=True)}
 
 
 def compare_sides(paths: Sequence[str], opts: BenchOptions, *,
@@ -58,5 +60,5 @@ def compare_sides(paths: Sequence[str], opts: BenchOptions, *,
     comparison = compare(base, cand)
     if cluster is not None and comparison["comparable"]:
         spec = cluster(base["runs"][0]["batch_size"])
-        comparison["cluster"] = cluster_predictions(base, cand, spec)
+        comparison["cluster"] = cluster_predictions(base, cand, spec, paths=paths)
     return comparison

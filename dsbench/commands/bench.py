@@ -35,13 +35,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="dsbench's own loader, or torch.utils.data.DataLoader "
                         "(pip install 'dsbench[torch]')")
     p.add_argument("--seed", type=int, default=d.seed, help="transform seed (default 0)")
+    p.add_argument("--stall-timeout", type=float, default=None, metavar="S",
+                   help="a worker silent this long fails the run (default: 20 times its usual "
+                        "time between batches, 5 to 300 s, and 60 s before its first)")
     add_json_argument(p, "the result document")
 
 
 def run(args: argparse.Namespace) -> int:
     opts = window_options(args, warmup_batches=args.warmup_batches, step_time_s=args.step_time,
                           normalize=args.normalize, on_error=args.on_error,
-                          backend=args.backend, prefetch=args.prefetch, seed=args.seed)
+                          backend=args.backend, prefetch=args.prefetch, seed=args.seed,
+                          stall_s=args.stall_timeout)
     doc = run_bench(args.path, opts, progress=fmt.progress)
     emit(args, doc, lambda: render(doc), write_result)
     return 0

@@ -30,5 +30,5 @@ def run(args: argparse.Namespace) -> int:
             f"in {fmt.seconds(report.wall_s)}")
     if per_core:
         line += f", {fmt.rate(per_core, 'samples/s per core')}"
-    print(line)
+    fmt.out(line)
     return 0

@@ -17,8 +17,8 @@ from typing import Any
 from dsbench import atomic, fmt
 from dsbench.adapters import FORMATS
 from dsbench.errors import DsbenchError
+from dsbench.loader.decode import DECODERS
 from dsbench.loader.options import BenchOptions
-from dsbench.loader.pipeline import DECODERS
 from dsbench.model.costs import DIST_SYNTAX, Distribution
 from dsbench.model.node import ClusterSpec
 from dsbench.model.profiles import PROFILES, parse_storage
@@ -53,7 +53,7 @@ def emit(args: argparse.Namespace, doc: Any, report: Callable[[], str],
     """The document to --json's target and, unless that is standard output, the report."""
     target = json_target(args)
     if target == STDOUT:
-        print(json.dumps(doc))
+        fmt.out(json.dumps(doc))
         return
     if target is not None:
         path = Path(target)
@@ -64,7 +64,7 @@ def emit(args: argparse.Namespace, doc: Any, report: Callable[[], str],
                 atomic.write_text(path, json.dumps(doc, indent=1) + "\n")
             except OSError as exc:
                 raise DsbenchError(f"cannot write: {exc.strerror or exc}", path=path) from None
-    print(report())
+    fmt.out(report())
     if target is not None:
         fmt.progress(f"wrote {target}")
 
@@ -105,6 +105,9 @@ def add_window_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup,
     p.add_argument("--layout", choices=sorted(FORMATS), default=None,
                    help="read as this layout instead of detecting it (in a directory that "
                         "mixes layouts, the files of the others are listed as not read)")
+    p.add_argument("--max-pixels", type=int, default=d.max_pixels, metavar="N",
+                   help="an image of more pixels is a bad sample, refused from its header "
+                        f"before decoding (default {d.max_pixels})")
     p.add_argument("--count-samples", type=int, default=d.count_samples, metavar="N",
                    help="files and bytes per sample are counted over whole units up to N "
                         f"samples; 0 counts every unit (default {d.count_samples})")
@@ -115,6 +118,7 @@ def window_options(args: argparse.Namespace, **more: Any) -> BenchOptions:
                         seconds=args.seconds, rounds=args.rounds,
                         sweep_rounds=args.sweep_rounds, decoder=args.decoder,
                         cold=args.cold, layout=args.layout, count_samples=args.count_samples,
+                        max_pixels=args.max_pixels,
                         **more)
 
 

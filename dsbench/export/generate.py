@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dsbench import atomic
+from dsbench import atomic, procs
 from dsbench.adapters.base import MANIFEST
 from dsbench.errors import DsbenchError
 from dsbench.export.spec import ExportSpec
@@ -85,9 +85,13 @@ def _remove_temporaries(out_dir: Path) -> None:
             tmp.unlink(missing_ok=True)
 
 
-def _ignore_sigint() -> None:
-    # Ctrl-C is handled once, in the parent, which terminates the pool and cleans up.
+def _pool_worker() -> None:
+    # Ctrl-C is handled once, in the parent, which terminates the pool and cleans up; the
+    # parent's SIGTERM handler (the command line's) is not the forked workers' to run: the
+    # pool's terminate() must end them at once.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    procs.die_with_parent()
 
 
 def _write_unit(job: tuple[ExportSpec, Path, int, int, int, int]) -> int:
@@ -107,11 +111,17 @@ def generate(spec: ExportSpec, out_dir: str | Path, samples: int | None = None, 
         raise DsbenchError(f"--seed must be non-negative, got {seed}")
     writer = WRITERS[spec.layout]
     manifest = _manifest(spec, n, seed, complete=False)
+    if out.exists() and not out.is_dir():
+        raise DsbenchError("not a directory: the export is written into a directory", path=out)
     _check_target(out, manifest)
-    out.mkdir(parents=True, exist_ok=True)
-    _remove_temporaries(out)
-    if not (out / MANIFEST).exists():
-        _write_manifest(out, manifest)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        _remove_temporaries(out)
+        if not (out / MANIFEST).exists():
+            _write_manifest(out, manifest)
+    except OSError as exc:
+        raise DsbenchError(f"cannot create the export here: {exc.strerror or exc}",
+                           path=out) from None
 
     ranges = unit_ranges(spec, n)
     todo = [(spec, out, seed, u, a, b) for u, a, b in ranges
@@ -121,16 +131,22 @@ def generate(spec: ExportSpec, out_dir: str | Path, samples: int | None = None, 
     t0, cpu0 = time.perf_counter(), _cpu_with_children()
     # fork: workers inherit the imported modules, which makes start-up cheap on Linux.
     ctx = multiprocessing.get_context("fork")
-    pool = ctx.Pool(workers, initializer=_ignore_sigint)
+    pool = ctx.Pool(workers, initializer=_pool_worker)
     try:
         for done in pool.imap_unordered(_write_unit, todo):
             bar.advance(done)
         pool.close()
-    except BaseException:
-        pool.terminate()
-        pool.join()
-        _remove_temporaries(out)
-        bar.close()
+    except BaseException as exc:
+        with procs.uninterrupted():
+            pool.terminate()
+            pool.join()
+            _remove_temporaries(out)
+            bar.close()
+        if isinstance(exc, OSError):
+            # A full disk, a read-only mount: units written so far stay (a re-run completes the
+            # export), the one being written is gone.
+            raise DsbenchError(f"cannot write the export: {exc.strerror or exc}",
+                               path=exc.filename or out) from None
         raise
     pool.join()
     bar.close()

@@ -10,7 +10,8 @@ from pathlib import Path
 from dsbench import adapters
 from dsbench.errors import DsbenchError
 from dsbench.loader.counts import DEFAULT_MAX_SAMPLES
-from dsbench.loader.pipeline import DECODERS, Pipeline, TrainTransform, Transform
+from dsbench.loader.decode import DECODERS, DEFAULT_MAX_PIXELS
+from dsbench.loader.pipeline import Pipeline, TrainTransform, Transform
 from dsbench.loader.worker import Opener
 from dsbench.results.types import Config
 
@@ -39,7 +40,8 @@ class BenchOptions:
     transform: Transform | None = None  # replaces the training transform (e.g. a known cost)
     opener: Opener | None = None  # opens the export in each worker (default: adapters)
     layout: str | None = None  # read as this layout instead of detecting it
-    stall_s: float = 120.0  # a worker silent this long fails the run
+    max_pixels: int = DEFAULT_MAX_PIXELS  # larger images are bad samples
+    stall_s: float | None = None  # a worker silent this long fails the run (None: adaptive)
     count_samples: int = DEFAULT_MAX_SAMPLES  # samples of whole units to count; 0: every unit
 
     def __post_init__(self) -> None:
@@ -57,6 +59,8 @@ class BenchOptions:
             raise bad("seconds", self.seconds, "a positive number")
         if not (math.isfinite(self.step_time_s) and self.step_time_s >= 0):
             raise bad("step-time", self.step_time_s, "a non-negative number")
+        if self.stall_s is not None and not (math.isfinite(self.stall_s) and self.stall_s > 0):
+            raise bad("stall-timeout", self.stall_s, "a positive number")
         if self.sweep_rounds is not None and (isinstance(self.sweep_rounds, bool) or not
                                               isinstance(self.sweep_rounds, int)
                                               or self.sweep_rounds < 1):
@@ -73,7 +77,8 @@ class BenchOptions:
 
     def pipeline(self) -> Pipeline:
         transform = self.transform or TrainTransform(normalize=self.normalize)
-        return Pipeline(decoder=self.decoder, transform=transform, on_error=self.on_error)
+        return Pipeline(decoder=self.decoder, transform=transform, on_error=self.on_error,
+                        max_pixels=self.max_pixels)
 
     def rounds_for(self, index: int) -> int:
         """Rounds of the `index`-th worker count: the verdicts use the first, so it gets the
@@ -93,5 +98,5 @@ class BenchOptions:
                 "cold": self.cold, "decoder": self.decoder, "normalize": self.normalize,
                 "on_error": self.on_error, "backend": self.backend, "prefetch": self.prefetch,
                 "seed": self.seed, "batches": self.batches, "count_samples": self.count_samples,
-                "layout": self.layout,
+                "layout": self.layout, "stall_s": self.stall_s, "max_pixels": self.max_pixels,
                 "transform": type(self.pipeline().transform).__name__}

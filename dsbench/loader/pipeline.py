@@ -3,8 +3,8 @@
 Stages (their CPU time is what `dsbench bench` reports per sample):
 
 * ``read``: the reader's ``next()``; the adapter's own work (opening, seeking, untarring).
-* ``decode``: the image to pixels. JPEG with Pillow (default) or simplejpeg when asked for,
-  PNG and other codecs with Pillow, raw ``.npy`` with numpy.
+* ``decode``: the image to pixels (decode.py: Pillow or simplejpeg, a pixel limit checked from
+  the header first).
 * ``fields``: every non-image field parsed by its stored encoding (``base.ENC_*``). Numeric
   lists become numpy arrays, as a job must before it can stack them; a JSON document holding an
   object is spread into one field per key.
@@ -35,60 +35,14 @@ from PIL import Image
 from dsbench.adapters import base
 from dsbench.adapters.base import RawSample
 from dsbench.errors import DsbenchError, SampleError
+from dsbench.loader.decode import _BAD_DATA, DEFAULT_MAX_PIXELS, Pixels
+from dsbench.loader.decode import DECODERS as DECODERS  # the stage's names, re-exported
+from dsbench.loader.decode import make_decoder as make_decoder
 from dsbench.results.stages import STAGES
 
-DECODERS = ("pillow", "simplejpeg")
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
-Pixels = Image.Image | np.ndarray
-# What a decoder or a parser may raise on bad data; anything else is a bug and propagates.
-_BAD_DATA = (OSError, ValueError, SyntaxError, EOFError, TypeError, KeyError, IndexError,
-             UnicodeDecodeError, Image.DecompressionBombError)
-
-
-def _pillow_decode(data: bytes) -> Image.Image:
-    im = Image.open(io.BytesIO(data))
-    if im.mode != "RGB":
-        return im.convert("RGB")
-    im.load()  # Image.open only reads the header; the decode happens here
-    return im
-
-
-def _npy_decode(data: bytes) -> np.ndarray:
-    arr = np.load(io.BytesIO(data), allow_pickle=False)
-    if arr.ndim != 3 or arr.shape[2] != 3 or arr.dtype != np.uint8:
-        raise ValueError(f"expected an HxWx3 uint8 array, got {arr.dtype} {arr.shape}")
-    return arr
-
-
-def make_decoder(name: str = "pillow") -> Callable[[RawSample], Pixels]:
-    """A function from a raw sample to its pixels; SampleError naming file and key on bad data."""
-    if name not in DECODERS:
-        raise DsbenchError(f"unknown decoder {name!r} (known: {', '.join(DECODERS)})")
-    jpeg: Callable[[bytes], Pixels] = _pillow_decode
-    if name == "simplejpeg":
-        try:
-            import simplejpeg
-        except ImportError:
-            raise DsbenchError("--decoder simplejpeg needs simplejpeg: "
-                               "pip install 'dsbench[fast]'") from None
-
-        def jpeg(data: bytes) -> Pixels:
-            return simplejpeg.decode_jpeg(data, colorspace="RGB")
-
-    def decode(raw: RawSample) -> Pixels:
-        try:
-            if raw.codec == "jpeg":
-                return jpeg(raw.image)
-            if raw.codec in ("raw", "npy"):
-                return _npy_decode(raw.image)
-            return _pillow_decode(raw.image)
-        except _BAD_DATA as exc:
-            raise SampleError(f"cannot decode {raw.codec} image: {exc}", path=raw.source,
-                              key=raw.key) from None
-
-    return decode
 
 
 def _numeric(value: Any) -> Any:
@@ -119,8 +73,30 @@ def _parse(encoding: str | None, value: Any) -> Any:
     return value  # unknown member extension: opaque bytes, passed on as stored
 
 
-def parse_fields(raw: RawSample) -> dict[str, Any]:
-    """Every non-image field of `raw`, parsed by its encoding."""
+def field_kind(value: Any) -> str | None:
+    """What a parsed field holds, broadly; None for a value left out (null, an empty list)."""
+    if value is None or (isinstance(value, list) and not value):
+        return None
+    if isinstance(value, bool | np.bool_):
+        return "bool"
+    if isinstance(value, int | float | np.number):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, np.ndarray):
+        return "numeric array"
+    if isinstance(value, bytes | bytearray | memoryview):
+        return "bytes"
+    return type(value).__name__  # list (of records), dict
+
+
+def parse_fields(raw: RawSample, kinds: dict[str, str] | None = None) -> dict[str, Any]:
+    """Every non-image field of `raw`, parsed by its encoding.
+
+    With `kinds` (a reader's memory of earlier samples), a field whose kind differs from the
+    first sample's is a bad sample: the loader would otherwise collate the two silently as a
+    list, and a type that changes between samples is what a re-export bug looks like.
+    """
     out: dict[str, Any] = {}
     for name, value in raw.fields.items():
         encoding = raw.encodings.get(name)
@@ -128,13 +104,22 @@ def parse_fields(raw: RawSample) -> dict[str, Any]:
             parsed = _parse(encoding, value)
         except _BAD_DATA as exc:
             raise SampleError(f"cannot parse field {name!r} ({encoding}): {exc}",
-                              path=raw.source, key=raw.key) from None
+                              path=raw.source_of(name), key=raw.key) from None
         if encoding == base.ENC_JSON and isinstance(parsed, dict):
             # One JSON document holding all fields (`<key>.json`): one field per key.
-            for k, v in parsed.items():
-                out[k if k not in out else f"{name}.{k}"] = _numeric(v)
+            items = [(k if k not in out else f"{name}.{k}", _numeric(v))
+                     for k, v in parsed.items()]
         else:
-            out[name] = _numeric(parsed) if encoding == base.ENC_JSON else parsed
+            items = [(name, _numeric(parsed) if encoding == base.ENC_JSON else parsed)]
+        for field_name, parsed_value in items:
+            out[field_name] = parsed_value
+            kind = field_kind(parsed_value)
+            if kinds is None or kind is None:
+                continue
+            seen = kinds.setdefault(field_name, kind)
+            if kind != seen:
+                raise SampleError(f"field {field_name!r} is a {kind} here but a {seen} in "
+                                  "earlier samples", path=raw.source_of(name), key=raw.key)
     return out
 
 
@@ -254,12 +239,17 @@ class Pipeline:
     decoder: str = "pillow"
     transform: Transform = field(default_factory=TrainTransform)
     on_error: str = "raise"
+    max_pixels: int = DEFAULT_MAX_PIXELS
 
     def __post_init__(self) -> None:
         if self.on_error not in base.ON_ERROR:
             raise DsbenchError(f"unknown error policy {self.on_error!r} "
                                f"(known: {', '.join(base.ON_ERROR)})")
-        make_decoder(self.decoder)  # fail here, in the caller, not in every worker
+        if isinstance(self.max_pixels, bool) or not isinstance(self.max_pixels, int) \
+                or self.max_pixels < 1:
+            raise DsbenchError(f"--max-pixels must be a positive integer, got "
+                               f"{self.max_pixels!r}")
+        make_decoder(self.decoder, self.max_pixels)  # fail here, not in every worker
 
 
 @dataclass
@@ -283,11 +273,12 @@ class BatchBuilder:
     def __init__(self, pipeline: Pipeline,
                  read: Callable[[base.SkipHandler], Iterator[RawSample]],
                  rng: np.random.Generator) -> None:
-        self.decode = make_decoder(pipeline.decoder)
+        self.decode = make_decoder(pipeline.decoder, pipeline.max_pixels)
         self.transform = pipeline.transform
         self.skip = pipeline.on_error == "skip"
         self.rng = rng
         self.skipped: list[SampleError] = []
+        self.kinds: dict[str, str] = {}  # each field's kind, from the first sample holding it
         self.samples = read(self.skipped.append if self.skip else None)
 
     def _bad(self, err: SampleError) -> None:
@@ -312,7 +303,7 @@ class BatchBuilder:
             t2 = clock()
             t[1] += t2 - t1
             try:
-                parsed = parse_fields(raw)
+                parsed = parse_fields(raw, self.kinds)
             except SampleError as err:
                 t[2] += clock() - t2
                 self._bad(err)

@@ -41,7 +41,7 @@ from dsbench.errors import DsbenchError
 from dsbench.loader import worker
 from dsbench.loader.counts import Counts, count_pass
 from dsbench.loader.options import BenchOptions
-from dsbench.loader.sources import ShmSource
+from dsbench.loader.sources import ShmSource, check_memory
 from dsbench.loader.torch_source import TorchSource
 from dsbench.loader.worker import BatchReport
 from dsbench.results import document as results
@@ -256,6 +256,13 @@ def prepare(path: Path, opts: BenchOptions) -> tuple[dict[str, Any], Counts]:
         raise DsbenchError(f"{units} units (shards or samples) cannot feed {max(opts.workers)} "
                            f"workers: use --workers {units} or fewer", path=path)
     summary = summarize(export.survey(), path, export.ignored)
+    mixed = [p for p in summary["problems"] if p["error"].startswith("field ")]
+    if mixed and opts.on_error == "raise":
+        # Reading would not fail: the loader would collate the mixed values as a list.
+        first = mixed[0]
+        raise DsbenchError(f"{first['error']} (the export's fields change type between "
+                           "samples; --on-error skip measures without them)",
+                           path=first["file"], key=first["key"])
     skipped: list[Any] = []
     counts = count_pass(export, opts.count_samples,
                         skipped.append if opts.on_error == "skip" else None)
@@ -277,6 +284,7 @@ def run_benches(paths: Sequence[str | Path], opts: BenchOptions,
     """
     ps = [Path(p) for p in paths]
     say = progress or (lambda _msg: None)
+    check_memory(opts.pipeline(), opts.batch_size, opts.prefetch, max(opts.workers))
     prepared = [prepare(p, opts) for p in ps]
     info = machine.collect()
     run_id = uuid.uuid4().hex

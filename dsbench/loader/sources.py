@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import shutil
 import signal
 import time
 from collections.abc import Iterator
@@ -21,7 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 
+from dsbench import fmt, procs
 from dsbench.errors import DsbenchError
 from dsbench.loader.pipeline import Pipeline
 from dsbench.loader.worker import (
@@ -33,6 +36,9 @@ from dsbench.loader.worker import (
     unpack_fields,
 )
 
+# A worker silent for STALL_FACTOR times its median gap between batches is stuck (bounded by
+# MIN_STALL_S and MAX_STALL_S); before its first batch it has STARTUP_STALL_S.
+STALL_FACTOR, MIN_STALL_S, MAX_STALL_S, STARTUP_STALL_S = 20.0, 5.0, 300.0, 60.0
 # Room in each slot for the collated fields; tmpfs allocates only the pages written, and fields
 # that do not fit travel over the pipe instead.
 EXTRAS_BYTES = 16 << 20
@@ -69,6 +75,31 @@ def _worker_failure(index: int, proc: Any) -> str:
     return f"loader worker {index} (pid {proc.pid}) {how}; the run is void{hint}"
 
 
+def ring_layout(pipeline: Pipeline, batch_size: int, prefetch: int) -> tuple[int, int, int]:
+    """(image bytes of a batch, bytes of a slot, slots) of one worker's shared-memory ring."""
+    item = int(np.dtype(pipeline.transform.out_dtype).itemsize
+               * np.prod(pipeline.transform.out_shape))
+    image_bytes = pages(batch_size * item)
+    return image_bytes, image_bytes + EXTRAS_BYTES, prefetch + 1
+
+
+def check_memory(pipeline: Pipeline, batch_size: int, prefetch: int, workers: int) -> None:
+    """Refuse, before any process starts, rings that cannot fit in shared memory."""
+    _, slot_bytes, slots = ring_layout(pipeline, batch_size, prefetch)
+    need = workers * slots * (slot_bytes - EXTRAS_BYTES)  # tmpfs holds the pages written
+    try:
+        shm_free = shutil.disk_usage("/dev/shm").free
+    except OSError:
+        shm_free = psutil.virtual_memory().available
+    free = min(shm_free, psutil.virtual_memory().available)
+    if need > 0.8 * free:
+        raise DsbenchError(
+            f"--batch-size {batch_size}: {workers} worker{'s' if workers > 1 else ''}' rings "
+            f"of {slots} batches need "
+            f"{fmt.nbytes(need)} of shared memory, and {fmt.nbytes(free)} is free: use a smaller "
+            "--batch-size, --prefetch or fewer --workers")
+
+
 class ShmSource:
     """W worker processes and their shared-memory rings; batches come out round-robin.
 
@@ -82,12 +113,11 @@ class ShmSource:
         import multiprocessing as mp
 
         transform = pipeline.transform
-        item = int(np.dtype(transform.out_dtype).itemsize * np.prod(transform.out_shape))
-        image_bytes = pages(opts.batch_size * item)
-        slot_bytes = image_bytes + EXTRAS_BYTES
-        slots = opts.prefetch + 1
+        image_bytes, slot_bytes, slots = ring_layout(pipeline, opts.batch_size, opts.prefetch)
         ctx = mp.get_context("spawn")
         self.n_workers, self.stall_s = n_workers, opts.stall_s
+        self.last: list[float | None] = [None] * n_workers  # when each worker's last batch came
+        self.gaps: list[list[float]] = [[] for _ in range(n_workers)]
         self.shape = (opts.batch_size, *transform.out_shape)
         self.dtype, self.slot_bytes = transform.out_dtype, slot_bytes
         self.segments: list[SharedMemory] = []
@@ -98,7 +128,12 @@ class ShmSource:
         tag = f"dsbench-{os.getpid()}-{next(_rings)}"
         try:
             for w in range(n_workers):
-                shm = SharedMemory(name=f"{tag}-{w}", create=True, size=slots * slot_bytes)
+                try:
+                    shm = SharedMemory(name=f"{tag}-{w}", create=True, size=slots * slot_bytes)
+                except OSError as exc:
+                    raise DsbenchError(f"cannot allocate {fmt.nbytes(slots * slot_bytes)} of "
+                                       f"shared memory for loader worker {w}: "
+                                       f"{exc.strerror or exc}") from None
                 self.segments.append(shm)
                 data_recv, data_send = ctx.Pipe(duplex=False)
                 ctrl_recv, ctrl_send = ctx.Pipe(duplex=False)
@@ -141,13 +176,14 @@ class ShmSource:
     def _recv(self, w: int) -> BatchReport:
         conn = self.data[w]
         sentinels = [p.sentinel for p in self.procs]
-        deadline = time.monotonic() + self.stall_s
+        waited_from = time.monotonic()
         while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise DsbenchError(f"loader worker {w} produced no batch for "
-                                   f"{self.stall_s:.3g} s; stopped the run")
-            ready = wait([conn, *sentinels], timeout=min(left, 1.0))
+            limit = self._silence_limit(w)
+            if time.monotonic() - waited_from > limit:
+                raise DsbenchError(f"loader worker {w} (pid {self.procs[w].pid}) produced no "
+                                   f"batch for {limit:.3g} s (--stall-timeout): it is stuck; "
+                                   "stopped the run")
+            ready = wait([conn, *sentinels], timeout=1.0)
             if conn in ready:
                 try:
                     msg = conn.recv()
@@ -155,10 +191,33 @@ class ShmSource:
                     self.procs[w].join(1.0)
                     raise DsbenchError(_worker_failure(w, self.procs[w])) from None
                 if isinstance(msg, BatchReport):
+                    now, last = time.monotonic(), self.last[w]
+                    if last is not None:
+                        self.gaps[w].append(now - last)
+                    self.last[w] = now
                     return msg
                 _raise_worker_error(msg)
             if ready:
                 self._check_alive()
+            self._check_running()
+
+    def _silence_limit(self, w: int) -> float:
+        """How long worker `w` may go without a batch: the option, or many times its usual
+        gap between batches (start-up gets longer: imports, opening the export)."""
+        if self.stall_s is not None:
+            return self.stall_s
+        gaps = self.gaps[w]
+        if not gaps:
+            return STARTUP_STALL_S
+        return min(MAX_STALL_S, max(MIN_STALL_S, STALL_FACTOR * float(np.median(gaps))))
+
+    def _check_running(self) -> None:
+        """A stopped worker (SIGSTOP, a debugger) never sends again: say so at once."""
+        for i, proc in enumerate(self.procs):
+            with contextlib.suppress(psutil.Error):
+                if psutil.Process(proc.pid).status() == psutil.STATUS_STOPPED:
+                    raise DsbenchError(f"loader worker {i} (pid {proc.pid}) is stopped "
+                                       "(SIGSTOP or a debugger); stopped the run")
 
     def _check_alive(self) -> None:
         for i, proc in enumerate(self.procs):
@@ -176,8 +235,7 @@ class ShmSource:
 
     def close(self) -> None:
         """Stop every worker (STOP, then terminate, then kill) and remove the shared memory."""
-        old = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut this
-        try:
+        with procs.uninterrupted():  # a second Ctrl-C must not cut this short
             for c in self.ctrl:
                 with contextlib.suppress(OSError):
                     c.send_bytes(b"%d" % STOP)
@@ -200,8 +258,6 @@ class ShmSource:
                 with contextlib.suppress(FileNotFoundError):
                     shm.unlink()
             self.procs, self.segments, self.data, self.ctrl = [], [], [], []
-        finally:
-            signal.signal(signal.SIGINT, old)
 
 
 def _raise_worker_error(msg: tuple[Any, ...]) -> None:

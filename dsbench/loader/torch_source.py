@@ -8,7 +8,6 @@ dsbench's own workers send.
 
 from __future__ import annotations
 
-import signal
 import time
 import warnings
 from collections.abc import Iterator
@@ -17,9 +16,11 @@ from typing import Any
 
 import numpy as np
 
+from dsbench import procs
 from dsbench.adapters import base
 from dsbench.errors import DsbenchError
 from dsbench.loader.pipeline import BatchBuilder, Pipeline, collate_fields
+from dsbench.loader.sources import STARTUP_STALL_S
 from dsbench.loader.worker import (
     ERRORS_KEPT,
     BatchReport,
@@ -124,7 +125,8 @@ class TorchSource:
         # Same start method as ShmSource, for the same reason; in-order delivery is the default.
         self.loader = DataLoader(dataset, batch_size=opts.batch_size, num_workers=n_workers,
                                  prefetch_factor=opts.prefetch, collate_fn=torch_collate,
-                                 multiprocessing_context="spawn", timeout=opts.stall_s)
+                                 multiprocessing_context="spawn",
+                                 timeout=opts.stall_s or STARTUP_STALL_S)
         self.it: Any = iter(self.loader)
 
     def next(self) -> BatchReport:
@@ -143,8 +145,7 @@ class TorchSource:
         pass  # the batch's tensors were freed when `next` dropped them
 
     def close(self) -> None:
-        old = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        try:
+        with procs.uninterrupted():  # a second Ctrl-C must not cut this short
             it, self.it = self.it, None
             if it is None:
                 return
@@ -159,5 +160,3 @@ class TorchSource:
                     if w.is_alive():
                         w.terminate()
                     w.join(2.0)
-        finally:
-            signal.signal(signal.SIGINT, old)

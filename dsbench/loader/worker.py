@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from dsbench import adapters
+from dsbench import adapters, procs
 from dsbench.adapters import base
 from dsbench.adapters.base import Export, RawSample
 from dsbench.errors import DsbenchError, SampleError
@@ -181,8 +181,10 @@ def error_record(err: SampleError) -> dict[str, Any]:
 
 def run(spec: WorkerSpec, data: Connection, ctrl: Connection) -> None:
     """The worker process's body: batches until STOP, or one error message and exit code 1."""
-    # Ctrl-C is the main process's to handle: it stops every worker and cleans up.
+    # Ctrl-C is the main process's to handle: it stops every worker and cleans up. A main
+    # process killed outright (SIGKILL) runs no cleanup: the kernel then stops the worker.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    procs.die_with_parent()
     try:
         _loop(spec, data, ctrl)
     except (EOFError, BrokenPipeError):

@@ -65,11 +65,14 @@ def where(path: Any) -> str:
 def validate(doc: Any, name: str, source: object = "document") -> None:
     """Raise a one-line DsbenchError naming `source` and the key when `doc` breaks the schema
     or holds a number JSON cannot (NaN, infinity: a schema's "number" lets them pass)."""
-    error = jsonschema.exceptions.best_match(_validator(name).iter_errors(doc))
+    try:
+        error = jsonschema.exceptions.best_match(_validator(name).iter_errors(doc))
+        bad = _non_finite(doc, ())
+    except RecursionError:
+        raise DsbenchError("not a dsbench document: nested too deep", path=source) from None
     if error is not None:
         message = error.message if len(error.message) <= 200 else error.message[:200] + "..."
         raise DsbenchError(f"{where(error.absolute_path)}: {message}", path=source)
-    bad = _non_finite(doc, ())
     if bad is not None:
         raise DsbenchError(f"{where(bad[0])}: {bad[1]} is not a finite number", path=source)
 

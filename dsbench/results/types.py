@@ -58,6 +58,8 @@ class Config(TypedDict):
     transform: NotRequired[str]
     count_samples: NotRequired[int]
     layout: NotRequired[str | None]
+    stall_s: NotRequired[float | None]
+    max_pixels: NotRequired[int]
 
 
 class Statistics(TypedDict):

@@ -1,0 +1,93 @@
+"""The decode stage: an encoded image to pixels, refusing images too large before decoding them.
+
+JPEG with Pillow (default) or simplejpeg when asked for, PNG and other codecs with Pillow, raw
+`.npy` with numpy. Every decoder reads the image's header first and refuses an image of more
+than `max_pixels` pixels as a bad sample, so a JPEG that declares 12000 x 12000 pixels in a few
+hundred bytes costs a header read, not 432 MB (Pillow would only warn at that size, simplejpeg
+not at all). The default is Pillow's own warning threshold.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+
+import numpy as np
+from PIL import Image
+
+from dsbench import fmt
+from dsbench.adapters.base import RawSample
+from dsbench.errors import DsbenchError, SampleError
+
+DECODERS = ("pillow", "simplejpeg")
+DEFAULT_MAX_PIXELS = 89_478_485  # Pillow's MAX_IMAGE_PIXELS: 1024 x 1024 x 1024 // 4 // 3
+# dsbench checks the size itself, from the header, for every decoder alike; Pillow's own check
+# would only warn (twice on stderr) between this and twice this.
+Image.MAX_IMAGE_PIXELS = None
+
+Pixels = Image.Image | np.ndarray
+# What a decoder or a parser may raise on bad data; anything else is a bug and propagates.
+_BAD_DATA = (OSError, ValueError, SyntaxError, EOFError, TypeError, KeyError, IndexError,
+             UnicodeDecodeError, Image.DecompressionBombError)
+
+
+def _check_size(width: int, height: int, limit: int) -> None:
+    if width * height > limit:
+        raise ValueError(f"image of {width} x {height} px ({fmt.sig(width * height / 1e6)} MP) "
+                         f"is over the limit of {fmt.sig(limit / 1e6)} MP (--max-pixels)")
+
+
+def _pillow_decode(data: bytes, limit: int) -> Image.Image:
+    im = Image.open(io.BytesIO(data))  # the header only
+    _check_size(*im.size, limit)
+    if im.mode != "RGB":
+        return im.convert("RGB")
+    im.load()
+    return im
+
+
+def _npy_decode(data: bytes, limit: int) -> np.ndarray:
+    f = io.BytesIO(data)
+    version = np.lib.format.read_magic(f)
+    read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                   else np.lib.format.read_array_header_2_0)
+    shape, _, dtype = read_header(f)
+    if len(shape) != 3 or shape[2] != 3 or dtype != np.uint8:
+        raise ValueError(f"expected an HxWx3 uint8 array, got {dtype} {shape}")
+    _check_size(shape[1], shape[0], limit)
+    return np.load(io.BytesIO(data), allow_pickle=False)
+
+
+def make_decoder(name: str = "pillow", max_pixels: int = DEFAULT_MAX_PIXELS
+                 ) -> Callable[[RawSample], Pixels]:
+    """A function from a raw sample to its pixels; SampleError naming file and key on bad data."""
+    if name not in DECODERS:
+        raise DsbenchError(f"unknown decoder {name!r} (known: {', '.join(DECODERS)})")
+
+    def jpeg(data: bytes) -> Pixels:
+        return _pillow_decode(data, max_pixels)
+
+    if name == "simplejpeg":
+        try:
+            import simplejpeg
+        except ImportError:
+            raise DsbenchError("--decoder simplejpeg needs simplejpeg: "
+                               "pip install 'dsbench[fast]'") from None
+
+        def jpeg(data: bytes) -> Pixels:
+            height, width, _, _ = simplejpeg.decode_jpeg_header(data)
+            _check_size(width, height, max_pixels)
+            return simplejpeg.decode_jpeg(data, colorspace="RGB")
+
+    def decode(raw: RawSample) -> Pixels:
+        try:
+            if raw.codec == "jpeg":
+                return jpeg(raw.image)
+            if raw.codec in ("raw", "npy"):
+                return _npy_decode(raw.image, max_pixels)
+            return _pillow_decode(raw.image, max_pixels)
+        except _BAD_DATA as exc:
+            raise SampleError(f"cannot decode {raw.codec} image: {exc}", path=raw.source,
+                              key=raw.key) from None
+
+    return decode

@@ -1,0 +1,48 @@
+"""Process hygiene: nothing dsbench starts outlives it, and cleanup is not cut short.
+
+* `die_with_parent()`, called first thing in a child process (a loader worker, a rank), asks
+  Linux to kill it when its parent dies, even by SIGKILL, when no cleanup code runs.
+* `uninterrupted()` holds SIGINT and SIGTERM off while workers are stopped and shared memory is
+  removed: a second Ctrl-C must not leave half of them behind. A signal that arrives meanwhile
+  is delivered when the block ends.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+_PR_SET_PDEATHSIG = 1
+_HELD = (signal.SIGINT, signal.SIGTERM)
+
+
+def die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """Have the kernel send `sig` to this process when its parent exits (Linux; else no-op)."""
+    if not sys.platform.startswith("linux"):
+        return
+    parent = os.getppid()
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os.kill(os.getpid(), sig)
+
+
+@contextmanager
+def uninterrupted() -> Iterator[None]:
+    """Block SIGINT and SIGTERM for the duration (main thread only; elsewhere a no-op)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)

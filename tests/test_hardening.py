@@ -1,0 +1,310 @@
+"""Bad input and faults: each gives exit 2 with one line naming the file (and the sample), in
+seconds, with bounded memory, and leaves no process, shared memory or temporary file behind."""
+
+from __future__ import annotations
+
+import errno
+import io
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import resultdocs as rd
+from conftest import write_export
+from PIL import Image
+
+from dsbench.adapters import base
+from dsbench.cli import main
+from dsbench.export import write
+from dsbench.export.write import Writer
+from dsbench.results.document import write_result
+
+DSBENCH = [sys.executable, "-m", "dsbench"]
+
+
+def one_line_error(capsys: pytest.CaptureFixture[str], *needles: str) -> str:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("dsbench "), err
+    for needle in needles:
+        assert needle in err, err
+    return err
+
+
+def run(argv: list[str], timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*DSBENCH, *argv], capture_output=True, text=True, timeout=timeout,
+                          start_new_session=True)
+
+
+def left_behind(session: int) -> list[str]:
+    """Processes of the session, its shared memory and its temporaries, after a grace period."""
+    deadline = time.monotonic() + 5.0
+    while True:
+        procs = []
+        for p in psutil.process_iter(["pid", "cmdline"]):
+            try:
+                if os.getsid(p.pid) == session:
+                    procs.append(" ".join(p.info["cmdline"] or []))
+            except (ProcessLookupError, PermissionError):
+                pass
+        segments = [s.name for s in Path("/dev/shm").glob(f"dsbench-{session}-*")]
+        if (not procs and not segments) or time.monotonic() > deadline:
+            return procs + segments
+        time.sleep(0.1)
+
+
+# --- files that cannot be read or written -----------------------------------------------------
+
+def test_an_unreadable_shard_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    # As root nothing is unreadable, so the denial is what open() raises for one shard.
+    export = write_export(tmp_path, "wds", 20, shard_samples=10)
+    locked = export / "shard-000001.tar"
+    real = base.open_file
+
+    def open_file(path: str | os.PathLike[str]) -> io.BufferedReader:
+        if Path(path) == locked:
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real(path)  # type: ignore[return-value]
+
+    monkeypatch.setattr(base, "open_file", open_file)
+    for argv in (["inspect", str(export)], ["bench", str(export), "--rounds", "1"]):
+        assert main(argv) == 2
+        one_line_error(capsys, str(locked), "Permission denied")
+
+
+@pytest.mark.parametrize("where", ["a file", "under a file"])
+def test_generate_into_a_file_is_refused(tmp_path: Path, where: str,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "taken"
+    blocker.write_text("not a directory")
+    out = blocker if where == "a file" else blocker / "export"
+    assert main(["generate", "formats/before.toml", str(out), "--samples", "2"]) == 2
+    one_line_error(capsys, str(out))
+    assert blocker.read_text() == "not a directory"
+
+
+def test_a_full_disk_during_generate_is_one_line_and_leaves_whole_units(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    real = write.WRITERS["wds"]
+
+    def full(spec, out_dir, unit, samples):  # type: ignore[no-untyped-def]
+        if unit == 1:
+            (out_dir / ".shard-000001.tar.tmp1").write_bytes(b"half")
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real.write_unit(spec, out_dir, unit, samples)
+
+    # The pool forks: its workers see the patched writer.
+    monkeypatch.setitem(write.WRITERS, "wds", Writer("wds", real.unit_paths, full))
+    definition = tmp_path / "tiny.toml"
+    definition.write_text('name = "tiny"\nlayout = "wds"\nshard_samples = 10\n[image]\n'
+                          'sizes = "fixed"\nwidth = 32\nheight = 24\n'
+                          '[fields.label]\ntype = "int"\n')
+    out = tmp_path / "export"
+    assert main(["generate", str(definition), str(out), "--samples", "40", "--jobs", "2"]) == 2
+    one_line_error(capsys, "No space left on device")
+    names = sorted(p.name for p in out.iterdir())
+    assert ".shard-000001.tar.tmp1" not in names  # nothing half-written left
+    assert "shard-000001.tar" not in names
+
+
+def test_an_absurd_batch_size_is_refused_before_any_process(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    export = write_export(tmp_path, "wds", 10)
+    assert main(["bench", str(export), "--batch-size", "100000000"]) == 2
+    one_line_error(capsys, "--batch-size 100000000", "shared memory")
+    assert not list(Path("/dev/shm").glob(f"dsbench-{os.getpid()}-*"))
+
+
+@pytest.mark.parametrize("command", ["compare", "extrapolate"])
+def test_a_result_nested_too_deep_is_one_line(tmp_path: Path, command: str,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    argv = [command, str(deep), str(deep)] if command == "compare" else [command, str(deep)]
+    assert main(argv) == 2
+    one_line_error(capsys, str(deep), "nested too deep")
+
+
+def test_a_result_with_no_cpu_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                       ) -> None:
+    good = write_result(tmp_path / "good.json", rd.document([rd.run()]))
+    doc = json.loads(good.read_text())
+    doc["runs"][0]["cpu_s_per_sample"] = 0
+    bad = tmp_path / "zero.json"
+    bad.write_text(json.dumps(doc))
+    assert main(["compare", str(good), str(bad)]) == 2
+    one_line_error(capsys, str(bad), "cpu_s_per_sample")
+
+
+def test_a_fifo_named_like_a_shard_does_not_hang_inspect(tmp_path: Path) -> None:
+    export = write_export(tmp_path, "wds", 10)
+    os.mkfifo(export / "shard-000009.tar")
+    proc = run(["inspect", str(export)], timeout=10)
+    assert proc.returncode == 0, proc.stderr
+
+
+# --- bad samples ------------------------------------------------------------------------------
+
+def _jpeg() -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", (16, 12), (90, 120, 30)).save(buf, "JPEG")
+    return buf.getvalue()
+
+
+def _tar(path: Path, samples: list[dict[str, bytes]]) -> None:
+    with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tf:
+        for i, sample in enumerate(samples):
+            for ext, data in sample.items():
+                info = tarfile.TarInfo(f"{i:04d}.{ext}")
+                info.size = len(data)
+                tf.addfile(info, io.BytesIO(data))
+
+
+@pytest.fixture()
+def retyped(tmp_path: Path) -> Path:
+    """WebDataset samples whose JSON label is an int, except in sample 0005 (a string)."""
+    export = tmp_path / "retyped"
+    export.mkdir()
+    labels: list[object] = [1, 2, 3, 4, 5, "six", 7, 8]
+    _tar(export / "shard-0.tar", [{"jpg": _jpeg(), "json": json.dumps({"label": v}).encode()}
+                                  for v in labels])
+    return export
+
+
+def test_a_field_that_changes_type_is_an_error(retyped: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["inspect", str(retyped)]) == 2
+    one_line_error(capsys, "shard-0.tar [sample 0005]", "field 'json.label' is string here")
+    assert main(["bench", str(retyped), "--rounds", "1", "--batch-size", "2"]) == 2
+    one_line_error(capsys, "[sample 0005]", "label' is string here")
+
+
+def test_with_skip_a_changed_type_is_counted_and_named(retyped: Path, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "r.json"
+    assert main(["bench", str(retyped), "--rounds", "1", "--seconds", "0.3", "--batch-size", "2",
+                 "--on-error", "skip", "--json", str(out)]) == 0
+    run_ = json.loads(out.read_text())["runs"][0]
+    assert run_["skipped_samples"] >= 1
+    assert run_["skipped"][0]["key"] == "0005" and "'label'" in run_["skipped"][0]["error"]
+
+
+def _declaring(width: int, height: int) -> bytes:
+    """A small JPEG whose header claims another size (the SOF0 frame's dimensions)."""
+    data = bytearray(_jpeg())
+    sof = data.index(b"\xff\xc0")
+    data[sof + 5:sof + 9] = height.to_bytes(2, "big") + width.to_bytes(2, "big")
+    return bytes(data)
+
+
+@pytest.mark.parametrize("decoder", ["pillow", "simplejpeg"])
+def test_a_decompression_bomb_is_refused_from_its_header(tmp_path: Path, decoder: str) -> None:
+    export = tmp_path / "bomb"
+    export.mkdir()
+    _tar(export / "shard-0.tar", [{"jpg": _jpeg(), "cls": b"1"} for _ in range(3)]
+         + [{"jpg": _declaring(12000, 12000), "cls": b"1"}])
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    t0 = time.monotonic()
+    proc = run(["bench", str(export), "--rounds", "1", "--batch-size", "4", "--decoder", decoder])
+    assert time.monotonic() - t0 < 10
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "[sample 0003]" in proc.stderr and "12000 x 12000 px" in proc.stderr
+    assert "over the limit" in proc.stderr
+    # ru_maxrss of children is in kB: no process decoded 432 MB of pixels.
+    assert max(before, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) < 1 << 20
+
+
+def test_invalid_json_of_a_per_sample_export_names_the_json_file(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    export = write_export(tmp_path, "files", 6)
+    bad = export / "000000" / "00000003.json"
+    bad.write_text('{"label": ')
+    assert main(["bench", str(export), "--rounds", "1", "--batch-size", "2"]) == 2
+    one_line_error(capsys, f"{bad} [sample 000000/00000003]", "cannot parse field 'json'")
+
+
+def test_a_corrupt_parquet_footer_is_one_line(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    export = write_export(tmp_path, "parquet", 8, shard_samples=4)
+    shard = export / "shard-000001.parquet"
+    data = bytearray(shard.read_bytes())
+    data[-40:-8] = b"\x07" * 32  # the footer's Thrift, garbled; its length and magic intact
+    shard.write_bytes(bytes(data))
+    assert main(["inspect", str(export)]) == 2
+    one_line_error(capsys, "shard-000001.parquet")
+
+
+def test_an_error_after_the_report_survives_a_closed_stdout(retyped: Path) -> None:
+    # `dsbench inspect BAD | head -1`: the reader goes away after one line.
+    proc = subprocess.Popen([*DSBENCH, "inspect", str(retyped)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.readline()
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=30) == 2
+    assert err.count("\n") == 1 and "sample 0005" in err, err
+
+
+# --- stopped, stuck and interrupted runs ----------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def long_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_export(tmp_path_factory.mktemp("long"), "wds", 200, shard_samples=50)
+
+
+def _bench(export: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen([*DSBENCH, "bench", str(export), "--workers", "2", "--seconds", "60",
+                             "--rounds", "1", "--batch-size", "2"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def _workers(proc: subprocess.Popen[str]) -> list[psutil.Process]:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        found = []
+        for child in psutil.Process(proc.pid).children():
+            try:
+                line = " ".join(child.cmdline())
+            except psutil.Error:
+                continue
+            if "spawn_main" in line and "resource_tracker" not in line:
+                found.append(child)
+        if len(found) == 2:
+            return found
+        time.sleep(0.1)
+    raise AssertionError("workers did not start")
+
+
+@pytest.mark.parametrize("how", ["stopped", "terminated"])
+def test_a_stopped_worker_or_sigterm_ends_the_run_cleanly(long_export: Path, how: str) -> None:
+    proc = _bench(long_export)
+    try:
+        victim = _workers(proc)[1]
+        time.sleep(1.0)  # into the warm-up or the window
+        t0 = time.monotonic()
+        if how == "stopped":
+            victim.send_signal(signal.SIGSTOP)
+        else:
+            os.killpg(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert took < 10.0
+    if how == "stopped":
+        assert proc.returncode == 2 and err.count("\n") == 1, err
+        assert f"loader worker 1 (pid {victim.pid}) is stopped" in err
+    else:
+        assert proc.returncode == 143 and "terminated" in err and "Traceback" not in err, err
+    assert left_behind(proc.pid) == []

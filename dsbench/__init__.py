@@ -4,9 +4,10 @@ The flow, one package per stage; a stage imports only from the stages before it 
 foundation modules at this level: errors, fmt, atomic, stats, procs), as tests/test_layout.py
 checks:
 
-    adapters  ->  export  ->  results  ->  loader  ->  model  ->  analysis  ->  report  ->  commands
+    storage -> adapters -> export -> results -> loader -> model -> analysis -> report -> commands
 
-* adapters: read an export on disk, whoever wrote it (one module per layout).
+* storage:  where the bytes are: local paths or object stores, every request counted.
+* adapters: read an export, whoever wrote it, wherever it is (one module per layout).
 * export:   definitions, deterministic synthesis, and writing an export (generate).
 * results:  the documents (bench result, survey), their schema, the machine block.
 * loader:   the pipeline in worker processes and the runner that measures it.

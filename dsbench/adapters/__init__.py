@@ -8,11 +8,12 @@ exports whoever wrote them. May import: the foundation modules only.
 from __future__ import annotations
 
 import importlib
-from pathlib import Path
 
 from dsbench.adapters import base, members
 from dsbench.adapters.base import SUFFIXES, Adapter, Export, RawSample
 from dsbench.errors import DsbenchError
+from dsbench.storage import files as store
+from dsbench.storage.files import Loc, location
 
 # Layout name -> its module. Imported when first used: a loader worker reading shards need not
 # pay for importing pyarrow, and it starts once per worker per round.
@@ -49,7 +50,7 @@ def _layout_of(rel: str, images: dict[str, str]) -> str:
     return _OTHER
 
 
-def census(root: Path) -> dict[str, list[str]]:
+def census(root: Loc) -> dict[str, list[str]]:
     """The files under a directory (relative paths) by the layout they belong to, by name."""
     images = members.image_exts(root)
     out: dict[str, list[str]] = {}
@@ -63,13 +64,14 @@ def _listing(files: list[str], layout: str) -> str:
     return f"{len(files)} {NAMES[layout][len(files) > 1]} ({shown})"
 
 
-def detect(path: str | Path) -> Adapter:
+def detect(path: str | Loc) -> Adapter:
     """The adapter whose layout `path` holds; a one-line error when none, when the directory
     mixes layouts (reading one would silently leave the rest out), or the path is unusable."""
-    p = Path(path)
-    if not p.exists():
-        raise DsbenchError("no such file or directory", path=p)
-    if p.is_dir():
+    p = location(path)
+    if not store.exists(p):
+        raise DsbenchError("no objects under this prefix" if store.is_remote(p) else
+                           "no such file or directory", path=p)
+    if store.is_dir(p):
         found = census(p)
         layouts = [name for name in FORMATS if name in found]
         if len(layouts) > 1:
@@ -82,25 +84,25 @@ def detect(path: str | Path) -> Adapter:
     for name in ("arrow", "parquet", "wds", "files"):
         if get(name).detect(p):
             return get(name)
-    if p.is_dir() and not any(p.iterdir()):
+    if store.is_dir(p) and next(store.walk(p), None) is None:
         raise DsbenchError("empty directory: no export here", path=p)
     raise DsbenchError("unknown layout: not WebDataset shards, per-sample files, Arrow IPC "
                        "or Parquet", path=p)
 
 
-def open_export(path: str | Path, layout: str | None = None) -> Export:
+def open_export(path: str | Loc, layout: str | None = None) -> Export:
     """Open an export for reading, detecting its layout unless one is given.
 
     The export's `ignored` lists the files under it that its layout does not read, so that
     what was left out is said, never silent.
     """
     adapter = get(layout) if layout else detect(path)
-    p = Path(path)
+    p = location(path)
     export = adapter.open(p)
-    if p.is_dir():
+    if store.is_dir(p):
         found = census(p)
-        ignored = [f for name, files in found.items() if name != adapter.name
-                   and not (adapter.name == "files" and name == _OTHER) for f in files]
+        ignored = [f for name, names in found.items() if name != adapter.name
+                   and not (adapter.name == "files" and name == _OTHER) for f in names]
         if adapter.name == "files":
             ignored += [f for f in found.get(_OTHER, []) if members.split_name(f) is None]
         export.ignored = sorted(ignored)

@@ -25,6 +25,8 @@ import pyarrow as pa
 from dsbench.adapters import base, columns
 from dsbench.adapters.columnar import ColumnarAdapter, ColumnarExport
 from dsbench.adapters.columns import BadChunk, Unreadable
+from dsbench.storage import files as store
+from dsbench.storage.files import Loc
 
 EXTS = base.SUFFIXES["arrow"]
 FILE_MAGIC = b"ARROW1"
@@ -38,17 +40,21 @@ def _has_magic(head: bytes) -> bool:
 class _Mapped:
     """One shard, memory-mapped, with its IPC file or stream reader."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Loc) -> None:
         try:
-            self.size = path.stat().st_size
+            self.size = path.stat().st_size if isinstance(path, Path) else (store.size(path) or 0)
         except OSError as exc:
             raise Unreadable(f"cannot read: {exc.strerror or exc}") from None
         if self.size == 0:
             raise Unreadable("empty file (0 bytes)")
+        self.remote = not isinstance(path, Path)
         try:
-            self.mm = pa.memory_map(str(path))
+            # An object in a store cannot be mapped: it is read over range requests, whose
+            # bytes the store's accounting counts, so nothing is counted as mapped.
+            self.mm: Any = (pa.PythonFile(store.open_seekable(path), mode="r") if self.remote
+                            else pa.memory_map(str(path)))
         except OSError as exc:
-            raise Unreadable(f"cannot memory-map: {exc}") from None
+            raise Unreadable(f"cannot open: {exc}") from None
         base.count_open()
         # The magic, and the address range of the map (to tell mapped buffers from copies).
         first = self.mm.read_buffer(min(8, self.size))
@@ -107,6 +113,8 @@ class _Mapped:
         return sum(b.num_rows for b in self.batches() if isinstance(b, pa.RecordBatch))
 
     def mapped_bytes(self, batch: pa.RecordBatch, total_rows: int) -> int:
+        if self.remote:
+            return 0
         inside = outside = 0
         for column in batch.columns:
             for buf in column.buffers():
@@ -125,15 +133,15 @@ class _Mapped:
 class ArrowExport(ColumnarExport):
     layout = "arrow"
 
-    def _header(self, path: Path) -> tuple[pa.Schema, int | None]:
+    def _header(self, path: Loc) -> tuple[pa.Schema, int | None]:
         with _Mapped(path) as m:
             return m.reader.schema, (None if m.stream else m.count_rows())
 
-    def _count_rows(self, path: Path) -> int:
+    def _count_rows(self, path: Loc) -> int:
         with _Mapped(path) as m:
             return m.count_rows()
 
-    def _chunks(self, path: Path) -> Iterator[pa.RecordBatch | BadChunk]:
+    def _chunks(self, path: Loc) -> Iterator[pa.RecordBatch | BadChunk]:
         rows = self._rows.get(str(path)) or 0
         with _Mapped(path) as m:
             for k, batch in enumerate(m.batches()):
@@ -149,7 +157,7 @@ class ArrowExport(ColumnarExport):
                     continue
                 yield batch
 
-    def _head(self, path: Path, columns: list[str], rows: int) -> pa.Table:
+    def _head(self, path: Loc, columns: list[str], rows: int) -> pa.Table:
         got: list[pa.RecordBatch] = []
         with _Mapped(path) as m:
             schema = pa.schema([m.reader.schema.field(c) for c in columns])
@@ -166,7 +174,7 @@ class ArrowExport(ColumnarExport):
                     break
         return pa.Table.from_batches(got, schema=schema).slice(0, rows)
 
-    def _sizes(self, path: Path) -> tuple[np.ndarray, int]:
+    def _sizes(self, path: Loc) -> tuple[np.ndarray, int]:
         weights: list[np.ndarray] = []
         with _Mapped(path) as m:
             for batch in m.batches():

@@ -1,9 +1,11 @@
 """What every format adapter shares: the raw sample it yields, its Protocol, and I/O accounting.
 
 Readers yield *encoded* data (image bytes, field values as stored) so that decoding and parsing
-are timed by the loader as stages of their own. Every file an adapter opens for reading goes
-through `open_file`, and every memory-mapped byte range it touches is added with
-`count_mapped`, so the loader can report files and bytes per sample exactly.
+are timed by the loader as stages of their own. Every file (or object) an adapter opens for
+reading goes through `open_file` (or is counted with `count_open`), every memory-mapped byte
+range it touches is added with `count_mapped`, and every byte an object store sends is counted
+by dsbench.storage, so the loader can report files and bytes per sample exactly. Paths are
+local or remote alike (dsbench.storage.files.Loc).
 """
 
 from __future__ import annotations
@@ -12,10 +14,13 @@ import json
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import IO, Any, Protocol, TypeVar
 
 from dsbench.errors import DsbenchError, SampleError
+from dsbench.storage import accounting, files
+from dsbench.storage.files import Loc, is_ignored, location, open_seekable, open_stream, walk
+
+__all__ = ["Loc", "is_ignored", "location", "walk"]  # the storage names readers use, re-exported
 
 T = TypeVar("T")
 
@@ -51,10 +56,12 @@ _opens = 0
 _mapped_bytes = 0
 
 
-def open_file(path: str | os.PathLike[str]) -> IO[bytes]:
-    """Open a file of the export for reading, counting the open."""
+def open_file(path: str | os.PathLike[str] | Loc, seekable: bool = False) -> IO[bytes]:
+    """Open a file of the export for reading, counting the open. A remote one is streamed
+    from one GET, or read over range GETs when it must be `seekable`."""
     global _opens
-    f = open(path, "rb")  # noqa: SIM115 - the caller owns the file object
+    loc = location(path)
+    f = open_seekable(loc) if seekable else open_stream(loc)
     _opens += 1
     return f
 
@@ -72,8 +79,9 @@ def count_mapped(nbytes: int) -> None:
 
 
 def io_counters() -> tuple[int, int]:
-    """(files opened, memory-mapped bytes touched) by this process so far."""
-    return _opens, _mapped_bytes
+    """(files opened, bytes the OS's read_chars does not see: memory-mapped and received from
+    an object store) by this process so far."""
+    return _opens, _mapped_bytes + accounting.totals().body_bytes
 
 
 @dataclass(slots=True)
@@ -104,7 +112,7 @@ SkipHandler = Callable[[SampleError], None] | None
 class Export(Protocol):
     """An export on disk, opened for reading by one adapter."""
 
-    path: Path
+    path: Loc
     layout: str
     ignored: list[str]  # files under `path` this layout does not read (set by open_export)
 
@@ -145,11 +153,11 @@ class Adapter(Protocol):
 
     name: str
 
-    def detect(self, path: Path) -> bool:
+    def detect(self, path: Loc) -> bool:
         """True when `path` looks like an export of this layout (cheap: names and magic bytes)."""
         ...
 
-    def open(self, path: Path) -> Export:
+    def open(self, path: Loc) -> Export:
         """Open an export for reading; a DsbenchError naming the file when it cannot be read."""
         ...
 
@@ -160,38 +168,16 @@ class Adapter(Protocol):
 MANIFEST = "_dsbench.json"
 
 
-def read_manifest(root: Path) -> dict[str, Any] | None:
+def read_manifest(root: Loc) -> dict[str, Any] | None:
     """The manifest of an export dsbench wrote; None for a foreign or damaged one."""
+    path = location(root) / MANIFEST
+    if files.size(path) is None:
+        return None
     try:
-        data = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = json.loads(files.read_bytes(path).decode("utf-8"))
+    except (OSError, ValueError, DsbenchError):
         return None
     return data if isinstance(data, dict) else None
-
-
-def is_ignored(name: str) -> bool:
-    """Readers skip names starting with '.' or '_' (temporaries, the manifest, OS litter)."""
-    return name.startswith((".", "_"))
-
-
-def walk(root: Path) -> Iterator[tuple[str, os.DirEntry[str]]]:
-    """(relative posix path, entry) of every file under `root`, depth-first in name order.
-
-    Ignored names are skipped with everything below them. Symbolic links to directories are
-    not followed, so a link loop cannot make a reader walk forever.
-    """
-    stack = [(root, "")]
-    while stack:
-        directory, prefix = stack.pop()
-        with os.scandir(directory) as it:
-            entries = sorted((e for e in it if not is_ignored(e.name)), key=lambda e: e.name)
-        subdirs = []
-        for e in entries:
-            if e.is_dir(follow_symlinks=False):
-                subdirs.append((Path(e.path), f"{prefix}{e.name}/"))
-            elif e.is_file():
-                yield prefix + e.name, e
-        stack.extend(reversed(subdirs))
 
 
 def report(err: SampleError, skip: SkipHandler) -> None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -42,6 +41,8 @@ from dsbench.adapters.survey import (
     problem,
 )
 from dsbench.errors import DsbenchError, SampleError
+from dsbench.storage import files as store
+from dsbench.storage.files import Loc, location
 
 IMAGES_CHECKED = 200  # image headers that survey() opens, spread over up to SURVEY_UNITS shards
 SURVEY_UNITS = 8
@@ -49,27 +50,26 @@ SURVEY_UNITS = 8
 
 # ---- finding files ------------------------------------------------------------------------------
 
-def _walk(root: Path) -> Iterator[Path]:
-    return (root / rel for rel, _ in base.walk(root))
+def _walk(root: Loc) -> Iterator[tuple[Loc, int]]:
+    return ((root / rel, n) for rel, n in base.walk(root))
 
 
-def read_head(path: Path, n: int = 8) -> bytes:
+def read_head(path: Loc, n: int = 8) -> bytes:
     with base.open_file(path) as f:
         return f.read(n)
 
 
-def detect_files(path: Path, exts: tuple[str, ...], magic: Callable[[bytes], bool],
+def detect_files(path: Loc, exts: tuple[str, ...], magic: Callable[[bytes], bool],
                  limit: int = 1000) -> bool:
     """A file with one of `exts` or with the magic; a directory holding such a file with the
     magic, or holding only files with `exts` (so that a directory of damaged shards still gets
     this layout's error messages). Looks at no more than `limit` files."""
     try:
-        if path.is_file():
-            return path.suffix.lower() in exts or magic(read_head(path))
-        if not path.is_dir():
-            return False
+        if not store.is_dir(path):
+            return store.is_file(path) and (path.suffix.lower() in exts
+                                            or magic(read_head(path)))
         ours = others = 0
-        for i, p in enumerate(_walk(path)):
+        for i, (p, _) in enumerate(_walk(path)):
             if i >= limit:
                 break
             if p.suffix.lower() not in exts:
@@ -79,17 +79,19 @@ def detect_files(path: Path, exts: tuple[str, ...], magic: Callable[[bytes], boo
             else:
                 ours += 1
         return ours > 0 and others == 0
-    except OSError:
+    except (OSError, DsbenchError):
         return False
 
 
-def data_files(path: Path, exts: tuple[str, ...], what: str) -> list[Path]:
-    """The data files of an export, sorted; a DsbenchError when there are none."""
-    if path.is_file():
-        return [path]
-    if not path.is_dir():
-        raise DsbenchError("no such file or directory", path=path)
-    found = [p for p in _walk(path) if p.suffix.lower() in exts]
+def data_files(path: Loc, exts: tuple[str, ...], what: str) -> dict[Loc, int]:
+    """The data files of an export and their sizes, sorted; a DsbenchError when there are
+    none."""
+    if not store.is_dir(path):
+        size = store.size(path)
+        if size is None:
+            raise DsbenchError("no such file or directory", path=path)
+        return {path: size}
+    found = {p: n for p, n in _walk(path) if p.suffix.lower() in exts}
     if not found:
         raise DsbenchError(f"no {what} files ({', '.join(exts)}) here", path=path)
     return found
@@ -99,16 +101,17 @@ def data_files(path: Path, exts: tuple[str, ...], what: str) -> list[Path]:
 class ColumnarExport(base.ReadsUnits):
     layout = ""
 
-    def __init__(self, path: Path, files: list[Path]) -> None:
+    def __init__(self, path: Loc, found: dict[Loc, int]) -> None:
         self.path = path
         self.ignored: list[str] = []
-        self._root = path if path.is_dir() else path.parent
-        self._files = files
+        self._root = store.directory_of(path)
+        self._files = list(found)
+        self._size = {str(p): n for p, n in found.items()}
         self._broken: dict[str, str] = {}
         self._rows: dict[str, int | None] = {}
         self._columns: dict[str, set[str]] = {}
         schemas: list[tuple[str, pa.Schema]] = []
-        for p in files:
+        for p in self._files:
             try:
                 schema, rows = self._header(p)
             except Unreadable as exc:
@@ -129,30 +132,30 @@ class ColumnarExport(base.ReadsUnits):
 
     # ---- hooks of a file format ----
 
-    def _header(self, path: Path) -> tuple[pa.Schema, int | None]:
+    def _header(self, path: Loc) -> tuple[pa.Schema, int | None]:
         """Schema and (when cheap) row count, from the header or footer; Unreadable if bad."""
         raise NotImplementedError
 
-    def _count_rows(self, path: Path) -> int:
+    def _count_rows(self, path: Loc) -> int:
         raise NotImplementedError
 
-    def _chunks(self, path: Path) -> Iterator[pa.RecordBatch | BadChunk]:
+    def _chunks(self, path: Loc) -> Iterator[pa.RecordBatch | BadChunk]:
         """The shard's record batches in order; a BadChunk for a part that cannot be read."""
         raise NotImplementedError
 
-    def _head(self, path: Path, columns: list[str], rows: int) -> pa.Table:
+    def _head(self, path: Loc, columns: list[str], rows: int) -> pa.Table:
         """The first `rows` rows of `columns`, reading as little as the format allows."""
         raise NotImplementedError
 
-    def _sizes(self, path: Path) -> tuple[np.ndarray, int]:
+    def _sizes(self, path: Loc) -> tuple[np.ndarray, int]:
         """(a weight per row proportional to its stored size, the file's size in bytes)."""
         raise NotImplementedError
 
     # ---- the Export protocol ----
 
-    def name(self, path: Path) -> str:
+    def name(self, path: Loc) -> str:
         """A shard's name for messages: its path relative to the export."""
-        return path.relative_to(self._root).as_posix()
+        return store.relative(path, self._root)
 
     def units(self) -> list[str]:
         return [str(p) for p in self._files]
@@ -188,7 +191,7 @@ class ColumnarExport(base.ReadsUnits):
         encodings = self._encodings(unit)
         row = 0
         try:
-            for chunk in self._chunks(Path(unit)):
+            for chunk in self._chunks(location(unit)):
                 if isinstance(chunk, BadChunk):
                     _fail_rows(unit, chunk, row, skip)
                     row += chunk.rows
@@ -225,10 +228,10 @@ class ColumnarExport(base.ReadsUnits):
     def survey(self) -> dict[str, Any]:
         survey = new_survey(self.layout)
         problems = survey["problems"]
-        problems += [problem(self.name(Path(u)), None, m) for u, m in self._broken.items()]
+        problems += [problem(self.name(location(u)), None, m) for u, m in self._broken.items()]
         sample_bytes: list[int] = survey["sample_bytes"]
         firsts: dict[str, int] = {}
-        readable: list[Path] = []
+        readable: list[Loc] = []
         for p in self._files:
             if str(p) in self._broken:
                 continue
@@ -247,7 +250,7 @@ class ColumnarExport(base.ReadsUnits):
             "samples": samples,
             "units": len(self._files),
             "files": len(self._files),
-            "bytes": sum(p.stat().st_size for p in self._files),
+            "bytes": sum(self._size.values()),
             "files_per_sample": len(self._files) / samples if samples else 0.0,
             "fields": {n: {"type": str(self.schema.field(n).type), "missing_in": self.missing[n]}
                        for n in self.plan.fields},
@@ -255,7 +258,7 @@ class ColumnarExport(base.ReadsUnits):
         })
         return survey
 
-    def _survey_images(self, survey: dict[str, Any], units: list[Path],
+    def _survey_images(self, survey: dict[str, Any], units: list[Loc],
                        firsts: dict[str, int]) -> None:
         """Codec and sizes from the headers of up to IMAGES_CHECKED images, spread over shards."""
         picked = sorted({round(x) for x in np.linspace(0, len(units) - 1,
@@ -302,11 +305,11 @@ class ColumnarAdapter:
     """The Adapter of a columnar file format: its data files found by extension or magic."""
 
     def __init__(self, name: str, exts: tuple[str, ...], magic: Callable[[bytes], bool],
-                 what: str, export: Callable[[Path, list[Path]], ColumnarExport]) -> None:
+                 what: str, export: Callable[[Loc, dict[Loc, int]], ColumnarExport]) -> None:
         self.name, self.exts, self.magic, self.what, self.export = name, exts, magic, what, export
 
-    def detect(self, path: Path) -> bool:
+    def detect(self, path: Loc) -> bool:
         return detect_files(path, self.exts, self.magic)
 
-    def open(self, path: Path) -> ColumnarExport:
+    def open(self, path: Loc) -> ColumnarExport:
         return self.export(path, data_files(path, self.exts, self.what))

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,6 +25,7 @@ import pyarrow.compute as pc
 
 from dsbench.adapters import base
 from dsbench.errors import DsbenchError, SampleError
+from dsbench.storage.files import Loc
 
 KIND = b"dsbench.kind"
 ENCODING = b"dsbench.encoding"
@@ -60,7 +60,7 @@ def _compatible(a: pa.DataType, b: pa.DataType) -> bool:
     return True
 
 
-def unify(where: Path, schemas: list[tuple[str, pa.Schema]],
+def unify(where: Loc, schemas: list[tuple[str, pa.Schema]],
           ) -> tuple[pa.Schema, dict[str, list[str]]]:
     """One schema for all shards, and for each column the shards that lack it.
 
@@ -131,7 +131,7 @@ def _encoding(fld: pa.Field) -> str:
 
 
 def make_plan(schema: pa.Schema, probe: Callable[[list[str]], pa.Table | None],
-              where: Path) -> Plan:
+              where: Loc) -> Plan:
     """Find the image and key columns; `probe(columns)` returns a few rows of those columns."""
     candidates = [c for c in map(_image_candidate, schema) if c]
     found = next((c for c in candidates

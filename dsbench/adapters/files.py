@@ -10,14 +10,15 @@ member, or lacking a member that most samples of its directory have, is a bad sa
 
 from __future__ import annotations
 
-import os
+import io
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import IO, Any
 
 from dsbench.adapters import base, members
 from dsbench.errors import DsbenchError, SampleError
+from dsbench.storage import files as store
+from dsbench.storage.files import Loc
 
 
 def _directory(key: str) -> str:
@@ -26,10 +27,11 @@ def _directory(key: str) -> str:
 
 @dataclass
 class FilesExport(base.ReadsUnits):
-    path: Path
+    path: Loc
     groups: dict[str, tuple[str, ...]]  # key -> member extensions, sorted by key
     images: dict[str, str] = field(default_factory=dict)
     expected: dict[str, frozenset[str]] = field(default_factory=dict)  # directory -> exts
+    sizes: dict[tuple[str, str], int] = field(default_factory=dict)  # (key, ext) -> bytes
     layout: str = "files"
     ignored: list[str] = field(default_factory=list)
 
@@ -61,6 +63,9 @@ class FilesExport(base.ReadsUnits):
             except OSError as exc:
                 raise SampleError(f"cannot read: {exc.strerror or exc}", path=path,
                                   key=key) from None
+            except DsbenchError as exc:  # an object store refused; its reason, this sample
+                raise SampleError(str(exc).removeprefix(f"{path}: "), path=path,
+                                  key=key) from None
         return members.to_raw(key, self.file(key), data, self.images,
                               self.expected.get(_directory(key), frozenset()), "directory",
                               {ext: self.file(key, ext) for ext in data})
@@ -68,17 +73,17 @@ class FilesExport(base.ReadsUnits):
     def survey(self) -> dict[str, Any]:
         by_dir: dict[str, dict[str, dict[str, int]]] = {}
         for key, exts in self.groups.items():
-            sizes = {}
-            for ext in exts:
-                try:
-                    sizes[ext] = os.stat(self.file(key, ext)).st_size
-                except OSError:
-                    sizes[ext] = 0  # vanished since the listing: reported as zero-byte
-            by_dir.setdefault(_directory(key), {})[key] = sizes
+            # Sizes from the listing: no file is opened (nor an object requested) for them.
+            by_dir.setdefault(_directory(key), {})[key] = {e: self.sizes[key, e] for e in exts}
         acc = members.MemberSurvey("files", self.images, len(by_dir), "directory")
 
         def open_member(key: str, ext: str) -> IO[bytes]:
-            return base.open_file(self.file(key, ext))
+            f = base.open_file(self.file(key, ext))
+            if f.seekable():
+                return f
+            # Image headers are probed with seeks; a remote object is small: one GET, held.
+            with f:
+                return io.BytesIO(f.read())
 
         for directory, groups in by_dir.items():
             acc.add(directory, groups, [sum(g.values()) for g in groups.values()],
@@ -94,8 +99,8 @@ class FilesExport(base.ReadsUnits):
 class FilesAdapter:
     name = "files"
 
-    def detect(self, path: Path) -> bool:
-        if not path.is_dir():
+    def detect(self, path: Loc) -> bool:
+        if not store.is_dir(path):
             return False
         images = members.image_exts(path)
         for rel, _ in base.walk(path):
@@ -104,14 +109,16 @@ class FilesAdapter:
                 return True
         return False
 
-    def open(self, path: Path) -> FilesExport:
-        if not path.is_dir():
+    def open(self, path: Loc) -> FilesExport:
+        if not store.is_dir(path):
             raise DsbenchError("not a directory of per-sample files", path=path)
         groups: dict[str, list[str]] = {}
-        for rel, _ in base.walk(path):
+        sizes: dict[tuple[str, str], int] = {}
+        for rel, n in base.walk(path):
             parsed = members.split_name(rel)
             if parsed is not None:
                 groups.setdefault(parsed[0], []).append(parsed[1])
+                sizes[parsed] = n
         if not groups:
             raise DsbenchError("no sample files here (empty directory?)", path=path)
         ordered = {k: tuple(sorted(groups[k])) for k in sorted(groups)}
@@ -119,7 +126,7 @@ class FilesAdapter:
         for key, exts in ordered.items():
             by_dir.setdefault(_directory(key), []).append(exts)
         expected = {d: members.expected_exts(g) for d, g in by_dir.items()}
-        return FilesExport(path, ordered, members.image_exts(path), expected)
+        return FilesExport(path, ordered, members.image_exts(path), expected, sizes)
 
 
 ADAPTER = FilesAdapter()

@@ -16,7 +16,6 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from functools import lru_cache
-from pathlib import Path
 from typing import IO, Any
 
 from dsbench.adapters import base
@@ -28,7 +27,8 @@ from dsbench.adapters.survey import (
     probe_image,
     problem,
 )
-from dsbench.errors import SampleError
+from dsbench.errors import DsbenchError, SampleError
+from dsbench.storage.files import Loc
 
 # Encodings whose members may legitimately be empty (an empty caption); any other empty member
 # is a broken sample.
@@ -56,7 +56,7 @@ def is_unsafe(name: str) -> bool:
 
 # --- images and encodings -----------------------------------------------------------------
 
-def image_exts(root: Path) -> dict[str, str]:
+def image_exts(root: Loc) -> dict[str, str]:
     """Image extensions and their codecs; `.npy` counts as an image in dsbench's raw exports."""
     exts = dict(base.IMAGE_EXTS)
     manifest = base.read_manifest(root) or {}
@@ -256,7 +256,7 @@ class MemberSurvey:
 
     def add(self, container: str, groups: Mapping[str, Mapping[str, int]],
             sample_bytes: list[int], file_of: Callable[[str, str | None], str],
-            open_member: Callable[[str, str], IO[bytes]]) -> None:
+            open_member: Callable[[str, str], IO[bytes] | None]) -> None:
         """One container's key groups ({key: {ext: size}}), in order, with their bytes."""
         s = self.survey
         s["samples"] += len(groups)
@@ -292,17 +292,26 @@ class MemberSurvey:
 
     def _check(self, container: str, key: str, img: str, exts: list[str],
                file_of: Callable[[str, str | None], str],
-               open_member: Callable[[str, str], IO[bytes]], inner: dict[str, set[str]]) -> None:
+               open_member: Callable[[str, str], IO[bytes] | None],
+               inner: dict[str, set[str]]) -> None:
+        """Check one sample's image header and fields. `open_member` gives None for a member
+        it did not keep (a streamed shard keeps only its first samples): not checked."""
         try:
-            with open_member(key, img) as f:
+            opened = open_member(key, img)
+            if opened is None:
+                return
+            with opened as f:
                 add_image(self.survey, *probe_image(f))
-        except (ValueError, OSError) as exc:
+        except (ValueError, OSError, DsbenchError) as exc:
             self.problem(container, file_of(key, img), key, str(exc))
         for ext in exts:
             try:
-                with open_member(key, ext) as f:
+                member = open_member(key, ext)
+                if member is None:
+                    continue
+                with member as f:
                     kind, value = check_member(ext, f.read())
-            except (ValueError, OSError) as exc:
+            except (ValueError, OSError, DsbenchError) as exc:
                 self.problem(container, file_of(key, ext), key, str(exc))
                 continue
             self._typed(container, file_of(key, ext), key, ext, self.types, ext, kind)

@@ -1,4 +1,5 @@
 """The survey of an export: layout facts from `Export.survey()`, and the summary made of it.
+from dsbench.storage.files import Loc
 
 Every adapter's `survey()` returns one dict of the same shape (see `new_survey`); this module
 holds the helpers that the adapters share to fill it (percentiles, byte apportioning, which
@@ -12,13 +13,13 @@ import io
 import warnings
 from collections import Counter
 from collections.abc import Sequence
-from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
 from PIL import Image
 
 from dsbench import stats
+from dsbench.storage.files import Loc
 
 # At most this many images (and JSON documents) are opened to learn codecs, sizes and field
 # types; everything else comes from file sizes, tar headers and columnar footers.
@@ -44,7 +45,7 @@ def new_survey(layout: str) -> dict[str, Any]:
     }
 
 
-def problem(file: str | Path, key: str | None, error: str) -> dict[str, Any]:
+def problem(file: str | Loc, key: str | None, error: str) -> dict[str, Any]:
     return {"file": str(file), "key": key, "error": error}
 
 
@@ -129,7 +130,7 @@ def finish_image(survey: dict[str, Any]) -> None:
         image["codec"] = "mixed: " + ", ".join(c for c, _ in codecs.most_common())
 
 
-def summarize(survey: dict[str, Any], path: str | Path = "", ignored: Sequence[str] = ()
+def summarize(survey: dict[str, Any], path: str | Loc = "", ignored: Sequence[str] = ()
               ) -> dict[str, Any]:
     """The inspect summary: per-sample figures, field types, image sizes, bad samples, and the
     files under the export that its layout does not read."""

@@ -16,7 +16,7 @@ and goes by what most samples of the shard have).
 
 from __future__ import annotations
 
-import os
+import io
 import tarfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +27,8 @@ from typing import IO, Any
 from dsbench.adapters import base, members
 from dsbench.adapters.survey import apportion
 from dsbench.errors import DsbenchError, SampleError
+from dsbench.storage import files as store
+from dsbench.storage.files import Loc, location
 
 _BLOCK = tarfile.BLOCKSIZE
 # Shards, plain or gzip-compressed as webdataset reads them too.
@@ -89,9 +91,11 @@ def _span(m: tarfile.TarInfo) -> int:
 
 @dataclass
 class WdsExport(base.ReadsUnits):
-    path: Path
-    shards: list[Path]
+    path: Loc
+    shards: list[Loc]
     images: dict[str, str] = field(default_factory=dict)
+    sizes: dict[str, int] = field(default_factory=dict)  # shard -> bytes, from the listing
+    root: Loc = field(default_factory=Path)  # what shard names are relative to
     layout: str = "wds"
     ignored: list[str] = field(default_factory=list)
 
@@ -101,14 +105,17 @@ class WdsExport(base.ReadsUnits):
     def read_units(self, units: Sequence[str], skip: base.SkipHandler = None,
                    ) -> Iterator[base.RawSample]:
         for shard in units:
-            yield from self._read_shard(Path(shard), skip)
+            yield from self._read_shard(location(shard), skip)
 
-    def _read_shard(self, shard: Path, skip: base.SkipHandler) -> Iterator[base.RawSample]:
+    def _read_shard(self, shard: Loc, skip: base.SkipHandler) -> Iterator[base.RawSample]:
         src = str(shard)
         try:
             f = base.open_file(shard)
         except OSError as exc:
             base.report(SampleError(f"cannot read: {exc.strerror or exc}", path=src), skip)
+            return
+        except DsbenchError as exc:  # an object store refused: its message names the object
+            base.report(SampleError(str(exc)), skip)
             return
         with f:
             yield from self._read_open(f, src, skip)
@@ -165,10 +172,12 @@ class WdsExport(base.ReadsUnits):
                 group[ext] = data.read() if data is not None else b""
             clean = _ended_cleanly(tf)
             broken = "no end-of-archive block after the last member"
-        except (tarfile.TarError, OSError, EOFError) as exc:
-            if key is None and last_complete is None and not isinstance(exc, OSError):
-                size = os.fstat(f.fileno()).st_size
-                msg = "empty file" if size == 0 else _not_tar(exc)
+        except SampleError:
+            raise  # a sample's own error, already reported
+        except (tarfile.TarError, OSError, EOFError, DsbenchError) as exc:  # the shard broke
+            remote_or_io = isinstance(exc, OSError | DsbenchError)
+            if key is None and last_complete is None and not remote_or_io:
+                msg = "empty file" if self.sizes.get(src) == 0 else _not_tar(exc)
                 base.report(SampleError(msg, path=src), skip)
                 return
             clean, broken = False, f"{exc}"
@@ -196,28 +205,33 @@ class WdsExport(base.ReadsUnits):
             n_members += self._survey_shard(shard, acc)
         s = acc.finish()
         s["units"] = s["files"] = len(self.shards)
-        s["bytes"] = sum(p.stat().st_size for p in self.shards)
+        s["bytes"] = sum(self.sizes.values())
         s["files_per_sample"] = len(self.shards) / s["samples"] if s["samples"] else 0.0
         s["members_per_sample"] = n_members / s["samples"] if s["samples"] else 0.0
         return s
 
-    def _survey_shard(self, shard: Path, acc: members.MemberSurvey) -> int:
-        """Read one shard's headers (payloads are skipped by seeking) into the survey."""
+    def _survey_shard(self, shard: Loc, acc: members.MemberSurvey) -> int:
+        """Read one shard's headers into the survey. A local shard's payloads are skipped by
+        seeking; a remote one is streamed once (a range request per member header would cost
+        thousands of requests), keeping the few members the survey checks."""
         src = str(shard)
         name = self._unit_name(shard)
+        seekable = not store.is_remote(shard)
         groups: dict[str, dict[str, int]] = {}
         infos: dict[tuple[str, str], tarfile.TarInfo] = {}
+        kept: dict[tuple[str, str], bytes] = {}
         spans: dict[str, int] = {}
         n_members = 0
+        size = self.sizes.get(src, 0)
         try:
             opened = base.open_file(shard)
-        except OSError as exc:
-            acc.problem(name, src, None, f"cannot read: {exc.strerror or exc}")
+        except (OSError, DsbenchError) as exc:
+            acc.problem(name, src, None, f"cannot read: {getattr(exc, 'strerror', None) or exc}")
             return 0
         with opened as f:
-            size = os.fstat(f.fileno()).st_size
             try:
-                tf = tarfile.open(fileobj=f, mode="r:*", tarinfo=_Member)  # noqa: SIM115
+                tf = tarfile.open(fileobj=f, mode="r:*" if seekable else "r|*",  # noqa: SIM115
+                                  tarinfo=_Member)
             except (tarfile.TarError, OSError, EOFError) as exc:
                 acc.problem(name, src, None, "empty file" if size == 0 else _not_tar(exc))
                 return 0
@@ -242,6 +256,9 @@ class WdsExport(base.ReadsUnits):
                         acc.problem(name, src, k, f"duplicate member {m.name!r}")
                     groups[k][ext] = m.size
                     infos[k, ext] = m
+                    if not seekable and len(groups) <= 2 * acc.check_per:
+                        data = tf.extractfile(m)  # now or never: the stream moves on
+                        kept[k, ext] = data.read() if data is not None else b""
                     spans[k] = spans.get(k, 0) + _span(m)
                     last = k
                 if not _ended_cleanly(tf):
@@ -257,7 +274,10 @@ class WdsExport(base.ReadsUnits):
                          else "no sample before it is complete")
                 acc.problem(name, src, last, f"truncated shard: {broken}; {after}")
 
-            def open_member(key: str, ext: str) -> IO[bytes]:
+            def open_member(key: str, ext: str) -> IO[bytes] | None:
+                if not seekable:
+                    held = kept.get((key, ext))
+                    return None if held is None else io.BytesIO(held)
                 data = tf.extractfile(infos[key, ext])
                 if data is None:  # only regular members are recorded, so this cannot happen
                     raise OSError(f"member {key}.{ext} has no data")
@@ -267,32 +287,31 @@ class WdsExport(base.ReadsUnits):
                     lambda _k, _e: src, open_member)
         return n_members
 
-    def _unit_name(self, shard: Path) -> str:
-        root = self.path if self.path.is_dir() else self.path.parent
-        return shard.relative_to(root).as_posix()
+    def _unit_name(self, shard: Loc) -> str:
+        return store.relative(shard, self.root)
 
 
 class WdsAdapter:
     name = "wds"
 
-    def detect(self, path: Path) -> bool:
-        if path.is_file():
-            return is_shard(path.name)
-        if not path.is_dir():
-            return False
-        return any(is_shard(rel) for rel, _ in base.walk(path))
+    def detect(self, path: Loc) -> bool:
+        if store.is_dir(path):
+            return any(is_shard(rel) for rel, _ in base.walk(path))
+        return is_shard(path.name) and store.is_file(path)
 
-    def open(self, path: Path) -> WdsExport:
-        if not path.exists():
-            raise DsbenchError("no such file or directory", path=path)
-        if path.is_file():
-            shards, root = [path], path.parent
-        else:
-            shards = [path / rel for rel, _ in base.walk(path) if is_shard(rel)]
+    def open(self, path: Loc) -> WdsExport:
+        if store.is_dir(path):
+            found = [(path / rel, n) for rel, n in base.walk(path) if is_shard(rel)]
             root = path
-        if not shards:
+        elif (n := store.size(path)) is not None:
+            found, root = [(path, n)], path.parent
+        else:
+            raise DsbenchError("no such file or directory", path=path)
+        if not found:
             raise DsbenchError(f"no {', '.join(SHARD_EXTS)} shards here", path=path)
-        return WdsExport(path, sorted(shards), members.image_exts(root))
+        found.sort(key=lambda item: str(item[0]))
+        return WdsExport(path, [p for p, _ in found], members.image_exts(root),
+                         sizes={str(p): n for p, n in found}, root=root)
 
 
 ADAPTER = WdsAdapter()

@@ -129,8 +129,9 @@ class ShmSource:
         try:
             for w in range(n_workers):
                 try:
-                    shm = SharedMemory(name=f"{tag}-{w}", create=True, size=slots * slot_bytes)
+                    shm = _Segment(name=f"{tag}-{w}", create=True, size=slots * slot_bytes)
                 except OSError as exc:
+                    _unlink_if_made(f"{tag}-{w}")
                     raise DsbenchError(f"cannot allocate {fmt.nbytes(slots * slot_bytes)} of "
                                        f"shared memory for loader worker {w}: "
                                        f"{exc.strerror or exc}") from None
@@ -258,6 +259,28 @@ class ShmSource:
                 with contextlib.suppress(FileNotFoundError):
                     shm.unlink()
             self.procs, self.segments, self.data, self.ctrl = [], [], [], []
+
+
+class _Segment(SharedMemory):
+    """A shared-memory segment whose late unmap stays quiet.
+
+    close() can meet a batch view still alive (an interrupt unwinding through the frame that
+    holds it); the segment is unlinked anyway, and the map goes when the view does. Without
+    this, the interpreter's own __del__ would print that BufferError as a traceback at exit.
+    """
+
+    def __del__(self) -> None:
+        with contextlib.suppress(BufferError):
+            super().__del__()
+
+
+def _unlink_if_made(name: str) -> None:
+    """Remove a segment that was created before its creation failed (e.g. in registering it
+    with the resource tracker), so that a failed start leaves nothing in /dev/shm."""
+    with contextlib.suppress(OSError, ValueError):
+        made = SharedMemory(name=name)
+        made.close()
+        made.unlink()
 
 
 def _raise_worker_error(msg: tuple[Any, ...]) -> None:

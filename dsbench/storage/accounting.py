@@ -1,0 +1,88 @@
+"""Every request to an object store, counted in the process that made it.
+
+The client layer (remote.py) records each request here: its kind (GET of a whole object, a
+RANGE GET, HEAD, LIST), the bytes of its body, the time to its first body byte and the client
+CPU it cost (this process's getrusage delta across the call: the client's I/O threads are in
+the process, so a thread clock would miss them; exact while nothing else in the process runs,
+as in the count pass). The loader reads the totals before and after what it measures.
+"""
+
+from __future__ import annotations
+
+import resource
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from dsbench import stats
+
+KINDS = ("GET", "RANGE", "HEAD", "LIST")
+
+
+def process_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+@dataclass
+class Requests:
+    """Counts so far; `first_byte_s` and `cpu_s` keep one entry per data request (GET, RANGE)."""
+
+    count: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
+    body_bytes: int = 0
+    first_byte_s: list[float] = field(default_factory=list)
+    cpu_s: list[float] = field(default_factory=list)
+
+    def copy(self) -> Requests:
+        return Requests(dict(self.count), self.body_bytes, list(self.first_byte_s),
+                        list(self.cpu_s))
+
+    def since(self, before: Requests) -> Requests:
+        """What was requested after `before` (a copy taken earlier)."""
+        return Requests({k: self.count[k] - before.count[k] for k in KINDS},
+                        self.body_bytes - before.body_bytes,
+                        self.first_byte_s[len(before.first_byte_s):],
+                        self.cpu_s[len(before.cpu_s):])
+
+    @property
+    def data_requests(self) -> int:
+        return self.count["GET"] + self.count["RANGE"]
+
+
+_totals = Requests()
+
+
+def record(kind: str, nbytes: int, first_byte_s: float | None, cpu_s: float, n: int = 1
+           ) -> None:
+    """One request (or `n` LIST pages) made by this process."""
+    _totals.count[kind] += n
+    _totals.body_bytes += nbytes
+    if kind in ("GET", "RANGE"):
+        _totals.first_byte_s.append(first_byte_s or 0.0)
+        _totals.cpu_s.append(cpu_s)
+
+
+def totals() -> Requests:
+    return _totals
+
+
+def summary(requests: Requests, samples: int) -> dict[str, object]:
+    """Per-sample request counts and the requests' latency and CPU, for a result document."""
+    per = 1 / samples if samples else 0.0
+    out: dict[str, object] = {
+        "requests_per_sample": requests.data_requests * per,
+        "get_per_sample": requests.count["GET"] * per,
+        "range_get_per_sample": requests.count["RANGE"] * per,
+        "head_per_sample": requests.count["HEAD"] * per,
+        "list_per_sample": requests.count["LIST"] * per,
+        "requests": dict(requests.count),
+        "body_bytes_per_sample": requests.body_bytes * per,
+    }
+    if requests.first_byte_s:
+        ttfb = stats.distribution(requests.first_byte_s)
+        out |= {"first_byte_s": {"p50": ttfb["p50"], "p99": ttfb["p99"]},
+                "client_cpu_s_per_request": _mean(requests.cpu_s)}
+    return out
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else 0.0

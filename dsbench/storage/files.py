@@ -1,0 +1,201 @@
+"""Files wherever they are: the few operations the adapters need, for a local path or a URL.
+
+`location(text)` gives a `pathlib.Path` or a `RemotePath`; the rest take either. Remote files
+are read two ways: streamed from one GET (`open_stream`: a tar shard front to back, a
+per-sample file whole), or seekable over range GETs (`open_seekable`: Parquet and Arrow
+footers and row groups). A seekable file starts with one range request for the last 64 KiB,
+which gives its size without a HEAD and holds most footers.
+
+Readers ignore names starting with '.' or '_' at any depth (temporaries, manifests, Spark's
+_SUCCESS), and on local disks do not follow symbolic links to directories, nor open anything
+that is not a regular file (a FIFO named like a shard would block forever).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+from dsbench.errors import DsbenchError
+from dsbench.storage import remote
+from dsbench.storage.remote import RemotePath, is_url
+
+Loc = Path | RemotePath
+TAIL_BYTES = 64 * 1024
+
+
+def location(text: str | os.PathLike[str] | Loc) -> Loc:
+    if isinstance(text, RemotePath | Path):
+        return text
+    s = os.fspath(text)
+    return RemotePath(s) if is_url(s) else Path(s)
+
+
+def is_remote(p: Loc) -> bool:
+    return isinstance(p, RemotePath)
+
+
+def relative(p: Loc, root: Loc) -> str:
+    """`p` under `root`, as a posix path ('name' for a file that is the root itself)."""
+    if p == root:
+        return p.name
+    if isinstance(p, RemotePath) and isinstance(root, RemotePath):
+        return p.relative_to(root).as_posix()
+    if isinstance(p, Path) and isinstance(root, Path):
+        return p.relative_to(root).as_posix()
+    raise ValueError(f"{p} is not under {root}")
+
+
+def directory_of(p: Loc) -> Loc:
+    """`p` when it is a directory (or prefix), else the directory holding it."""
+    return p if is_dir(p) else p.parent
+
+
+def is_ignored(name: str) -> bool:
+    """Readers skip names starting with '.' or '_' (temporaries, the manifest, OS litter)."""
+    return name.startswith((".", "_"))
+
+
+# --- what is there ------------------------------------------------------------------------------
+
+def walk(root: Loc) -> Iterator[tuple[str, int]]:
+    """(relative posix path, size) of every file under `root`, in name order, depth first."""
+    if isinstance(root, RemotePath):
+        for rel, size in remote.listing(root):
+            if not any(is_ignored(part) for part in rel.split("/")):
+                yield rel, size
+        return
+    stack = [(root, "")]
+    while stack:
+        directory, prefix = stack.pop()
+        with os.scandir(directory) as it:
+            entries = sorted((e for e in it if not is_ignored(e.name)), key=lambda e: e.name)
+        subdirs = []
+        for e in entries:
+            if e.is_dir(follow_symlinks=False):
+                subdirs.append((Path(e.path), f"{prefix}{e.name}/"))
+            elif e.is_file():
+                yield prefix + e.name, e.stat().st_size
+        stack.extend(reversed(subdirs))
+
+
+def is_dir(p: Loc) -> bool:
+    if isinstance(p, RemotePath):
+        return bool(remote.listing(p))
+    return p.is_dir()
+
+
+def is_file(p: Loc) -> bool:
+    if isinstance(p, RemotePath):
+        return not remote.listing(p) and size(p) is not None
+    return p.is_file()
+
+
+def exists(p: Loc) -> bool:
+    return is_dir(p) or is_file(p)
+
+
+def size(p: Loc) -> int | None:
+    """Bytes of the file at `p`, or None when there is none."""
+    if isinstance(p, RemotePath):
+        for rel, n in remote.listing(p.parent):
+            if rel == p.name:
+                return n
+        return remote.head_size(p)
+    try:
+        return p.stat().st_size if p.is_file() else None
+    except OSError:
+        return None
+
+
+# --- reading --------------------------------------------------------------------------------------
+
+def open_stream(p: Loc) -> IO[bytes]:
+    """A file to read front to back (a remote one from a single GET)."""
+    if isinstance(p, RemotePath):
+        return io.BufferedReader(_Stream(p), buffer_size=1 << 20)
+    if not p.is_file():
+        raise OSError(f"not a regular file: {p}")
+    return open(p, "rb")
+
+
+def open_seekable(p: Loc) -> IO[bytes]:
+    """A file to seek in (a remote one over range GETs)."""
+    if isinstance(p, RemotePath):
+        return io.BufferedReader(_Ranges(p), buffer_size=256 * 1024)
+    return open_stream(p)
+
+
+def read_bytes(p: Loc) -> bytes:
+    with open_stream(p) as f:
+        return f.read()
+
+
+class _Stream(io.RawIOBase):
+    """One streaming GET as a non-seekable raw file."""
+
+    def __init__(self, path: RemotePath) -> None:
+        self.path = path
+        self._chunks = remote.stream(path)
+        self._buf = memoryview(b"")
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: memoryview) -> int:  # type: ignore[override]
+        while not self._buf:
+            chunk = next(self._chunks, None)
+            if chunk is None:
+                return 0
+            self._buf = memoryview(chunk)
+        n = min(len(b), len(self._buf))
+        b[:n] = self._buf[:n]
+        self._buf = self._buf[n:]
+        return n
+
+    def close(self) -> None:
+        if not self.closed:
+            self._chunks.close()  # type: ignore[attr-defined]  # a generator: counts the GET
+        super().close()
+
+
+class _Ranges(io.RawIOBase):
+    """A seekable raw file over range GETs, its tail fetched first (size and footer at once)."""
+
+    def __init__(self, path: RemotePath) -> None:
+        self.path = path
+        self._tail, self._size = remote.get_tail(path, TAIL_BYTES)
+        self._tail_start = self._size - len(self._tail)
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        if base + offset < 0:
+            raise DsbenchError(f"seek before the start of the object ({base + offset})",
+                               path=self.path)
+        self._pos = base + offset
+        return self._pos
+
+    def readinto(self, b: memoryview) -> int:  # type: ignore[override]
+        end = min(self._size, self._pos + len(b))
+        if end <= self._pos:
+            return 0
+        if self._pos >= self._tail_start:
+            data = self._tail[self._pos - self._tail_start:end - self._tail_start]
+        else:
+            data = remote.get(self.path, self._pos, end)
+        b[:len(data)] = data
+        self._pos += len(data)
+        return len(data)

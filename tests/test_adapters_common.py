@@ -112,8 +112,11 @@ def values(raw: base.RawSample) -> dict[str, Any]:
 
 def assert_same(got: Any, want: Any, name: str) -> None:
     if isinstance(want, np.ndarray):
-        arr = np.asarray(got, np.float32)
-        assert arr.dtype == np.float32 and np.array_equal(arr, want), name
+        if isinstance(got, list):  # a JSON list of numbers
+            got = np.asarray(got, np.float32)
+        # Raw and list embeddings come back as float32 arrays, as they were written.
+        assert isinstance(got, np.ndarray) and got.dtype == np.float32, name
+        assert np.array_equal(got, want), name
     else:
         assert got == want, name
 
@@ -128,6 +131,9 @@ def test_round_trip_gives_back_the_generated_bytes_and_values(
     spec = make_spec(layout, fields_of(layout), fields_as=fields_as, image=image)
     export = adapters.open_export(write(tmp_path, spec, seed=SEED))
     assert export.layout == layout
+    written = ([f"{d:06d}" for d in range(3)] if layout == "files"
+               else [unit_name(layout, i) for i in range(3)])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*written, "_dsbench.json"])
     n_units = SAMPLES if layout == "files" else 3
     assert [Path(u).name if layout != "files" else u for u in export.units()] == [
         unit_name(layout, i) for i in range(n_units)]
@@ -260,14 +266,16 @@ def test_truncated_shard_is_an_error_naming_it_and_the_rest_still_reads(
     kept = [0, 1] if layout == "wds" else []
     assert got == [sample_key(i) for i in [*kept, 3, 4, 5, 6]]
     assert len(skipped) == 1 and str(bad) in str(skipped[0])
-    problems = export.survey()["problems"]
-    assert problems and {Path(p["file"]).name for p in problems} == {bad.name}
+    s = export.survey()
+    # The survey counts what was read plus the samples it found broken.
+    assert s["samples"] == len(got) + s["bad_samples"]
+    assert s["problems"] and {Path(p["file"]).name for p in s["problems"]} == {bad.name}
 
 
 @pytest.mark.parametrize(("layout", "cut", "message"), [
     ("arrow", lambda n: n // 2, r"shard-000000\.arrow.*truncated or corrupt"),
     ("parquet", lambda n: n - 200, r"shard-000000\.parquet: not a readable Parquet file"),
-])
+], ids=["arrow", "parquet"])
 def test_a_truncated_columnar_file_opened_by_itself_is_refused_naming_it(
         tmp_path: Path, layout: str, cut: Callable[[int], int], message: str) -> None:
     # Opened on its own, the file is the export: without its footer there is no schema.
@@ -422,4 +430,5 @@ def test_corrupt_data_is_a_sample_error_naming_file_and_rows(tmp_path: Path,
 def test_survey_names_the_file_with_corrupt_data(tmp_path: Path, layout: str) -> None:
     path, *_ = CORRUPTIONS[layout](tmp_path)
     problems = adapters.open_export(path).survey()["problems"]
-    assert problems and {Path(p["file"]).name for p in problems} == {path.name}
+    assert [Path(p["file"]).name for p in problems] == [path.name]
+    assert "corrupt" in problems[0]["error"] or "unreadable" in problems[0]["error"]

@@ -168,17 +168,6 @@ def test_compare_cli_on_result_files_json(tmp_path: Path, capsys) -> None:
     assert out["runs"][0]["metrics"][0]["change"] == "worse"
 
 
-def test_compare_cli_missing_file_exits_2(tmp_path: Path, capsys) -> None:
-    a = write_result(tmp_path, "a.json", document([run()]))
-    assert main(["compare", a, str(tmp_path / "nope.json")]) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "nope.json" in err
-
-
-
-
-# ---- documents the real runner measured (tests/conftest.py's `measured`) ----
-
 def test_an_export_measured_twice_has_the_same_counts(measured: dict[str, Any]) -> None:
     cmp = compare.compare(measured["before"], measured["before_again"])
     assert cmp["comparable"] and cmp["paired"]  # one interleaved run: paired rounds

@@ -13,11 +13,9 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
 from pytest_benchmark.fixture import BenchmarkFixture
 
 from dsbench.adapters import base
-from dsbench.cli import main
 from dsbench.export.generate import generate
 from dsbench.export.spec import ExportSpec, FieldSpec, ImageSpec
 from dsbench.export.synth import make_sample
@@ -109,8 +107,3 @@ def assert_one_line_error(err: str, command: str, *needles: str) -> None:
     for needle in needles:
         assert needle in err, (needle, err)
 
-
-def assert_inspect_fails(path: Path, capsys: pytest.CaptureFixture[str], *needles: str) -> None:
-    capsys.readouterr()
-    assert main(["inspect", str(path)]) == 2
-    assert_one_line_error(capsys.readouterr().err, "inspect", *needles)

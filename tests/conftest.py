@@ -10,6 +10,9 @@ import pytest
 
 from dsbench.export.generate import generate
 from dsbench.export.spec import ExportSpec, parse_spec
+from dsbench.loader.options import BenchOptions
+from dsbench.loader.runner import run_benches
+from dsbench.results.types import BenchResult
 
 # Tests import their helpers (resultdocs) as top-level modules.
 sys.path.insert(0, str(Path(__file__).parent))
@@ -36,9 +39,29 @@ def write_export(root: Path, layout: str, samples: int, **extra: Any) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """A before-like WebDataset export (shards of 100) and an after-like per-sample one."""
+    """A before-like WebDataset export (shards of 100), an after-like per-sample one and an
+    arrow candidate (shards of 100), as in the demo."""
     root = tmp_path_factory.mktemp("tiny")
     return {"before": write_export(root, "wds", 200, shard_samples=100),
             "after": write_export(root, "files", 200,
                                   fields={"embedding": {"type": "embedding", "dim": 64,
-                                                        "encoding": "json"}})}
+                                                        "encoding": "json"}}),
+            "arrow": write_export(root, "arrow", 200, shard_samples=100)}
+
+
+def quick(seconds: float = 0.2, rounds: int = 3, workers: tuple[int, ...] = (1,),
+          **extra: Any) -> BenchOptions:
+    """Short windows: rough timings, exact counts."""
+    return BenchOptions(workers=workers, batch_size=8, seconds=seconds, rounds=rounds,
+                        warmup_batches=1, **extra)
+
+
+@pytest.fixture(scope="session")
+def measured(tiny_exports: dict[str, Path]) -> dict[str, BenchResult]:
+    """Documents the real runner wrote for the tiny exports, measured once per session in one
+    interleaved run: before, after, arrow, and before a second time ("before_again"), so that
+    compare, gate, the demo's verdict and the report also see real noise and real counts."""
+    names = ("before", "after", "arrow")
+    paths = [tiny_exports[n] for n in names] + [tiny_exports["before"]]
+    docs = run_benches(paths, quick())
+    return dict(zip((*names, "before_again"), docs, strict=True))

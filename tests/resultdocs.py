@@ -7,12 +7,18 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import numpy as np
+
 from dsbench import stats
 from dsbench.results import document as results
 from dsbench.results.document import STAGES
 
 MACHINE = {"cpu_model": "Test CPU @ 2.0GHz", "usable_cores": 2, "logical_cores": 2,
            "memory_bytes": 24 * 2**30, "python": {"version": "3.11.7"}}
+BATCHES = 30
+# Per-batch CPU varies like a real loader's (decode times differ per image): the cluster model
+# then sees jitter, as it does from a measured document.
+BATCH_CV = 0.1
 STAGE_COST = {"decode": 0.0030, "transform": 0.0015, "read": 0.0003, "fields": 0.0001,
               "collate": 0.0001}
 
@@ -22,7 +28,8 @@ def run(workers: int = 1, *, sps: list[float] | None = None, cpu: list[float] | 
         stages: dict[str, float] | None = None, batch_size: int = 32,
         pss: float = 500e6) -> dict[str, Any]:
     """One worker count's run from its rounds' samples/s and CPU s/sample; each round's stage
-    costs are `stages` scaled by that round's CPU over the geometric mean of the rounds'."""
+    costs are `stages` scaled by that round's CPU over the geometric mean of the rounds'. The
+    per-batch CPU is lognormal around the summary's CPU per batch, seeded by `workers`."""
     sps = sps or [400.0, 405.0, 395.0]
     cpu = cpu or [0.0049, 0.0050, 0.0051]
     st = stages or dict(STAGE_COST)
@@ -42,7 +49,13 @@ def run(workers: int = 1, *, sps: list[float] | None = None, cpu: list[float] | 
             "files_per_sample": files_per_sample,
             "peak_pss_bytes": pss, "samples": 1000 * len(sps), "skipped_samples": 0,
             "skipped": [], "accelerator_util": None, "scaling_efficiency": 1.0,
-            "batch_cpu_s": [cost.center * batch_size] * 30, "rounds": rounds}
+            "batch_cpu_s": batch_cpu(cost.center * batch_size, workers), "rounds": rounds}
+
+
+def batch_cpu(center: float, seed: int) -> list[float]:
+    """BATCHES per-batch CPU times with geometric mean `center` and about BATCH_CV spread."""
+    logs = np.random.default_rng(seed).normal(0.0, BATCH_CV, BATCHES)
+    return [float(center * np.exp(x - logs.mean())) for x in logs]
 
 
 def document(runs: list[dict[str, Any]], *, layout: str = "wds", path: str = "/data/x",

@@ -54,8 +54,6 @@ def test_compute_bound_limit_gives_full_utilization_and_compute_plus_allreduce(
     mean = res.stats(cl.ranks)["mean"]
     assert mean == pytest.approx(0.2 + allreduce, rel=0.01)
     assert res.gpu_util[0] == pytest.approx(0.2 / (0.2 + allreduce), rel=0.01)
-    if allreduce == 0:
-        assert res.gpu_util[0] == pytest.approx(1.0, rel=0.01)
 
 
 @pytest.mark.parametrize(("workers", "prefetch"), [(1, 1), (4, 2), (8, 1), (8, 4)])
@@ -80,13 +78,10 @@ def test_fan_out_of_independent_stalls(q: float, ranks: int) -> None:
     expected = 1 - (1 - q) ** ranks
     se = math.sqrt(expected * (1 - expected) / res.step_s.shape[0])
     assert abs(slow - expected) < 4 * se
+    if (q, ranks) == (0.005, 100):  # the figure quoted in the issue: 39.4% of steps are slow
+        assert abs(slow - 0.394) < 4 * se
     assert float(np.mean(res.step_s[:, 0] > p99_one)) == pytest.approx(q, abs=4 * math.sqrt(
         q / res.step_s.shape[0]))
-
-
-def test_fan_out_figure_quoted_in_the_issue() -> None:
-    at_100 = 1 - (1 - 0.005) ** 100
-    assert at_100 == pytest.approx(0.394, abs=5e-4)
 
 
 # --- invariants -----------------------------------------------------------------------------
@@ -190,9 +185,9 @@ def test_what_if_suggestions_reach_the_target_under_another_seed() -> None:
     assert doc["verdict"] == "input-bound" and doc["gpu_util"] < 0.9
     w = doc["what_if"]["workers_per_gpu"]
     c = doc["what_if"]["cores_per_node"]
-    if w is not None:
-        with_workers = cl.replace(workers_per_gpu=w["workers_per_gpu"])
-        assert simulate(cost, with_workers, rng(99), steps=2000).gpu_util[0] >= 0.89
+    assert w is not None  # more workers per GPU fit this node's cores
+    with_workers = cl.replace(workers_per_gpu=w["workers_per_gpu"])
+    assert simulate(cost, with_workers, rng(99), steps=2000).gpu_util[0] >= 0.89
     assert c is not None
     with_cores = cl.replace(cores_per_node=c["cores_per_node"],
                             workers_per_gpu=c["workers_per_gpu"])

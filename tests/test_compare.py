@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
+from layouts import write_result
+from resultdocs import MACHINE, document, run
 
+from dsbench import fmt
 from dsbench.analysis import compare
 from dsbench.cli import main
 from dsbench.report import comparison as tables
-from dsbench.results import document as results
-from tests.resultdocs import MACHINE, document, run
 
 
 def _metric(cmp: dict, key: str, workers: int = 1) -> dict:
@@ -69,15 +71,29 @@ def test_one_round_per_side_cannot_be_significant() -> None:
     assert m["ratio_ci95"] is None and not m["significant"] and m["change"] == compare.UNKNOWN
 
 
-@pytest.mark.parametrize("cand_files", [0.0011, 2.0])
-def test_counts_differ_by_any_amount(cand_files: float) -> None:
-    base = document([run(files_per_sample=0.001, bytes_per_sample=95_000)])
-    cand = document([run(files_per_sample=cand_files, bytes_per_sample=95_000)])
+@pytest.mark.parametrize(("key", "base_value", "cand_value"), [
+    ("files_per_sample", 0.001, 0.0011), ("files_per_sample", 0.001, 2.0),
+    ("files_per_sample", 0.500, 0.501), ("bytes_per_sample", 95_000, 95_001)])
+def test_counts_differ_by_any_amount(key: str, base_value: float, cand_value: float) -> None:
+    figures = {"files_per_sample": 0.001, "bytes_per_sample": 95_000.0}
+    base = document([run(**{**figures, key: base_value})])
+    cand = document([run(**{**figures, key: cand_value})])
     cmp = compare.compare(base, cand)
-    files = _metric(cmp, "files_per_sample")
-    assert files["significant"] and files["change"] == "worse" and files["exact"]
-    assert files["ratio"] == pytest.approx(cand_files / 0.001)
-    assert _metric(cmp, "bytes_per_sample")["change"] == compare.SAME
+    moved = _metric(cmp, key)
+    assert moved["significant"] and moved["change"] == "worse" and moved["exact"]
+    assert moved["ratio"] == pytest.approx(cand_value / base_value)
+    other = "bytes_per_sample" if key == "files_per_sample" else "files_per_sample"
+    assert _metric(cmp, other)["change"] == compare.SAME
+
+
+@pytest.mark.parametrize("key", ["files_per_sample", "bytes_per_sample"])
+def test_counts_equal_but_for_rounding_are_the_same(key: str) -> None:
+    # A count over the same units computed in another order may differ in the last bits.
+    value = {"files_per_sample": 1 / 3, "bytes_per_sample": 95_000 / 7}[key]
+    cmp = compare.compare(document([run(**{key: value})]),
+                          document([run(**{key: value * (1 + 1e-12)})]))
+    m = _metric(cmp, key)
+    assert not m["significant"] and m["change"] == compare.SAME
 
 
 def test_a_cost_from_nothing_has_no_ratio_and_is_worse() -> None:
@@ -143,32 +159,33 @@ def test_markdown_table_is_github_flavoured() -> None:
     assert "2.00 files/sample" in md and "intervals: 95%" in md
 
 
-def _write(tmp_path: Path, name: str, doc: dict) -> str:
-    p = tmp_path / name
-    results.write_result(p, doc)
-    return str(p)
-
-
 def test_compare_cli_on_result_files_json(tmp_path: Path, capsys) -> None:
-    a = _write(tmp_path, "a.json", document([run()]))
-    b = _write(tmp_path, "b.json", document([run(sps=[190, 195, 200])]))
+    a = write_result(tmp_path, "a.json", document([run()]))
+    b = write_result(tmp_path, "b.json", document([run(sps=[190, 195, 200])]))
     assert main(["compare", a, b, "--json", "-", "--no-cluster"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["kind"] == "dsbench-comparison"
     assert out["runs"][0]["metrics"][0]["change"] == "worse"
 
 
-def test_compare_cli_missing_file_exits_2(tmp_path: Path, capsys) -> None:
-    a = _write(tmp_path, "a.json", document([run()]))
-    assert main(["compare", a, str(tmp_path / "nope.json")]) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "nope.json" in err
+def test_an_export_measured_twice_has_the_same_counts(measured: dict[str, Any]) -> None:
+    cmp = compare.compare(measured["before"], measured["before_again"])
+    assert cmp["comparable"] and cmp["paired"]  # one interleaved run: paired rounds
+    for key in ("files_per_sample", "bytes_per_sample"):
+        m = _metric(cmp, key)
+        assert m["exact"] and m["ratio"] == pytest.approx(1.0, rel=1e-12), m
+        assert not m["significant"] and m["change"] == compare.SAME, m
+    assert "files opened" not in cmp["runs"][0]["moved"]
 
 
-def test_compare_cli_bad_cluster_options_name_the_option(tmp_path: Path, capsys) -> None:
-    a = _write(tmp_path, "a.json", document([run()]))
-    for argv, needle in ((["--gpu-batch", "0"], "--gpu-batch must be an integer >= 1"),
-                         (["--compute", "normal:x"], "--compute 'normal:x'")):
-        assert main(["compare", a, a, *argv]) == 2
-        err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and needle in err[0], err
+def test_before_against_after_opens_many_more_files(measured: dict[str, Any]) -> None:
+    before, after = measured["before"], measured["after"]
+    cmp = compare.compare(before, after)
+    files = _metric(cmp, "files_per_sample")
+    # Shards of 100 against a .jpg and a .json per sample: 2 / (1/100).
+    assert files["significant"] and files["change"] == "worse" and files["exact"]
+    assert files["ratio"] > 100 and files["ratio"] == pytest.approx(200)
+    assert cmp["runs"][0]["attribution"][0]["what"] == "files opened"
+    text = tables.render(cmp)
+    assert "2.00 files/sample" in text and "0.0100 files/sample" in text
+    assert fmt.rate(after["runs"][0]["samples_per_s"]) in text

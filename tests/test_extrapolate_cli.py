@@ -1,4 +1,6 @@
-"""`dsbench extrapolate`: exit codes, one-line errors, the --json object and the text report."""
+"""`dsbench extrapolate`: bad result files, the --json object and the text report.
+
+Bad options: tests/test_cli_errors.py."""
 
 from __future__ import annotations
 
@@ -48,9 +50,15 @@ def test_json_object_from_a_result_file(result: Path, capsys: pytest.CaptureFixt
     assert doc.keys() >= REQUIRED_KEYS
     assert set(doc["step_time_s"]) >= {"mean", "p50", "p99", "max"}  # type: ignore[arg-type]
     st = doc["step_time_s"]
-    assert st["p50"] <= st["p99"] <= st["max"]  # type: ignore[index]
-    assert 0 < doc["gpu_util"] <= 1  # type: ignore[operator]
-    assert doc["verdict"] in ("input-bound", "compute-bound", "balanced")
+    # A few ms of loader CPU per batch against 250 ms of GPU compute: the GPUs set the step,
+    # and every step waits for the slowest of the node's 8 ranks. The mean of the largest of 8
+    # standard normals is 1.4236, so a step takes 0.25 + 1.4236 x 0.01 s on average, and is
+    # shorter than 0.25 s only when all 8 are (1 step in 256).
+    assert doc["verdict"] == "compute-bound"
+    assert st["mean"] == pytest.approx(0.25 + 1.4236 * 0.01, abs=0.002)  # type: ignore[index]
+    assert st["p50"] > 0.25  # type: ignore[index]
+    # A GPU computes for 0.25 s of each step on average and waits for the rest.
+    assert doc["gpu_util"] == pytest.approx(0.25 / st["mean"], rel=0.01)  # type: ignore
     rows = doc["scaling"]
     assert [r["ranks"] for r in rows] == [2, 4]  # type: ignore[union-attr]
     for r in rows:  # type: ignore[union-attr]
@@ -96,30 +104,6 @@ def test_text_report(result: Path, capsys: pytest.CaptureFixture[str]) -> None:
                  "Every step waits for the slowest rank", "ms/sample"):
         assert part in out, part
     assert "█" in out
-
-
-@pytest.mark.parametrize(("argv", "needle"), [
-    ([], "either RESULT.json or --cpu-per-sample"),
-    (["RESULT", "--cpu-per-sample", "0.01"], "not both"),
-    (["--cpu-per-sample", "0.01", "--compute", "gamma:1,2"], "unknown distribution"),
-    (["--cpu-per-sample", "0.01", "--compute", "fast"], "expected SECONDS"),
-    (["--cpu-per-sample", "0.01", "--storage", "tape"], "unknown profile"),
-    (["--cpu-per-sample", "0.01", "--nodes", "0"], "nodes must be"),
-    (["--cpu-per-sample", "-1"], "must be a finite number"),
-    (["--cpu-per-sample", "0.01", "--stall-prob", "1.5", "--stall-time", "1"], "stall-prob"),
-    (["--cpu-per-sample", "0.01", "--steps", "10"], "--steps 10"),
-    (["--cpu-per-sample", "0.01", "--scaling", "8,x"], "--scaling"),
-    (["--cpu-per-sample", "0.01", "--cores-per-node", "8"], "no cores left"),
-])
-def test_bad_options_exit_2_with_one_line(argv: list[str], needle: str, result: Path,
-                                          capsys: pytest.CaptureFixture[str]) -> None:
-    argv = [str(result) if a == "RESULT" else a for a in argv]
-    if "--steps" not in argv:
-        argv += ["--steps", "300"]
-    assert main(["extrapolate", *argv]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("dsbench extrapolate: error:") and err.count("\n") == 1
-    assert needle in err
 
 
 def test_bad_result_files_exit_2_naming_file_and_key(

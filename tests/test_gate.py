@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
+from layouts import write_result
+from resultdocs import MACHINE, document, run
 
 from dsbench.analysis import compare, gate
 from dsbench.cli import main
 from dsbench.errors import DsbenchError
-from dsbench.results import document as results
-from tests.resultdocs import MACHINE, document, run
 
 
 def _gate(base: dict, cand: dict, **t: object) -> dict:
@@ -28,10 +29,13 @@ def test_a_result_against_itself_passes() -> None:
     assert {c["status"] for c in g["checks"]} == {"pass"}
 
 
-def test_more_files_per_sample_fails_hard() -> None:
-    g = _gate(document([run(files_per_sample=0.001)]), document([run(files_per_sample=2.0)]))
-    assert _status(g, "files_per_sample") == "fail"
-    assert g["exit_code"] == 1
+@pytest.mark.parametrize(("cand_files", "status"), [(0.00104, "pass"), (0.00106, "fail"),
+                                                    (2.0, "fail")])
+def test_more_files_per_sample_fails_hard_past_the_limit(cand_files: float, status: str) -> None:
+    # The default limit is 1.05x: 4% more files passes, 6% more fails, 2000x more fails.
+    g = _gate(document([run(files_per_sample=0.001)]), document([run(files_per_sample=cand_files)]))
+    assert _status(g, "files_per_sample") == status
+    assert g["exit_code"] == (1 if status == "fail" else 0)
 
 
 def test_bytes_limit_is_a_ratio_threshold() -> None:
@@ -85,16 +89,10 @@ def test_thresholds_from_pyproject_and_options(tmp_path: Path) -> None:
         gate.load_thresholds(pp, {})
 
 
-def _write(tmp_path: Path, name: str, doc: dict) -> str:
-    p = tmp_path / name
-    results.write_result(p, doc)
-    return str(p)
-
-
 def test_gate_cli_exit_codes_and_markdown_summary(tmp_path: Path, capsys, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)  # no pyproject.toml above: defaults apply
-    a = _write(tmp_path, "a.json", document([run()]))
-    b = _write(tmp_path, "b.json", document([run(files_per_sample=2.0)]))
+    a = write_result(tmp_path, "a.json", document([run()]))
+    b = write_result(tmp_path, "b.json", document([run(files_per_sample=2.0)]))
     summary = tmp_path / "summary.md"
     assert main(["gate", a, a]) == 0
     assert "PASSED" in capsys.readouterr().out
@@ -107,3 +105,24 @@ def test_gate_cli_exit_codes_and_markdown_summary(tmp_path: Path, capsys, monkey
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "missing.json" in err
     assert main(["gate", a, b, "--max-files-ratio", "0"]) == 2
+
+
+# ---- documents the real runner measured (tests/conftest.py's `measured`) ----
+
+def test_an_export_measured_twice_passes_in_both_orders(measured: dict[str, Any]) -> None:
+    a, b = measured["before"], measured["before_again"]
+    for base, cand in ((a, b), (b, a)):
+        g = _gate(base, cand)
+        assert g["passed"] and g["exit_code"] == 0, g["checks"]
+        assert _status(g, "files_per_sample") == _status(g, "bytes_per_sample") == "pass"
+
+
+def test_before_against_after_fails_on_files(measured: dict[str, Any], tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    g = _gate(measured["before"], measured["after"])
+    assert _status(g, "files_per_sample") == "fail" and g["exit_code"] == 1
+    a = write_result(tmp_path, "before.json", measured["before"])
+    b = write_result(tmp_path, "after.json", measured["after"])
+    assert main(["gate", a, b]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL  files opened per sample" in out and "2.00 files/sample" in out

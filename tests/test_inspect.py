@@ -2,34 +2,51 @@
 
 from __future__ import annotations
 
-import io
 import json
-import os
+import statistics
 import tarfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
+from layouts import LAYOUTS, assert_one_line_error, jpeg, make_spec, write, write_tar
 
+from dsbench import adapters
 from dsbench.adapters.survey import apportion, spread, summarize
 from dsbench.cli import main
-from dsbench.export.generate import generate
-from dsbench.export.spec import ExportSpec, FieldSpec, ImageSpec
-from dsbench.export.synth import make_sample
+from dsbench.export.spec import ExportSpec, FieldSpec
 from dsbench.report.survey import render
 from dsbench.stats import distribution, percentile
 
-IMAGE = ImageSpec(sizes="fixed", width=64, height=48)
 FIELDS = (FieldSpec("label", "int", classes=10), FieldSpec("caption", "string", words=(2, 5)),
           FieldSpec("vec", "embedding", dim=4, encoding="binary"))
+# Per-sample files get no binary embedding, as the after export: a .jpg and a .json per sample.
+FIELDS_OF = {"files": FIELDS[:2]}
+FIELD_TYPES = {
+    "wds": {"cls": "int (ascii)", "txt": "string (utf-8)", "vec.f32": "float32[4] (raw)"},
+    "files": {"json": "json object", "json.label": "int", "json.caption": "string"},
+    "arrow": {"label": "int64", "caption": "string", "vec": "binary"},
+    "parquet": {"label": "int64", "caption": "string", "vec": "binary"},
+}
+# 7 samples in units of 3: three shards, or one .jpg and one .json per sample.
+UNITS = {"wds": 3, "files": 7, "arrow": 3, "parquet": 3}
+FILES_PER_SAMPLE = {"wds": 3 / 7, "files": 2.0, "arrow": 3 / 7, "parquet": 3 / 7}
+MEMBERS_PER_SAMPLE = {"wds": 4.0}  # jpg, cls, txt, vec.f32; the others have no members
 
 
 def make_export(root: Path, layout: str, samples: int = 7) -> ExportSpec:
-    spec = ExportSpec(name="t", layout=layout, samples=samples, shard_samples=3,
-                      files_per_dir=3, fields_as="json" if layout == "files" else "members",
-                      image=IMAGE, fields=FIELDS)
-    generate(spec, root, jobs=1)
+    spec = make_spec(layout, FIELDS_OF.get(layout, FIELDS), samples=samples)
+    write(root, spec)
     return spec
+
+
+def data_bytes(root: Path) -> int:
+    """Bytes of the export's data files: not the manifest (`_dsbench.json`), not hidden ones."""
+    return sum(p.stat().st_size for p in root.rglob("*")
+               if p.is_file() and not p.name.startswith(("_", ".")))
 
 
 def inspect_json(path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any],
@@ -39,51 +56,27 @@ def inspect_json(path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, d
     return rc, json.loads(captured.out), captured.err
 
 
-def jpeg() -> bytes:
-    return make_sample(ExportSpec(name="j", layout="wds", image=IMAGE), 0, 0)["image"]
-
-
-def write_tar(path: Path, entries: list[tuple[str, bytes]]) -> None:
-    with tarfile.open(path, "w") as tf:
-        for name, data in entries:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tf.addfile(info, io.BytesIO(data))
-
-
-def test_inspect_wds_reports_per_sample_figures_and_fields(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    make_export(tmp_path, "wds")
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_inspect_json_reports_per_sample_figures_and_fields(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], layout: str) -> None:
+    make_export(tmp_path, layout)
     rc, s, err = inspect_json(tmp_path, capsys)
     assert (rc, err) == (0, "")
-    shard_bytes = sum(os.path.getsize(p) for p in tmp_path.glob("*.tar"))
-    assert (s["layout"], s["samples"], s["units"], s["files"]) == ("wds", 7, 3, 3)
-    assert s["bytes"] == shard_bytes
-    assert s["bytes_per_sample"]["mean"] == pytest.approx(shard_bytes / 7)
-    assert s["bytes_per_sample"]["p50"] <= s["bytes_per_sample"]["p99"]
-    assert s["files_per_sample"] == pytest.approx(3 / 7)
-    assert s["members_per_sample"] == 4.0  # jpg, cls, txt, vec.f32
-    assert {n: f["type"] for n, f in s["fields"].items()} == {
-        "cls": "int (ascii)", "txt": "string (utf-8)", "vec.f32": "float32[4] (raw)"}
+    assert (s["layout"], s["samples"], s["units"]) == (layout, 7, UNITS[layout])
+    total = data_bytes(tmp_path)
+    assert s["bytes"] == total
+    assert s["bytes_per_sample"]["mean"] == pytest.approx(total / 7)
+    # The median of what the adapter apportions to each sample, which adds up to the bytes.
+    sample_bytes = adapters.open_export(tmp_path).survey()["sample_bytes"]
+    assert sum(sample_bytes) == total and min(sample_bytes) > 0
+    assert s["bytes_per_sample"]["p50"] == pytest.approx(statistics.median(sample_bytes))
+    assert s["files_per_sample"] == pytest.approx(FILES_PER_SAMPLE[layout])
+    assert s["members_per_sample"] == MEMBERS_PER_SAMPLE.get(layout)
+    assert {n: f["type"] for n, f in s["fields"].items()} == FIELD_TYPES[layout]
     assert all(f["missing_in"] == [] for f in s["fields"].values())
     assert (s["image"]["codec"], s["image"]["count_checked"]) == ("jpeg", 7)
     assert s["image"]["common_sizes"] == [{"size": "64x48", "count": 7}]
     assert s["bad_samples"] == 0 and s["problems"] == []
-
-
-def test_inspect_files_reports_json_fields_and_two_files_per_sample(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    spec = ExportSpec(name="t", layout="files", samples=7, files_per_dir=3, fields_as="json",
-                      image=IMAGE, fields=FIELDS[:2])  # no binary embedding: .jpg + .json
-    generate(spec, tmp_path / "two", jobs=1)
-    rc, s, _ = inspect_json(tmp_path / "two", capsys)
-    assert rc == 0
-    assert (s["layout"], s["samples"], s["files_per_sample"]) == ("files", 7, 2.0)
-    assert s["members_per_sample"] is None
-    assert {n: f["type"] for n, f in s["fields"].items()} == {
-        "json": "json object", "json.label": "int", "json.caption": "string"}
-    total = sum(p.stat().st_size for p in (tmp_path / "two").rglob("0*.*"))
-    assert s["bytes"] == total and s["bytes_per_sample"]["mean"] == pytest.approx(total / 7)
 
 
 def test_text_report_carries_units(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -155,75 +148,133 @@ def test_fields_missing_from_older_units_are_listed_not_bad(
     assert s["fields"]["json.label"]["missing_in"] == []
 
 
-def _truncated_shard(root: Path) -> tuple[Path, str | None]:
+# Each maker writes one kind of bad input under `root` and returns the path the error must name,
+# the sample key it must name (if any) and other words it must hold.
+Bad = tuple[Path, str | None, tuple[str, ...]]
+
+
+def _truncated_shard(root: Path) -> Bad:
     make_export(root, "wds", samples=3)
     shard = root / "shard-000000.tar"
     with tarfile.open(shard) as tf:
         cut = tf.getmember("00000001.txt").offset_data + 1
     shard.write_bytes(shard.read_bytes()[:cut])
-    return shard, "00000001"
+    return shard, "00000001", ("truncated shard",)
 
 
-def _unsafe_member(root: Path) -> tuple[Path, str | None]:
+def _unsafe_member(root: Path) -> Bad:
     write_tar(root / "s.tar", [("a.jpg", jpeg()), ("../../etc/evil.jpg", jpeg())])
-    return root / "s.tar", None
+    return root / "s.tar", None, ("'../../etc/evil.jpg'",)
 
 
-def _no_image(root: Path) -> tuple[Path, str | None]:
+def _no_image(root: Path) -> Bad:
     write_tar(root / "s.tar", [("a.jpg", jpeg()), ("a.cls", b"1"), ("b.cls", b"2")])
-    return root / "s.tar", "b"
+    return root / "s.tar", "b", ("no image member",)
 
 
-def _no_json(root: Path) -> tuple[Path, str | None]:
+def _no_json(root: Path) -> Bad:
     make_export(root, "files", samples=3)
     (root / "000000/00000002.json").unlink()
-    return root / "000000/00000002.jpg", "000000/00000002"
+    return root / "000000/00000002.jpg", "000000/00000002", ("no .json member",)
 
 
-def _zero_byte(root: Path) -> tuple[Path, str | None]:
+def _zero_byte(root: Path) -> Bad:
     make_export(root, "files", samples=3)
     (root / "000000/00000000.json").write_bytes(b"")
-    return root / "000000/00000000.json", "000000/00000000"
+    return root / "000000/00000000.json", "000000/00000000", ("zero-byte",)
 
 
-def _invalid_json(root: Path) -> tuple[Path, str | None]:
+def _invalid_json(root: Path) -> Bad:
     make_export(root, "files", samples=3)
     (root / "000000/00000001.json").write_text("{not json")
-    return root / "000000/00000001.json", "000000/00000001"
+    return root / "000000/00000001.json", "000000/00000001", ("invalid JSON",)
 
 
-def _not_a_tar(root: Path) -> tuple[Path, str | None]:
+def _not_a_tar(root: Path) -> Bad:
     (root / "x.tar").write_bytes(b"\x01garbage" * 100)
-    return root / "x.tar", None
+    return root / "x.tar", None, ("not a tar archive",)
 
 
-def _missing(root: Path) -> tuple[Path, str | None]:
-    return root / "nowhere", None
+def _missing(root: Path) -> Bad:
+    return root / "nowhere", None, ("no such file or directory",)
 
 
-def _empty(root: Path) -> tuple[Path, str | None]:
-    return root, None
+def _empty(root: Path) -> Bad:
+    return root, None, ("empty directory",)
 
 
-def _unknown(root: Path) -> tuple[Path, str | None]:
+def _unknown(root: Path) -> Bad:
     (root / "notes.md").write_text("# not data")
-    return root, None
+    return root, None, ()
 
 
-@pytest.mark.parametrize("make_bad", [_truncated_shard, _unsafe_member, _no_image, _no_json,
-                                      _zero_byte, _invalid_json, _not_a_tar, _missing, _empty,
-                                      _unknown])
+def _truncated_columnar(layout: str, cut: Callable[[int], int]) -> Callable[[Path], Bad]:
+    def make(root: Path) -> Bad:
+        make_export(root, layout, samples=3)
+        shard = root / f"shard-000000.{layout}"
+        data = shard.read_bytes()
+        shard.write_bytes(data[:cut(len(data))])
+        return shard, None, ("truncated or corrupt",)
+    make.__name__ = f"_truncated_{layout}"
+    return make
+
+
+def _zero_byte_file(suffix: str) -> Callable[[Path], Bad]:
+    def make(root: Path) -> Bad:
+        (root / f"empty.{suffix}").write_bytes(b"")
+        # An Arrow or Parquet file has no schema to open; a shard is reported as a bad unit.
+        says = "empty file" if suffix == "tar" else "empty file (0 bytes)"
+        return root / f"empty.{suffix}", None, (says,)
+    make.__name__ = f"_zero_byte_{suffix}"
+    return make
+
+
+def _no_image_column(layout: str) -> Callable[[Path], Bad]:
+    def make(root: Path) -> Bad:
+        table = pa.table({"key": ["a", "b"], "label": [1, 2]})
+        path = root / f"labels.{layout}"
+        if layout == "arrow":
+            with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
+                w.write_table(table)
+        else:
+            pq.write_table(table, path)
+        return path, None, ("no image column", "columns: key, label")
+    make.__name__ = f"_no_image_column_{layout}"
+    # Inspected by itself: in a directory of its own, the export as a whole lacks the column.
+    make.inspect_file = True  # type: ignore[attr-defined]
+    return make
+
+
+BAD_INPUTS = [_truncated_shard, _unsafe_member, _no_image, _no_json, _zero_byte, _invalid_json,
+              _not_a_tar, _missing, _empty, _unknown,
+              _truncated_columnar("arrow", lambda n: n // 2),
+              _truncated_columnar("parquet", lambda n: n - 200),
+              _zero_byte_file("arrow"), _zero_byte_file("parquet"), _zero_byte_file("tar"),
+              _no_image_column("arrow"), _no_image_column("parquet")]
+
+
+def _tree(root: Path) -> set[str]:
+    return {p.relative_to(root).as_posix() for p in root.rglob("*")}
+
+
+@pytest.mark.parametrize("make_bad", BAD_INPUTS, ids=[f.__name__.strip("_") for f in BAD_INPUTS])
 def test_bad_input_exits_2_with_one_line_naming_file_and_key(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], make_bad: Any) -> None:
-    path, key = make_bad(tmp_path)
-    target = path if make_bad is _missing else tmp_path
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        make_bad: Callable[[Path], Bad]) -> None:
+    # The export sits two levels down a sandbox, and inspect runs from inside it, so that a
+    # member named ../../etc/evil.jpg, extracted relative to either, would land in the sandbox.
+    root = tmp_path / "sandbox" / "a" / "export"
+    root.mkdir(parents=True)
+    path, key, words = make_bad(root)
+    target = path if make_bad is _missing or getattr(make_bad, "inspect_file", False) else root
+    monkeypatch.chdir(root)
+    before = _tree(tmp_path)
     assert main(["inspect", str(target)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("dsbench inspect: error: ")
-    assert str(path) in err
+    assert_one_line_error(err, "inspect", str(path), *words)
     if key is not None:
         assert f"[sample {key}]" in err
-    assert not (tmp_path.parent / "etc").exists()
+    assert _tree(tmp_path) == before  # inspect wrote nothing, anywhere in the sandbox
 
 
 def test_unknown_layout_option_is_a_usage_error(

@@ -4,7 +4,8 @@
 * fields: parsing the re-export's per-sample JSON (label, caption, 768-d embedding as a JSON list,
   boxes), read back from a small `formats/after.toml` export;
 * transform: random-resized-crop to 224 and flip of the decoded images;
-* collate: a batch of 16 transformed images copied into one array, the parsed fields stacked.
+* collate: the parsed fields of a batch of 16 stacked (collate_fields), and the loader's whole
+  batch path (BatchBuilder.build: decode, fields, each sample copied into its row, collate).
 
 `extra_info` carries the samples per call and, when timing is enabled, the median in µs per
 sample. Under the default `--benchmark-disable` each body runs once; measure with
@@ -14,11 +15,13 @@ sample. Under the default `--benchmark-disable` each body runs once; measure wit
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from layouts import record_per_sample
 from PIL import Image
 from pytest_benchmark.fixture import BenchmarkFixture
 
@@ -28,7 +31,15 @@ from dsbench.adapters.base import RawSample
 from dsbench.export.generate import generate
 from dsbench.export.images import make_image
 from dsbench.export.spec import ImageSpec, load_spec
-from dsbench.loader.pipeline import TrainTransform, collate_fields, make_decoder, parse_fields
+from dsbench.loader.pipeline import (
+    BatchBuilder,
+    Pipeline,
+    StageTimes,
+    TrainTransform,
+    collate_fields,
+    make_decoder,
+    parse_fields,
+)
 
 AFTER = Path(dsbench.__file__).parent / "export" / "formats" / "after.toml"
 WIDTH, HEIGHT = 500, 375
@@ -36,13 +47,6 @@ IMAGES = 4
 FIELD_SAMPLES = 8
 BATCH = 16
 EMBED_DIM = 768
-
-
-def record_per_sample(benchmark: BenchmarkFixture, samples: int) -> None:
-    benchmark.extra_info["samples_per_call"] = samples
-    if benchmark.enabled and benchmark.stats is not None:
-        median_s = benchmark.stats.stats.median
-        benchmark.extra_info["median_us_per_sample"] = 1e6 * median_s / samples
 
 
 @pytest.fixture(scope="module")
@@ -102,20 +106,47 @@ def test_transform(benchmark: BenchmarkFixture, decoded: list[Image.Image]) -> N
 
 
 def test_collate(benchmark: BenchmarkFixture, after_raws: list[RawSample]) -> None:
-    rng = np.random.default_rng(0)
-    images = [rng.integers(0, 256, (224, 224, 3), dtype=np.uint8) for _ in range(BATCH)]
     fields = [parse_fields(after_raws[i % len(after_raws)]) for i in range(BATCH)]
-    buffer = np.empty((BATCH, 224, 224, 3), np.uint8)
-
-    def collate() -> dict[str, Any]:
-        # As the loader's batch builder does: rows copied into the batch buffer, fields stacked.
-        for row, image in enumerate(images):
-            buffer[row] = image
-        return collate_fields(fields)
-
-    batch = benchmark(collate)
+    batch = benchmark(lambda: collate_fields(fields))
     record_per_sample(benchmark, BATCH)
-    assert np.array_equal(buffer[BATCH - 1], images[-1])
     assert batch["embedding"].shape == (BATCH, EMBED_DIM)
     assert batch["label"].shape == (BATCH,) and batch["label"].dtype == np.int64
-    assert len(batch["caption"]) == BATCH and len(batch["boxes"]) == BATCH
+    # Row i of the batch is sample i's fields, in order.
+    for i, f in enumerate(fields):
+        assert np.array_equal(batch["embedding"][i], f["embedding"])
+    assert batch["label"].tolist() == [f["label"] for f in fields]
+    assert batch["caption"] == [f["caption"] for f in fields]
+    assert batch["boxes"] == [f["boxes"] for f in fields]
+
+
+class AsArray:
+    """The decoded image as an array, unchanged: the rows can then be checked pixel for pixel."""
+
+    out_shape = (48, 64, 3)
+    out_dtype = "uint8"
+
+    def __call__(self, pixels: Any, rng: np.random.Generator) -> np.ndarray:
+        return np.asarray(pixels)
+
+
+def test_batch_builder_copies_each_sample_into_its_row(benchmark: BenchmarkFixture,
+                                                       after_raws: list[RawSample]) -> None:
+    # The loader's batch path: every transformed sample copied into its row of the batch
+    # buffer, the fields collated in the same order.
+    def build() -> tuple[list[str], dict[str, Any], np.ndarray]:
+        stream = itertools.cycle(after_raws)
+        builder = BatchBuilder(Pipeline(transform=AsArray()), lambda _skip: stream,
+                               np.random.default_rng(0))
+        images = np.zeros((BATCH, *AsArray.out_shape), np.uint8)
+        keys, fields = builder.build(images, StageTimes())
+        return keys, fields, images
+
+    keys, fields, images = benchmark(build)
+    record_per_sample(benchmark, BATCH)
+    raws = [after_raws[i % len(after_raws)] for i in range(BATCH)]
+    assert keys == [raw.key for raw in raws]
+    decode = make_decoder("pillow")
+    for row, raw in zip(images, raws, strict=True):
+        assert np.array_equal(row, np.asarray(decode(raw)))
+    assert fields["label"].tolist() == [parse_fields(raw)["label"] for raw in raws]
+    assert fields["embedding"].shape == (BATCH, EMBED_DIM)

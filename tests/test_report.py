@@ -1,7 +1,8 @@
-"""report and plots: the demo's output directory and HTML page, from a synthetic demo document.
+"""report and plots: the demo's output directory and HTML page.
 
-The document is built by the real demo model from made-up bench results (tests/resultdocs.py),
-so no benchmark runs; a small two-node cluster and few steps keep the simulation quick.
+The demo document is built by the real demo model, from made-up bench results
+(tests/resultdocs.py) and from results the real runner measured on tiny exports (conftest's
+`measured`); a small two-node cluster and few steps keep the simulation quick.
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from resultdocs import document, run
 
+from dsbench import fmt
 from dsbench.errors import DsbenchError
 from dsbench.report import demo, plots, verdict
 from dsbench.report import html as report
 from dsbench.results import document as results
-from tests.resultdocs import document, run
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -39,11 +41,24 @@ def _docs() -> dict[str, dict[str, Any]]:
     return {"before": before, "after": after, "arrow": arrow}
 
 
-@pytest.fixture(scope="module")
-def doc() -> dict[str, Any]:
+def _model(docs: dict[str, dict[str, Any]]) -> dict[str, Any]:
     opts = demo.DemoOptions(steps=400, cluster=demo.DEMO_CLUSTER.replace(nodes=2))
-    return demo.model(_docs(), exports={n: "/x/" + n for n in demo.EXPORTS}, opts=opts,
+    return demo.model(docs, exports={n: "/x/" + n for n in demo.EXPORTS}, opts=opts,
                       progress=lambda m: None)
+
+
+@pytest.fixture(scope="module")
+def made() -> dict[str, Any]:
+    return _model(_docs())
+
+
+@pytest.fixture(scope="module", params=["made", "measured"])
+def doc(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """The demo document from made-up results, then from measured ones."""
+    if request.param == "made":
+        return request.getfixturevalue("made")
+    measured = request.getfixturevalue("measured")
+    return _model({n: measured[n] for n in demo.EXPORTS})
 
 
 @pytest.fixture(scope="module")
@@ -72,9 +87,8 @@ def test_write_all_writes_results_document_plots_and_page(
 def test_result_files_read_back_as_bench_results(written: tuple[Path, list[Path]],
                                                  doc: dict[str, Any]) -> None:
     out, _ = written
-    back = results.read_result(out / "results" / "after.json")
-    assert back["runs"][0]["files_per_sample"] == 2.0
-    assert back == doc["results"]["after"]
+    for name in demo.EXPORTS:
+        assert results.read_result(out / "results" / f"{name}.json") == doc["results"][name]
 
 
 def test_page_is_self_contained_and_carries_units(written: tuple[Path, list[Path]],
@@ -93,14 +107,19 @@ def test_page_is_self_contained_and_carries_units(written: tuple[Path, list[Path
     assert [c for c in numeric if not unit.search(c)] == []
     assert "Modelled, not measured" in page and "Measured on this machine" in page
     assert "Plots were skipped" not in page
+    # The measured figures themselves, as the tables print them.
+    for name in demo.EXPORTS:
+        r = doc["results"][name]["runs"][0]
+        assert fmt.rate(r["samples_per_s"]) in page, name
+        assert f"{fmt.sig(r['files_per_sample'])} files/sample" in page, name
 
 
-def test_without_matplotlib_no_plots_and_one_notice(doc: dict[str, Any], tmp_path: Path,
+def test_without_matplotlib_no_plots_and_one_notice(made: dict[str, Any], tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(plots, "available", lambda: False)
     messages: list[str] = []
     out = tmp_path / "out"
-    paths = report.write_all(doc, out, messages.append)
+    paths = report.write_all(made, out, messages.append)
     assert not (out / "plots").exists()
     assert [m for m in messages if "matplotlib" in m] == [
         "demo: matplotlib is not installed (pip install 'dsbench[plot]'): no plots"]
@@ -110,8 +129,8 @@ def test_without_matplotlib_no_plots_and_one_notice(doc: dict[str, Any], tmp_pat
     assert "data:image/png" not in page
 
 
-def test_user_text_is_escaped(doc: dict[str, Any]) -> None:
-    hostile = json.loads(json.dumps(doc))
+def test_user_text_is_escaped(made: dict[str, Any]) -> None:
+    hostile = json.loads(json.dumps(made))
     hostile["results"]["before"]["machine"]["cpu_model"] = "<script>alert(1)</script>"
     hostile["comparisons"]["after"]["base"]["path"] = '/x/"><img src=x>'
     page = report.render_html(hostile, {})
@@ -119,12 +138,12 @@ def test_user_text_is_escaped(doc: dict[str, Any]) -> None:
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
 
 
-def test_a_rerun_replaces_the_previous_output_whole(doc: dict[str, Any], tmp_path: Path,
+def test_a_rerun_replaces_the_previous_output_whole(made: dict[str, Any], tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "out"
-    report.write_all(doc, out, lambda m: None)
+    report.write_all(made, out, lambda m: None)
     monkeypatch.setattr(plots, "available", lambda: False)
-    report.write_all(doc, out, lambda m: None)
+    report.write_all(made, out, lambda m: None)
     assert not (out / "plots").exists()  # no stale plots next to a page that has none
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no temporaries left
 

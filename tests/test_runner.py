@@ -7,6 +7,7 @@ Workers are real spawned processes reading real exports written on the fly (a fe
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 import time
@@ -155,30 +156,57 @@ def test_opens_and_bytes_per_sample_are_exact_on_per_sample_files(files_export: 
     assert not _stray() and not _segments()
 
 
-@pytest.mark.parametrize("layout", ["wds", "arrow", "parquet"])
-def test_opens_and_bytes_per_sample_on_shards(layout: str, wds_export: Path,
-                                              tmp_path_factory: pytest.TempPathFactory) -> None:
-    if layout == "wds":
-        path = wds_export
-    else:
-        path = tmp_path_factory.mktemp(layout) / "export"
-        generate(_spec(layout, shard_samples=4), path, samples=12, jobs=1)
-    # Three shards of 4, batches of 4: warm-up reads shard 0, the window shards 1, 2 and 0;
-    # one open each. Files the adapter opens to open the export (footers) are set-up, not counted.
-    opts = BenchOptions(workers=(1,), batch_size=4, rounds=1, warmup_batches=1, batches=3)
-    run = run_bench(path, opts)["runs"][0]
-    assert run["samples"] == 12
-    assert run["files_per_sample"] == 1 / 4
-    # Readers may read some bytes twice (a tar's end-of-archive check, a Parquet footer), so the
-    # reference is what one epoch through the same adapter reads in this process, counted the
-    # same way: read system calls plus memory-mapped bytes.
+@pytest.fixture(scope="module")
+def shard_exports(wds_export: Path, tmp_path_factory: pytest.TempPathFactory
+                  ) -> dict[str, Path]:
+    """Three shards of 4 samples in each sharded layout."""
+    out = {"wds": wds_export}
+    for layout in ("arrow", "parquet"):
+        out[layout] = tmp_path_factory.mktemp(layout) / "export"
+        generate(_spec(layout, shard_samples=4), out[layout], samples=12, jobs=1)
+    return out
+
+
+def _epoch_bytes_per_sample(path: Path) -> float:
+    """Bytes per sample of one epoch through the adapter in this process, counted as the runner
+    counts them: read system calls plus memory-mapped bytes."""
     export = adapters.open_export(path)
     list(export.read())  # first epoch: lazy imports and caches
     counter = ReadChars()
     start, mapped = counter(), base.io_counters()[1]
     assert len(list(export.read())) == 12
-    want = (counter() - start + base.io_counters()[1] - mapped) / 12
-    if layout != "arrow":  # a memory map touches only the buffers used, not the whole file
+    return (counter() - start + base.io_counters()[1] - mapped) / 12
+
+
+# (batch size, batches): with warm-up of one batch, 4 x (1 + 3) = 16 samples end on a shard
+# boundary (warm-up shard 0, window shards 1, 2, 0); 3 x (1 + 2) = 9 samples end inside shard 2
+# (shards 0, 1 and one sample of 2), where counting from the worker's start would give 3/9.
+WINDOWS = {"aligned": (4, 3), "mid-shard": (3, 2)}
+
+
+@pytest.mark.parametrize("window", sorted(WINDOWS))
+@pytest.mark.parametrize("layout", ["wds", "arrow", "parquet"])
+def test_opens_and_bytes_per_sample_on_shards(layout: str, window: str,
+                                              shard_exports: dict[str, Path]) -> None:
+    path = shard_exports[layout]
+    batch, batches = WINDOWS[window]
+    # Files the adapter opens to open the export (footers) are set-up, not counted.
+    opts = BenchOptions(workers=(1,), batch_size=batch, rounds=1, warmup_batches=1,
+                        batches=batches)
+    doc = run_bench(path, opts)
+    run = doc["runs"][0]
+    assert run["samples"] == batch * batches
+    # One open per shard of 4, whatever the window read.
+    assert run["files_per_sample"] == 1 / 4
+    assert doc["counts"]["exact"] and doc["counts"]["samples"] == 12
+    # Readers may read some bytes twice (a tar's end-of-archive check, a Parquet footer), so the
+    # reference is what one epoch through the same adapter reads in this process.
+    want = _epoch_bytes_per_sample(path)
+    images = sum(len(r.image) for r in adapters.open_export(path).read()) / 12
+    if layout == "arrow":
+        # A memory map touches only the buffers used, not the whole file: at least the images.
+        assert want >= images > 0
+    else:
         assert want >= 0.9 * _export_bytes(path, (".tar", ".parquet")) / 12
     assert run["bytes_per_sample"] == pytest.approx(want, rel=1e-3)
 
@@ -236,11 +264,17 @@ def test_more_workers_than_units_is_refused_before_starting(wds_export: Path) ->
     assert not _stray()
 
 
-@pytest.mark.parametrize("bad", [dict(workers=()), dict(batch_size=0), dict(seconds=-1.0),
-                                 dict(backend="jax"), dict(prefetch=0), dict(on_error="x"),
-                                 dict(warmup_batches=0)])
-def test_bad_options_are_refused(bad: dict[str, Any]) -> None:
-    with pytest.raises(DsbenchError):
+@pytest.mark.parametrize(("bad", "needle"), [
+    (dict(workers=()), "--workers must be a list of positive integers"),
+    (dict(batch_size=0), "--batch-size must be an integer >= 1"),
+    (dict(seconds=-1.0), "--seconds must be a positive number"),
+    (dict(backend="jax"), "--backend must be"),
+    (dict(prefetch=0), "--prefetch must be an integer >= 1"),
+    (dict(on_error="x"), "unknown error policy 'x'"),
+    (dict(warmup_batches=0), "--warmup-batches must be an integer >= 1"),
+])
+def test_bad_options_are_refused(bad: dict[str, Any], needle: str) -> None:
+    with pytest.raises(DsbenchError, match=re.escape(needle)):
         BenchOptions(**bad)
 
 
@@ -268,21 +302,51 @@ def test_torch_backend_missing_is_one_clear_error(files_export: Path,
 
 
 def test_torch_backend_measures_the_same_figures(files_export: Path) -> None:
-    pytest.importorskip("torch")
-    opts = BenchOptions(workers=(2,), batch_size=3, rounds=1, warmup_batches=1, batches=4,
-                        backend="torch")
-    run = run_bench(files_export, opts)["runs"][0]
-    assert run["samples"] == 12
-    assert run["files_per_sample"] == 2.0
-    assert run["cpu_s_per_sample"] > sum(run["stages"].values()) > 0
-    assert len(run["batch_cpu_s"]) == 4
+    pytest.importorskip("torch")  # not in the test extra: runs where torch is installed
+    opts = dict(workers=(2,), batch_size=3, rounds=1, warmup_batches=1, batches=4)
+    ours = run_bench(files_export, BenchOptions(**opts))["runs"][0]
+    theirs = run_bench(files_export, BenchOptions(**opts, backend="torch"))["runs"][0]
+    # The same samples read the same way: the counts agree exactly.
+    assert theirs["samples"] == ours["samples"] == 12
+    assert theirs["files_per_sample"] == ours["files_per_sample"] == 2.0
+    assert theirs["bytes_per_sample"] == pytest.approx(ours["bytes_per_sample"], rel=1e-3)
+    # The same pipeline per sample: CPU within a factor of 2 either way (torch's DataLoader
+    # adds its own collation and queueing, and 12 samples are a rough measure).
+    assert 0.5 < theirs["cpu_s_per_sample"] / ours["cpu_s_per_sample"] < 2.0
+    assert theirs["cpu_s_per_sample"] > sum(theirs["stages"].values()) > 0
+    assert len(theirs["batch_cpu_s"]) == len(ours["batch_cpu_s"]) == 4
     assert not _stray()
 
 
-def test_layouts_open_through_the_adapters(files_export: Path, wds_export: Path) -> None:
-    # The runner opens exports through adapters.open_export, like everything else.
-    assert adapters.open_export(files_export).layout == "files"
-    assert adapters.open_export(wds_export).layout == "wds"
+_REAL_OPEN = adapters.open_export
+
+
+class SpyOpen:
+    """Stands in for adapters.open_export and records what this process opened. Module-level
+    and without the real function as an attribute, so that the spawned workers, which receive
+    the opener pickled, can unpickle it too."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def __call__(self, path: str | Path, layout: str | None = None) -> Any:
+        self.seen.append(str(path))
+        return _REAL_OPEN(path, layout)
+
+
+@pytest.mark.parametrize("layout", ["files", "wds", "arrow", "parquet"])
+def test_layouts_open_through_the_adapters(layout: str, files_export: Path,
+                                           shard_exports: dict[str, Path],
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    path = files_export if layout == "files" else shard_exports[layout]
+    spy = SpyOpen()
+    monkeypatch.setattr(adapters, "open_export", spy)
+    opts = BenchOptions(workers=(1,), batch_size=4, rounds=1, warmup_batches=1, batches=1)
+    doc = run_bench(path, opts)
+    # The runner itself (its survey and counts) opened the export through the adapters.
+    assert str(path) in spy.seen
+    assert doc["export"]["layout"] == layout
+    assert doc["runs"][0]["samples"] == 4
 
 
 @pytest.mark.parametrize("capacity", [1 << 20, 64])

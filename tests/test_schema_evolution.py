@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as ds
-import pyarrow.parquet as pq
 import pytest
+from layouts import jpegs, write_columnar
 
 from dsbench import adapters
 from dsbench.adapters import base
@@ -88,23 +89,24 @@ def test_survey_names_the_shards_that_lack_a_field(tmp_path: Path, layout: str) 
     assert s["samples"] == 9
 
 
-def test_new_shard_first_in_order_reads_the_same(tmp_path: Path) -> None:
-    out, _, new = evolved_export(tmp_path, "parquet")
+def _by_key(rows: list[base.RawSample]) -> dict[str, tuple[bytes, dict[str, Any]]]:
+    # Arrays compare by their values, as lists.
+    return {r.key: (r.image, {k: v.tolist() if isinstance(v, np.ndarray) else v
+                              for k, v in r.fields.items()}) for r in rows}
+
+
+@pytest.mark.parametrize("layout", ["arrow", "parquet"])
+def test_new_shard_first_in_order_reads_the_same(tmp_path: Path, layout: str) -> None:
+    out, _, new = evolved_export(tmp_path, layout)
+    in_order = _by_key(list(adapters.open_export(out).read()))
     # The old shards now sort after the new one: unification does not depend on order.
-    for p in sorted(out.glob("shard-00000[01].parquet")):
+    for p in sorted(out.glob(f"shard-00000[01].{EXT[layout]}")):
         p.rename(out / f"z-{p.name}")
     rows = list(adapters.open_export(out).read())
+    assert [r.key for r in rows] == [f"{i:08d}" for i in (6, 7, 8, 0, 1, 2, 3, 4, 5)]
     assert rows[0].fields["caption"] == make_sample(new, 0, 6)["caption"]
     assert [r.fields["caption"] for r in rows[3:]] == [None] * 6
-
-
-def write_ipc(path: Path, table: pa.Table) -> None:
-    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
-        w.write_table(table)
-
-
-def jpegs(n: int) -> list[bytes]:
-    return [make_sample(spec("arrow", ()), 3, i)["image"] for i in range(n)]
+    assert _by_key(rows) == in_order  # every key, image and field as read in the first order
 
 
 @pytest.mark.parametrize("layout", ["arrow", "parquet"])
@@ -113,10 +115,7 @@ def test_mistyped_column_is_an_error_naming_both_shards_and_the_column(
     a = pa.table({"image": jpegs(2), "label": pa.array([1, 2], pa.int64())})
     b = pa.table({"image": jpegs(2), "label": pa.array(["cat", "dog"], pa.string())})
     for name, table in (("a", a), ("b", b)):
-        if layout == "arrow":
-            write_ipc(tmp_path / f"{name}.arrow", table)
-        else:
-            pq.write_table(table, tmp_path / f"{name}.parquet")
+        write_columnar(tmp_path / f"{name}.{EXT[layout]}", table)
     pattern = fr"column 'label' is int64 in a\.{EXT[layout]} but string in b\.{EXT[layout]}"
     with pytest.raises(DsbenchError, match=pattern):
         adapters.open_export(tmp_path)
@@ -124,9 +123,12 @@ def test_mistyped_column_is_an_error_naming_both_shards_and_the_column(
     assert "column 'label'" in capsys.readouterr().err
 
 
-def test_widening_types_are_promoted_not_refused(tmp_path: Path) -> None:
-    write_ipc(tmp_path / "a.arrow", pa.table({"image": jpegs(1), "n": pa.array([1], pa.int32())}))
-    write_ipc(tmp_path / "b.arrow", pa.table({"image": jpegs(1), "n": pa.array([2**40])}))
+@pytest.mark.parametrize("layout", ["arrow", "parquet"])
+def test_widening_types_are_promoted_not_refused(tmp_path: Path, layout: str) -> None:
+    write_columnar(tmp_path / f"a.{EXT[layout]}",
+                   pa.table({"image": jpegs(1), "n": pa.array([1], pa.int32())}))
+    write_columnar(tmp_path / f"b.{EXT[layout]}",
+                   pa.table({"image": jpegs(1), "n": pa.array([2**40])}))
     ex = adapters.open_export(tmp_path)
     assert ex.schema.field("n").type == pa.int64()
     assert [r.fields["n"] for r in ex.read()] == [1, 2**40]

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from dsbench.cli import main
 from dsbench.errors import DsbenchError
 from dsbench.export.spec import load_spec, member_ext
 
@@ -75,15 +74,6 @@ def test_not_toml_and_missing_file(tmp_path: Path) -> None:
         load_spec(_write(tmp_path, "name = \n"))
     with pytest.raises(DsbenchError, match="no such definition"):
         load_spec(tmp_path / "absent.toml")
-
-
-def test_generate_cli_bad_definition_exits_2_with_one_line(tmp_path: Path, capsys) -> None:
-    path = _write(tmp_path, BASE + "[image]\ncodec = 'gif'\n")
-    assert main(["generate", str(path), str(tmp_path / "out")]) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1
-    assert "image.codec" in err and str(path) in err
-    assert not (tmp_path / "out").exists()
 
 
 def test_member_extensions_follow_webdataset_conventions() -> None:

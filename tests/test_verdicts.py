@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import write_export
+from conftest import quick, write_export
 
 from dsbench import adapters
 from dsbench.analysis import compare, gate
@@ -19,11 +19,6 @@ from dsbench.loader import runner
 from dsbench.loader.options import BenchOptions
 from dsbench.loader.runner import run_bench, run_benches
 from dsbench.results.document import write_result
-
-
-def quick(seconds: float, rounds: int, workers: tuple[int, ...] = (1,)) -> BenchOptions:
-    return BenchOptions(workers=workers, batch_size=8, seconds=seconds, rounds=rounds,
-                        warmup_batches=1)
 
 
 @pytest.fixture(scope="module")

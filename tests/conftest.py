@@ -65,3 +65,27 @@ def measured(tiny_exports: dict[str, Path]) -> dict[str, BenchResult]:
     paths = [tiny_exports[n] for n in names] + [tiny_exports["before"]]
     docs = run_benches(paths, quick())
     return dict(zip((*names, "before_again"), docs, strict=True))
+
+
+@pytest.fixture(scope="module")
+def s3_server() -> Any:
+    """A local S3-compatible server (moto) on a free port for a test module, stopped after it
+    (so that other modules' checks for stray child processes see none). Tests make their own
+    buckets; `s3_env` points the client at it."""
+    from dsbench.storage.server import LocalS3
+
+    with LocalS3() as server:
+        yield server
+
+
+@pytest.fixture
+def s3_env(s3_server: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The environment that reaches `s3_server`, set for this test (and the workers it spawns);
+    the client's per-process caches are cleared so that nothing from another test is reused."""
+    from dsbench.storage import remote
+
+    for name, value in s3_server.env.items():
+        monkeypatch.setenv(name, value)
+    remote.clear_caches()
+    yield s3_server
+    remote.clear_caches()

@@ -44,8 +44,10 @@ class Metric:
 METRICS = (
     Metric("samples_per_s", "samples/s", True, False),
     Metric("cpu_s_per_sample", "CPU per sample", False, False),
+    Metric("host_cpu_s_per_sample", "host CPU per sample", False, False),
     Metric("bytes_per_sample", "bytes read per sample", False, True),
     Metric("files_per_sample", "files opened per sample", False, True),
+    Metric("requests_per_sample", "requests per sample", False, True),
     Metric("peak_pss_bytes", "peak memory (PSS)", False, False),
 )
 
@@ -53,8 +55,10 @@ METRICS = (
 def format_value(key: str, value: float) -> str:
     if key == "samples_per_s":
         return fmt.rate(value)
-    if key == "cpu_s_per_sample":
+    if key in ("cpu_s_per_sample", "host_cpu_s_per_sample"):
         return fmt.seconds(value, "sample")
+    if key == "requests_per_sample":
+        return f"{fmt.sig(value)} requests/sample"
     if key == "bytes_per_sample":
         return fmt.nbytes(value, "sample")
     if key == "files_per_sample":
@@ -115,7 +119,7 @@ def metric_row(m: Metric, base: BenchResult, cand: BenchResult, workers: int,
     # Figures looked up by name: as plain mappings (the keys are the metrics', not literals).
     rb: Mapping[str, Any] = run_for(base, workers)
     rc: Mapping[str, Any] = run_for(cand, workers)
-    a, b = float(rb[m.key]), float(rc[m.key])
+    a, b = float(rb.get(m.key, 0.0)), float(rc.get(m.key, 0.0))
     row: dict[str, Any] = {"metric": m.key, "label": m.label, "base": a, "cand": b,
                            "higher_is_better": m.higher_is_better, "counted": False,
                            "exact": False, "ratio_ci95": None}
@@ -139,6 +143,21 @@ def metric_row(m: Metric, base: BenchResult, cand: BenchResult, workers: int,
     row |= {"ratio": ratio, "significant": bool(significant),
             "change": _change(significant, ratio, m.higher_is_better)}
     return row
+
+
+def measured_metrics(base: BenchResult, cand: BenchResult, workers: int) -> list[Metric]:
+    """The metrics both sides have: host CPU only where both measured it (older results lack
+    it); requests where either export is in an object store (a local one makes none: zero)."""
+    rb: Mapping[str, Any] = run_for(base, workers)
+    rc: Mapping[str, Any] = run_for(cand, workers)
+    out = []
+    for m in METRICS:
+        if m.key == "host_cpu_s_per_sample" and not (m.key in rb and m.key in rc):
+            continue
+        if m.key == "requests_per_sample" and not (m.key in rb or m.key in rc):
+            continue
+        out.append(m)
+    return out
 
 
 def _signed(x: float, show: str) -> str:
@@ -172,8 +191,11 @@ def count_rows(metrics: list[dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for key, what, unit, show in (
             ("files_per_sample", "files opened", "files/sample", fmt.sig),
-            ("bytes_per_sample", "bytes read", "B/sample", fmt.nbytes)):
-        m = next(x for x in metrics if x["metric"] == key)
+            ("bytes_per_sample", "bytes read", "B/sample", fmt.nbytes),
+            ("requests_per_sample", "requests", "requests/sample", fmt.sig)):
+        m = next((x for x in metrics if x["metric"] == key), None)
+        if m is None:
+            continue
         delta = m["cand"] - m["base"]
         exact = " (exact)" if m["exact"] else (" (counted)" if m["counted"] else "")
         rows.append({"what": what, "unit": unit, "base": m["base"], "cand": m["cand"],
@@ -220,7 +242,8 @@ def compare(base: BenchResult, cand: BenchResult, *,
     if reasons:
         return out
     for w in common_workers(base, cand):
-        metrics = [metric_row(m, base, cand, w, paired) for m in METRICS]
+        metrics = [metric_row(m, base, cand, w, paired)
+                   for m in measured_metrics(base, cand, w)]
         rows = attribution(metrics, stage_rows(base, cand, w, paired))
         out["runs"].append({"workers": w, "metrics": metrics, "attribution": rows,
                             "moved": moved_text(rows)})

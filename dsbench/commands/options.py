@@ -17,6 +17,7 @@ from typing import Any
 from dsbench import atomic, fmt
 from dsbench.adapters import FORMATS
 from dsbench.errors import DsbenchError
+from dsbench.loader.counts import DEFAULT_MAX_SAMPLES, REMOTE_MAX_SAMPLES
 from dsbench.loader.decode import DECODERS
 from dsbench.loader.options import BenchOptions
 from dsbench.model.costs import DIST_SYNTAX, Distribution
@@ -108,9 +109,10 @@ def add_window_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup,
     p.add_argument("--max-pixels", type=int, default=d.max_pixels, metavar="N",
                    help="an image of more pixels is a bad sample, refused from its header "
                         f"before decoding (default {d.max_pixels})")
-    p.add_argument("--count-samples", type=int, default=d.count_samples, metavar="N",
-                   help="files and bytes per sample are counted over whole units up to N "
-                        f"samples; 0 counts every unit (default {d.count_samples})")
+    p.add_argument("--count-samples", type=int, default=None, metavar="N",
+                   help="files, bytes and requests per sample are counted over whole units up "
+                        f"to N samples; 0 counts every unit (default {DEFAULT_MAX_SAMPLES}, "
+                        f"{REMOTE_MAX_SAMPLES} in an object store)")
 
 
 def window_options(args: argparse.Namespace, **more: Any) -> BenchOptions:

@@ -14,6 +14,11 @@ units in an order spread evenly over the export (bit-reversed indices) until it 
 and the counts say `exact: false` and how many units they cover. The order depends on the
 export alone, so the figures are still the same from run to run.
 
+An export in an object store is counted the same way, and its requests too (storage/accounting.py):
+GETs, range GETs, HEADs and LIST pages per sample, first-byte latency and client CPU per request.
+By default fewer samples are counted there (REMOTE_MAX_SAMPLES): a sequential pass of one
+request per object at tens of milliseconds each would take longer than the benchmark.
+
 Bytes are the process's read_chars (every byte a read system call returned, page-cache hits
 included, so they repeat) plus bytes touched through memory maps, as the adapters count them;
 files are the opens the adapters count. Opening the export (headers, footers) is set-up, done
@@ -29,8 +34,10 @@ from dsbench.adapters import base
 from dsbench.adapters.base import Export
 from dsbench.loader.worker import read_chars
 from dsbench.results import types
+from dsbench.storage import accounting
 
 DEFAULT_MAX_SAMPLES = 20_000
+REMOTE_MAX_SAMPLES = 2_000
 METHOD = "whole units"
 
 
@@ -43,6 +50,7 @@ class Counts:
     files: int
     read_bytes: int
     mapped_bytes: int
+    requests: accounting.Requests | None = None  # an export in an object store: its requests
 
     @property
     def exact(self) -> bool:
@@ -95,6 +103,7 @@ def count_pass(export: Export, max_samples: int = DEFAULT_MAX_SAMPLES,
         skipped = 0
     opens0, mapped0 = base.io_counters()
     chars0 = read_chars()
+    requests0 = accounting.totals().copy()
     samples = read = 0
     for i in spread(len(units)):
         samples += sum(1 for _ in export.read_units([units[i]], handler))
@@ -102,5 +111,6 @@ def count_pass(export: Export, max_samples: int = DEFAULT_MAX_SAMPLES,
         if max_samples and samples >= max_samples:
             break
     opens1, mapped1 = base.io_counters()
+    requests = accounting.totals().since(requests0)
     return Counts(samples, skipped, read, len(units), opens1 - opens0, read_chars() - chars0,
-                  mapped1 - mapped0)
+                  mapped1 - mapped0, requests if sum(requests.count.values()) else None)

@@ -9,11 +9,12 @@ from pathlib import Path
 
 from dsbench import adapters
 from dsbench.errors import DsbenchError
-from dsbench.loader.counts import DEFAULT_MAX_SAMPLES
+from dsbench.loader.counts import DEFAULT_MAX_SAMPLES, REMOTE_MAX_SAMPLES
 from dsbench.loader.decode import DECODERS, DEFAULT_MAX_PIXELS
 from dsbench.loader.pipeline import Pipeline, TrainTransform, Transform
 from dsbench.loader.worker import Opener
 from dsbench.results.types import Config
+from dsbench.storage.files import Loc, is_remote, location
 
 BACKENDS = ("dsbench", "torch")
 
@@ -42,7 +43,8 @@ class BenchOptions:
     layout: str | None = None  # read as this layout instead of detecting it
     max_pixels: int = DEFAULT_MAX_PIXELS  # larger images are bad samples
     stall_s: float | None = None  # a worker silent this long fails the run (None: adaptive)
-    count_samples: int = DEFAULT_MAX_SAMPLES  # samples of whole units to count; 0: every unit
+    # Samples of whole units to count; 0: every unit; None: the default for where the export is.
+    count_samples: int | None = None
 
     def __post_init__(self) -> None:
         def bad(option: str, value: object, want: str) -> DsbenchError:
@@ -53,6 +55,8 @@ class BenchOptions:
         for name, lo in (("batch_size", 1), ("rounds", 1), ("warmup_batches", 1),
                          ("prefetch", 1), ("count_samples", 0)):
             value = getattr(self, name)
+            if name == "count_samples" and value is None:
+                continue
             if isinstance(value, bool) or not isinstance(value, int) or value < lo:
                 raise bad(name.replace("_", "-"), value, f"an integer >= {lo}")
         if not (math.isfinite(self.seconds) and self.seconds > 0):
@@ -90,13 +94,19 @@ class BenchOptions:
         as spawned workers need it)."""
         return self.opener or functools.partial(adapters.open_export, layout=self.layout)
 
-    def config(self, path: str | Path) -> Config:
+    def samples_to_count(self, path: str | Path | Loc) -> int:
+        if self.count_samples is not None:
+            return self.count_samples
+        return REMOTE_MAX_SAMPLES if is_remote(location(path)) else DEFAULT_MAX_SAMPLES
+
+    def config(self, path: str | Path | Loc) -> Config:
         return {"path": str(path), "workers": list(self.workers), "batch_size": self.batch_size,
                 "seconds": self.seconds, "rounds": self.rounds,
                 "sweep_rounds": self.sweep_rounds,
                 "warmup_batches": self.warmup_batches, "step_time_s": self.step_time_s,
                 "cold": self.cold, "decoder": self.decoder, "normalize": self.normalize,
                 "on_error": self.on_error, "backend": self.backend, "prefetch": self.prefetch,
-                "seed": self.seed, "batches": self.batches, "count_samples": self.count_samples,
+                "seed": self.seed, "batches": self.batches,
+                "count_samples": self.samples_to_count(path),
                 "layout": self.layout, "stall_s": self.stall_s, "max_pixels": self.max_pixels,
                 "transform": type(self.pipeline().transform).__name__}

@@ -14,6 +14,10 @@ exactly `batches` batches). Figures over the window:
 * CPU s/sample = (main process getrusage(RUSAGE_SELF) delta + each worker's own getrusage delta
   between its last report before the window and its last one in it) / window samples; the
   workers' totals from getrusage(RUSAGE_CHILDREN) after they are reaped are the cross-check;
+* host CPU s/sample = the whole machine's busy CPU time over the window (every process and the
+  kernel: /proc/stat's user, nice, system, irq and softirq, via psutil) / window samples. It is
+  what a dashboard's "host CPU" sees, so it includes CPU the loader's processes do not own (a
+  FUSE daemon, kernel network work, a local storage server) and whatever neighbours ran;
 * stages, bytes and files per sample from the same report deltas; peak PSS of the process tree.
 
 The public entry point is `run_bench(path, BenchOptions(...)) -> result document`. Workers are
@@ -48,6 +52,8 @@ from dsbench.results import document as results
 from dsbench.results import machine
 from dsbench.results.stages import STAGES
 from dsbench.results.types import BenchResult, Round, Run
+from dsbench.storage import accounting, remote
+from dsbench.storage.files import Loc, location
 
 # PSS is read from /proc/<pid>/smaps_rollup, which costs about a millisecond per process: sample
 # it at the window's edges and at most this often inside it (its CPU is not charged to the run).
@@ -99,6 +105,13 @@ def _self_cpu() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
+def host_busy_s() -> float:
+    """CPU seconds the whole machine has been busy (all cores; idle, iowait and steal left out:
+    steal is time the hypervisor gave to other guests, not work done here)."""
+    t = psutil.cpu_times()
+    return t.user + t.nice + t.system + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0)
+
+
 def _measure(source: ShmSource | TorchSource, opts: BenchOptions, n_workers: int
              ) -> dict[str, Any]:
     """Warm up, then the measured window; everything per window, nothing logged inside it."""
@@ -114,7 +127,7 @@ def _measure(source: ShmSource | TorchSource, opts: BenchOptions, n_workers: int
     reports: list[BatchReport] = []
     excluded_cpu = 0.0
     next_pss = time.perf_counter() + PSS_INTERVAL_S
-    cpu0 = _self_cpu()
+    cpu0, host0 = _self_cpu(), host_busy_s()
     t0 = time.perf_counter()
     while True:
         report = source.next()
@@ -134,6 +147,7 @@ def _measure(source: ShmSource | TorchSource, opts: BenchOptions, n_workers: int
             excluded_cpu += time.thread_time() - c
             next_pss = time.perf_counter() + PSS_INTERVAL_S
     t1 = time.perf_counter()
+    host_cpu = host_busy_s() - host0
     main_cpu = _self_cpu() - cpu0 - excluded_cpu
     peak_pss = max(peak_pss, tree_pss())
 
@@ -156,6 +170,7 @@ def _measure(source: ShmSource | TorchSource, opts: BenchOptions, n_workers: int
         "samples": samples, "batches": len(reports), "wall_s": wall,
         "cpu_s": main_cpu + workers_cpu, "main_cpu_s": main_cpu, "workers_cpu_s": workers_cpu,
         "samples_per_s": samples / wall, "cpu_s_per_sample": (main_cpu + workers_cpu) / samples,
+        "host_cpu_s": host_cpu, "host_cpu_s_per_sample": host_cpu / samples,
         "accelerator_util": (len(reports) * step / wall) if step else None,
         "stages_s": dict(zip(STAGES, map(float, stage_s), strict=True)),
         # What the window happened to read: it ends inside a shard wherever the clock says, so
@@ -169,9 +184,9 @@ def _measure(source: ShmSource | TorchSource, opts: BenchOptions, n_workers: int
     }
 
 
-def run_round(path: Path, opts: BenchOptions, n_workers: int) -> dict[str, Any]:
+def run_round(path: Loc, opts: BenchOptions, n_workers: int) -> dict[str, Any]:
     """One round with fresh worker processes (start-up is outside the measured window)."""
-    if opts.cold:
+    if opts.cold and isinstance(path, Path):
         evict(path)
     reaped0 = _children_cpu()
     source: ShmSource | TorchSource
@@ -188,14 +203,19 @@ def run_round(path: Path, opts: BenchOptions, n_workers: int) -> dict[str, Any]:
 
 
 def _round_row(r: dict[str, Any]) -> Round:
-    return {"samples": r["samples"], "batches": r["batches"], "wall_s": r["wall_s"],
-            "cpu_s": r["cpu_s"], "main_cpu_s": r["main_cpu_s"],
-            "workers_cpu_s": r["workers_cpu_s"], "workers_cpu_s_reaped": r["workers_cpu_s_reaped"],
-            "samples_per_s": r["samples_per_s"], "cpu_s_per_sample": r["cpu_s_per_sample"],
-            "accelerator_util": r["accelerator_util"], "warmup_batches": r["warmup_batches"],
-            "warmup_s": r["warmup_s"], "peak_pss_bytes": r["peak_pss_bytes"],
-            "window_files": r["window_files"], "window_bytes": r["window_bytes"],
-            "stages": {s: r["stages_s"][s] / r["samples"] for s in STAGES}}
+    row: Round = {"samples": r["samples"], "batches": r["batches"], "wall_s": r["wall_s"],
+                  "cpu_s": r["cpu_s"], "main_cpu_s": r["main_cpu_s"],
+                  "workers_cpu_s": r["workers_cpu_s"],
+                  "workers_cpu_s_reaped": r["workers_cpu_s_reaped"],
+                  "samples_per_s": r["samples_per_s"], "cpu_s_per_sample": r["cpu_s_per_sample"],
+                  "accelerator_util": r["accelerator_util"], "warmup_batches": r["warmup_batches"],
+                  "warmup_s": r["warmup_s"], "peak_pss_bytes": r["peak_pss_bytes"],
+                  "window_files": r["window_files"], "window_bytes": r["window_bytes"],
+                  "stages": {s: r["stages_s"][s] / r["samples"] for s in STAGES}}
+    if "host_cpu_s" in r:  # rounds given by callers that did not measure the host
+        row["host_cpu_s"] = r["host_cpu_s"]
+        row["host_cpu_s_per_sample"] = r["host_cpu_s_per_sample"]
+    return row
 
 
 def summarize_run(n_workers: int, opts: BenchOptions, rounds: list[dict[str, Any]],
@@ -203,10 +223,11 @@ def summarize_run(n_workers: int, opts: BenchOptions, rounds: list[dict[str, Any
     """One worker count's figures over its rounds."""
     sps = stats.summarize([r["samples_per_s"] for r in rounds])
     cpu = stats.summarize([r["cpu_s_per_sample"] for r in rounds])
+    host = [r["host_cpu_s_per_sample"] for r in rounds if "host_cpu_s_per_sample" in r]
     samples = sum(r["samples"] for r in rounds)
     au = [r["accelerator_util"] for r in rounds if r["accelerator_util"] is not None]
     skipped = [e for r in rounds for e in r["skipped"]][:SKIPPED_KEPT]
-    return {
+    run: Run = {
         "workers": n_workers, "batch_size": opts.batch_size,
         "samples_per_s": sps.center, "samples_per_s_iqr": list(sps.iqr),
         "samples_per_s_ci95": list(sps.ci95), "samples_per_s_spread": sps.relative_spread,
@@ -225,6 +246,13 @@ def summarize_run(n_workers: int, opts: BenchOptions, rounds: list[dict[str, Any
         "batch_cpu_s": [x for r in rounds for x in r["batch_cpu_s"]],
         "rounds": [_round_row(r) for r in rounds],
     }
+    if host and len(host) == len(rounds):
+        # A host busy for none of a window (a clock too coarse) has no mean on logs.
+        run["host_cpu_s_per_sample"] = (stats.summarize(host).center if min(host) > 0
+                                        else float(np.mean(host)))
+    if counts.requests is not None:
+        run["requests_per_sample"] = counts.per_sample(counts.requests.data_requests)
+    return run
 
 
 def _warnings(run: Run, opts: BenchOptions) -> list[str]:
@@ -248,7 +276,7 @@ def _warnings(run: Run, opts: BenchOptions) -> list[str]:
     return out
 
 
-def prepare(path: Path, opts: BenchOptions) -> tuple[dict[str, Any], Counts]:
+def prepare(path: Loc, opts: BenchOptions) -> tuple[dict[str, Any], Counts]:
     """The export's `inspect` summary and its exact counts; refuses more workers than units."""
     export = worker.open_export(str(path), opts.export_opener())
     units = len(export.units())
@@ -264,25 +292,25 @@ def prepare(path: Path, opts: BenchOptions) -> tuple[dict[str, Any], Counts]:
                            "samples; --on-error skip measures without them)",
                            path=first["file"], key=first["key"])
     skipped: list[Any] = []
-    counts = count_pass(export, opts.count_samples,
+    counts = count_pass(export, opts.samples_to_count(path),
                         skipped.append if opts.on_error == "skip" else None)
     return summary, counts
 
 
-def run_bench(path: str | Path, opts: BenchOptions, progress: Progress | None = None
+def run_bench(path: str | Path | Loc, opts: BenchOptions, progress: Progress | None = None
               ) -> BenchResult:
     """Benchmark the export at `path` for every worker count in `opts.workers`."""
     return run_benches([path], opts, progress)[0]
 
 
-def run_benches(paths: Sequence[str | Path], opts: BenchOptions,
+def run_benches(paths: Sequence[str | Path | Loc], opts: BenchOptions,
                 progress: Progress | None = None) -> list[BenchResult]:
     """Benchmark several exports with their rounds interleaved (A1 B1 A2 B2 ...).
 
     Machine drift (a neighbour starting a job, thermal throttling) then lands on every export
     alike instead of on whichever happened to run last, so their ratios stay honest.
     """
-    ps = [Path(p) for p in paths]
+    ps = [location(p) for p in paths]
     say = progress or (lambda _msg: None)
     check_memory(opts.pipeline(), opts.batch_size, opts.prefetch, max(opts.workers))
     prepared = [prepare(p, opts) for p in ps]
@@ -322,6 +350,10 @@ def run_benches(paths: Sequence[str | Path], opts: BenchOptions,
                                f"{summary['ignored_files']['examples'][0]})")
         for w in warnings[k]:
             say(f"warning: {p.name}: {w}")
-        docs.append(results.new_document(info, summary, opts.config(p), runs[k], warnings[k],
-                                         counts.to_json(), run_id))
+        doc = results.new_document(info, summary, opts.config(p), runs[k], warnings[k],
+                                   counts.to_json(), run_id)
+        if counts.requests is not None:
+            doc["requests"] = accounting.summary(counts.requests, counts.samples,
+                                                 remote.client_info())
+        docs.append(doc)
     return docs

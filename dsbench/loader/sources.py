@@ -18,7 +18,6 @@ import time
 from collections.abc import Iterator
 from multiprocessing.connection import Connection, wait
 from multiprocessing.shared_memory import SharedMemory
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -35,6 +34,7 @@ from dsbench.loader.worker import (
     run,
     unpack_fields,
 )
+from dsbench.storage.files import Loc
 
 # A worker silent for STALL_FACTOR times its median gap between batches is stuck (bounded by
 # MIN_STALL_S and MAX_STALL_S); before its first batch it has STARTUP_STALL_S.
@@ -109,7 +109,7 @@ class ShmSource:
     outside the measured window.
     """
 
-    def __init__(self, path: Path, pipeline: Pipeline, n_workers: int, opts: Any) -> None:
+    def __init__(self, path: Loc, pipeline: Pipeline, n_workers: int, opts: Any) -> None:
         import multiprocessing as mp
 
         transform = pipeline.transform

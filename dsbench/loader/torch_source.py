@@ -11,7 +11,6 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -32,6 +31,7 @@ from dsbench.loader.worker import (
     read_chars,
 )
 from dsbench.results.stages import STAGES
+from dsbench.storage.files import Loc
 
 _torch_last_cpu = 0.0
 _torch_setup_opens = 0
@@ -114,7 +114,7 @@ def __getattr__(name: str) -> Any:
 class TorchSource:
     """The same work through torch.utils.data.DataLoader (an IterableDataset, spawn workers)."""
 
-    def __init__(self, path: Path, pipeline: Pipeline, n_workers: int, opts: Any) -> None:
+    def __init__(self, path: Loc, pipeline: Pipeline, n_workers: int, opts: Any) -> None:
         try:
             from torch.utils.data import DataLoader
         except ImportError:

@@ -6,6 +6,26 @@ from dsbench import fmt
 from dsbench.results.document import STAGES
 from dsbench.results.types import BenchResult
 
+HOST_NOTE = ("CPU: the loader's processes (getrusage); host CPU: the whole machine over the "
+             "window, kernel and neighbours included")
+
+
+def requests_text(doc: BenchResult) -> str:
+    """An export in an object store: its requests per sample, latency and client CPU."""
+    q = doc.get("requests")
+    if not q:
+        return ""
+    text = (f"\nobject store ({q['client']} {q['client_version']}): "
+            f"{fmt.sig(q['requests_per_sample'])} requests/sample "
+            f"({fmt.sig(q['get_per_sample'])} GET, {fmt.sig(q['range_get_per_sample'])} range "
+            f"GET; {fmt.sig(q['head_per_sample'])} HEAD, {fmt.sig(q['list_per_sample'])} LIST "
+            f"pages per sample)")
+    if "first_byte_s" in q:
+        ttfb = q["first_byte_s"]
+        text += (f", first byte p50 {fmt.seconds(ttfb['p50'])}, p99 {fmt.seconds(ttfb['p99'])}, "
+                 f"client CPU {fmt.seconds(q.get('client_cpu_s_per_request', 0.0))}/request")
+    return text
+
 
 def render(doc: BenchResult) -> str:
     """The result as two tables for people: throughput and cost, then CPU per stage."""
@@ -18,13 +38,16 @@ def render(doc: BenchResult) -> str:
             str(r["workers"]), fmt.rate(r["samples_per_s"]),
             f"{fmt.sig(lo)}-{fmt.sig(hi)} samples/s",
             fmt.seconds(r["cpu_s_per_sample"], "sample"),
+            fmt.seconds(r["host_cpu_s_per_sample"], "sample") if "host_cpu_s_per_sample" in r
+            else "-",
             fmt.nbytes(r["bytes_per_sample"], "sample"),
             fmt.rate(r["files_per_sample"], "files/sample"),
             fmt.nbytes(r["peak_pss_bytes"]),
             fmt.percent(r["scaling_efficiency"]) if r["scaling_efficiency"] is not None else "-",
             fmt.percent(au) if au is not None else "-",
         ])
-    main = fmt.table(["workers", "throughput", "95% CI", "CPU", "bytes read", "files opened",
+    main = fmt.table(["workers", "throughput", "95% CI", "CPU", "host CPU", "bytes read",
+                      "files opened",
                       "peak PSS", "scaling", "accel. util"], rows)
     stage_rows = []
     for r in runs:
@@ -43,5 +66,6 @@ def render(doc: BenchResult) -> str:
             + (", cold cache" if cfg["cold"] else ""))
     skipped = sum(r["skipped_samples"] for r in runs)
     tail = f"\nskipped {skipped} bad samples (see 'skipped' in --json)" if skipped else ""
-    return (f"{head}\n\n{main}\n\nCPU per sample by stage (other: main process, hand-over, "
-            f"idle wake-ups)\n{stages}{tail}")
+    return (f"{head}\n\n{main}\n{HOST_NOTE}{requests_text(doc)}\n\n"
+            "CPU per sample by stage (other: main process, hand-over, idle wake-ups)\n"
+            f"{stages}{tail}")

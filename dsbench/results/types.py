@@ -78,6 +78,8 @@ class Round(TypedDict):
     workers_cpu_s_reaped: NotRequired[float]
     samples_per_s: float
     cpu_s_per_sample: float
+    host_cpu_s: NotRequired[float]
+    host_cpu_s_per_sample: NotRequired[float]
     accelerator_util: NotRequired[float | None]
     warmup_batches: NotRequired[int]
     warmup_s: NotRequired[float]
@@ -98,10 +100,12 @@ class Run(TypedDict):
     cpu_s_per_sample_iqr: list[float]
     cpu_s_per_sample_ci95: list[float]
     cpu_s_per_sample_spread: float
+    host_cpu_s_per_sample: NotRequired[float]
     stages: dict[str, float]
     bytes_per_sample: float
     mapped_bytes_per_sample: float
     files_per_sample: float
+    requests_per_sample: NotRequired[float]
     peak_pss_bytes: float
     samples: int
     skipped_samples: int
@@ -110,6 +114,28 @@ class Run(TypedDict):
     scaling_efficiency: float | None
     batch_cpu_s: list[float]
     rounds: list[Round]
+
+
+class FirstByte(TypedDict):
+    p50: float
+    p99: float
+
+
+class Requests(TypedDict):
+    """An export in an object store: its requests, counted with the files and bytes."""
+
+    client: str
+    client_version: str
+    method: str
+    requests_per_sample: float
+    get_per_sample: float
+    range_get_per_sample: float
+    head_per_sample: float
+    list_per_sample: float
+    requests: dict[str, int]
+    body_bytes_per_sample: float
+    first_byte_s: NotRequired[FirstByte]
+    client_cpu_s_per_request: NotRequired[float]
 
 
 class BenchResult(TypedDict):
@@ -125,3 +151,4 @@ class BenchResult(TypedDict):
     statistics: Statistics
     runs: list[Run]
     warnings: NotRequired[list[str]]
+    requests: NotRequired[Requests]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import resource
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from dsbench import stats
 
@@ -65,10 +66,11 @@ def totals() -> Requests:
     return _totals
 
 
-def summary(requests: Requests, samples: int) -> dict[str, object]:
-    """Per-sample request counts and the requests' latency and CPU, for a result document."""
+def summary(requests: Requests, samples: int, client: dict[str, str]) -> Any:
+    """Per-sample request counts and the requests' latency and CPU, for a result document
+    (results.types.Requests; this stage comes before results, so it is built as a dict)."""
     per = 1 / samples if samples else 0.0
-    out: dict[str, object] = {
+    out: dict[str, Any] = {**client, "method": "whole units",
         "requests_per_sample": requests.data_requests * per,
         "get_per_sample": requests.count["GET"] * per,
         "range_get_per_sample": requests.count["RANGE"] * per,

@@ -143,6 +143,12 @@ def _store(scheme: str, authority: str) -> Any:
                            path=f"{scheme}://{authority}") from None
 
 
+def clear_caches() -> None:
+    """Forget stores and listings (they are read once per process): for a changed environment."""
+    _store.cache_clear()
+    listing.cache_clear()
+
+
 def store_of(path: RemotePath) -> Any:
     return _store(path.scheme, path.authority)
 

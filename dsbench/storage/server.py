@@ -114,9 +114,11 @@ class LocalS3:
         return f"s3://{bucket}"
 
     def enforce_auth(self, on: bool = True) -> None:
-        """Have the server check signatures (off by default, as moto starts)."""
+        """Have the server check credentials against its (empty) IAM, so that every key is
+        unknown; off, as moto starts, it accepts any. The body is the number of requests still
+        let through unchecked: 0, or `inf` (it must be sent as text/plain)."""
         req = urllib.request.Request(f"{self.endpoint}/moto-api/reset-auth",
-                                     data=b"1" if on else b"0", method="POST",
+                                     data=b"0" if on else b"inf", method="POST",
                                      headers={"Content-Type": "text/plain"})
         with urllib.request.urlopen(req, timeout=10):
             pass

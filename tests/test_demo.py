@@ -179,12 +179,28 @@ def test_demo_end_to_end_reuses_its_cache(tmp_path: Path, capsys: pytest.Capture
     first = capsys.readouterr()
     assert "generating before" in first.err and "Verdict (measured on this machine" in first.out
     assert "On 2 nodes x 8 GPUs" in first.out and "What to do" in first.out
-    assert main(run_demo_cli(tmp_path)) == 0
+    # The object-store section: a local S3 server started, measured, and stopped.
+    assert "On object storage (measured: before's first shard" in first.out
+    assert "makes 2.00 requests/sample" in first.out and "host CPU per sample" in first.out
+    assert main(run_demo_cli(tmp_path, "--no-object-store")) == 0
     second = capsys.readouterr()
     assert "generating" not in second.err and second.err.count("reusing") == 3
+    assert "On object storage" not in second.out
 
 
 def test_a_cache_holding_another_export_is_refused(tmp_path: Path) -> None:
     generate(demo.definition("after"), tmp_path / "before-40", samples=40)
     with pytest.raises(DsbenchError, match="holds a different export"):
         demo.prepare_exports(tmp_path, 40, lambda _m: None)
+
+
+def test_without_moto_the_object_store_section_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dsbench.report import demo_store, verdict
+
+    monkeypatch.setattr(demo_store, "available", lambda: "moto is not installed (pip x)")
+    said: list[str] = []
+    skipped = demo_store.measure({}, demo.DEMO_BENCH, said.append)
+    assert skipped == {"skipped": "moto is not installed (pip x)"}
+    assert said == ["demo: object storage skipped: moto is not installed (pip x)"]
+    assert verdict.store_lines(skipped) == [
+        "", "On object storage: not measured (moto is not installed (pip x))"]

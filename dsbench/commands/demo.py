@@ -34,6 +34,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     m.add_argument("--samples", type=int, default=_D.samples,
                    help=f"samples per export (default {_D.samples}: 2 shards, so 2 workers)")
     add_window_arguments(m, _B)
+    m.add_argument("--no-object-store", dest="object_store", action="store_false",
+                   help="skip measuring before and after on a local S3 server (moto)")
     add_cluster_arguments(p, _C, "the predicted cluster (a model; the demo's stated "
                           "assumptions)", measured_batch=False)
     p.add_argument("--steps", type=int, default=_D.steps,
@@ -53,7 +55,7 @@ def options(args: argparse.Namespace) -> demo.DemoOptions:
     if cache.exists() and not cache.is_dir():
         raise DsbenchError("--cache must be a directory", path=cache)
     return demo.DemoOptions(cache=cache, samples=args.samples, bench=bench, cluster=cluster,
-                            steps=args.steps)
+                            steps=args.steps, object_store=args.object_store)
 
 
 def run(args: argparse.Namespace) -> int:

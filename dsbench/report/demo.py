@@ -34,6 +34,7 @@ from dsbench.model.cluster import extrapolate, simulate
 from dsbench.model.costs import Distribution, LoaderCost
 from dsbench.model.node import ClusterSpec
 from dsbench.model.profiles import PROFILES
+from dsbench.report import demo_store
 from dsbench.results.types import BenchResult
 
 EXPORTS = ("before", "after", "arrow")  # base, the re-export, the candidate
@@ -72,6 +73,7 @@ class DemoOptions:
     cluster: ClusterSpec = DEMO_CLUSTER
     steps: int = 5000
     seed: int = 0
+    object_store: bool = True  # also measure before and after on a local S3 server
 
 
 def definition(name: str) -> ExportSpec:
@@ -122,7 +124,11 @@ def run_demo(opts: DemoOptions, progress: Progress) -> dict[str, Any]:
              f"{fmt.seconds(opts.bench.seconds)} each")
     docs = dict(zip(EXPORTS, run_benches([paths[n] for n in EXPORTS], opts.bench, progress),
                     strict=True))
-    return model(docs, {n: str(p) for n, p in paths.items()}, opts, progress)
+    in_store = demo_store.measure(paths, opts.bench, progress) if opts.object_store else None
+    doc = model(docs, {n: str(p) for n, p in paths.items()}, opts, progress)
+    if in_store is not None:
+        doc["object_store"] = in_store
+    return doc
 
 
 def model(docs: dict[str, BenchResult], exports: dict[str, str], opts: DemoOptions,

@@ -69,9 +69,13 @@ def counts_text(comparison: dict[str, Any], base: str, cand: str) -> str:
     if run is None:
         return "not comparable"
     parts = []
-    for key, verb in (("files_per_sample", "opens"), ("bytes_per_sample", "reads")):
+    shown = {m["metric"] for m in run["metrics"]}
+    for key, verb in (("files_per_sample", "opens"), ("bytes_per_sample", "reads"),
+                      ("requests_per_sample", "makes")):
+        if key not in shown:  # requests: only an export in an object store makes any
+            continue
         m = metric(run, key)
-        change = (factor(m["ratio"], "more", "fewer" if key == "files_per_sample" else "less")
+        change = (factor(m["ratio"], "more", "less" if key == "bytes_per_sample" else "fewer")
                   if m["base"] > 0 and m["change"] != SAME else "the same")
         parts.append(f"{verb} {format_value(key, m['cand'])} ({base}: "
                      f"{format_value(key, m['base'])}, {change})")
@@ -79,14 +83,18 @@ def counts_text(comparison: dict[str, Any], base: str, cand: str) -> str:
     how = ("exact: counted over every unit of both exports" if m["exact"] else
            "counted over whole units" if m["counted"] else
            "window estimates of schema 1 results, with no interval")
-    return f"{cand} {' and '.join(parts)} [{how}]"
+    listed = ", ".join(parts[:-1]) + " and " + parts[-1]
+    return f"{cand} {listed} [{how}]"
 
 
-def cpu_text(comparison: dict[str, Any], base: str, cand: str) -> str:
+def cpu_text(comparison: dict[str, Any], base: str, cand: str,
+             key: str = "cpu_s_per_sample") -> str:
+    """A per-sample cost of `cand` against `base` (the loader's CPU, or the host's), with its
+    interval, or "not distinguishable" when the interval holds 1."""
     run = first_run(comparison)
     if run is None:
         return "not comparable"
-    m = metric(run, "cpu_s_per_sample")
+    m = metric(run, key)
     figures = (f"{cand} {format_value(m['metric'], m['cand'])} vs {base} "
                f"{format_value(m['metric'], m['base'])} with {workers_text(run['workers'])}")
     if m["change"] == UNKNOWN:

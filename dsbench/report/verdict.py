@@ -148,12 +148,38 @@ def verdict_lines(doc: dict[str, Any]) -> list[str]:
     if cl["after"]["verdict"] == "input-bound":
         lines.append(f"  the oscillation: {cl['after']['timeline']['note']}")
     lines.append(f"  the tail: {tail_text(doc, 'after')}")
+    lines += store_lines(doc.get("object_store"))
     lines += ["", "What to do"]
     steps = advice(doc)
     lines += [f"  {i}. {text}" for i, text in enumerate(steps, 1)] or [
         "  nothing: after holds up against before on these measurements and assumptions"]
     lines += ["", "Assumptions of the model (stated by the demo; change them with its options)",
               f"  {assumptions_text(spec, doc['results']['before'])}"]
+    return lines
+
+
+def store_lines(store: dict[str, Any] | None) -> list[str]:
+    """The object-storage measurement: requests, CPU and host CPU of after against before."""
+    if store is None:
+        return []
+    if "skipped" in store:
+        return ["", f"On object storage: not measured ({store['skipped']})"]
+    comp = store["comparison"]
+    after = store["results"]["after"]
+    q = after.get("requests", {})
+    lines = ["", f"On object storage (measured: before's first shard and after's first "
+             f"{after['counts']['units']} samples served by {store['server']}, read through "
+             f"{q.get('client', '?')} {q.get('client_version', '')})",
+             f"  {counts_text(comp, 'before', 'after')}",
+             f"  CPU per sample: {cpu_text(comp, 'before', 'after')}",
+             f"  host CPU per sample: "
+             f"{cpu_text(comp, 'before', 'after', 'host_cpu_s_per_sample')} (the whole "
+             "machine: the local server's own CPU too)"]
+    if "first_byte_s" in q:
+        lines.append(f"  after's requests: first byte p50 {fmt.seconds(q['first_byte_s']['p50'])}"
+                     f", p99 {fmt.seconds(q['first_byte_s']['p99'])} (a loopback server, not a "
+                     f"cloud store's latency); client CPU "
+                     f"{fmt.seconds(q['client_cpu_s_per_request'])} per request")
     return lines
 
 

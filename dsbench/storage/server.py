@@ -20,7 +20,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
@@ -109,8 +109,12 @@ class LocalS3:
     def create_bucket(self, bucket: str) -> str:
         """Make a bucket; its URL (`s3://bucket`)."""
         req = urllib.request.Request(f"{self.endpoint}/{bucket}", method="PUT")
-        with urllib.request.urlopen(req, timeout=10):
-            pass
+        try:
+            with urllib.request.urlopen(req, timeout=10):
+                pass
+        except urllib.error.HTTPError as exc:  # e.g. a name S3 does not allow
+            raise DsbenchError(f"cannot create the bucket: HTTP {exc.code} {exc.reason}",
+                               path=f"s3://{bucket}") from None
         return f"s3://{bucket}"
 
     def enforce_auth(self, on: bool = True) -> None:
@@ -123,8 +127,10 @@ class LocalS3:
         with urllib.request.urlopen(req, timeout=10):
             pass
 
-    def upload_tree(self, local: Path, url: str, threads: int = 8) -> int:
-        """Copy every file under `local` to the prefix `url` (s3://bucket/prefix); bytes sent."""
+    def upload_tree(self, local: Path, url: str, threads: int = 8,
+                    keep: Callable[[Path], bool] | None = None) -> int:
+        """Copy every file under `local` (or those `keep` accepts) to the prefix `url`
+        (s3://bucket/prefix); the bytes sent."""
         import obstore
         from obstore.store import S3Store
 
@@ -133,7 +139,7 @@ class LocalS3:
                         access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
                         secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
                         region=CREDENTIALS["AWS_REGION"])
-        files = list(_files(local))
+        files = [p for p in _files(local) if keep is None or keep(p)]
 
         def put(path: Path) -> int:
             rel = path.name if path == local else path.relative_to(local).as_posix()

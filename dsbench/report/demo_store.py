@@ -1,0 +1,112 @@
+"""The demo on object storage: before and after served by a local S3 server, measured there.
+
+The incident's exports lived in an object store, where a per-sample layout pays requests per
+sample and each request costs the client CPU. With no account and no network, the demo starts
+moto's S3 server on 127.0.0.1 (storage/server.py), uploads part of before (its first shard) and
+of after (its first STORE_SAMPLES samples: uploading every object to a Python server would take
+longer than measuring), and benchmarks both there in one interleaved run through the same
+client, adapters and loader as on disk. What it measures: requests per sample, CPU per sample
+(the client's share included) and host CPU per sample, which includes the local server's own
+CPU, so it is an upper bound for what the client side of a remote store would cost.
+
+Without moto installed (`pip install 'dsbench[demo]'`) the section is skipped and says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from collections.abc import Callable, Iterator
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+from dsbench import fmt
+from dsbench.analysis.compare import compare
+from dsbench.loader.options import BenchOptions
+from dsbench.loader.runner import run_benches
+from dsbench.storage import files as store
+from dsbench.storage import remote
+from dsbench.storage.server import LocalS3
+
+STORE_SAMPLES = 500  # of after, uploaded as 2 objects each
+STORE_ROUNDS = 5
+COUNT_SAMPLES = 400  # after's requests counted over this many samples: 800 GETs
+BUCKET = "dsbench-demo"
+
+Progress = Callable[[str], None]
+
+
+def available() -> str | None:
+    """Why the object-store section cannot run here, or None when it can."""
+    try:
+        import moto.server  # noqa: F401
+    except ImportError:
+        return "moto is not installed (pip install 'dsbench[demo]')"
+    return None
+
+
+def _first_samples(root: Path, n: int) -> Callable[[Path], bool]:
+    """Files of the first `n` sample keys of a per-sample export, and its manifest."""
+    keys = sorted({rel.rsplit(".", 1)[0] for rel, _ in store.walk(root)})[:n]
+    chosen = set(keys)
+    return lambda p: (p.name.startswith(("_", "."))
+                      or p.relative_to(root).as_posix().rsplit(".", 1)[0] in chosen)
+
+
+def _first_shard(root: Path) -> Callable[[Path], bool]:
+    first = min(rel for rel, _ in store.walk(root))
+    return lambda p: p.name.startswith(("_", ".")) or p.relative_to(root).as_posix() == first
+
+
+@contextlib.contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    """The client's environment for the duration, inherited by the spawned loader workers."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    remote.clear_caches()
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        remote.clear_caches()
+
+
+def measure(paths: dict[str, Path], bench: BenchOptions, progress: Progress) -> dict[str, Any]:
+    """before and after from the local S3 server: results and their comparison, or why not."""
+    why = available()
+    if why is not None:
+        progress(f"demo: object storage skipped: {why}")
+        return {"skipped": why}
+    # Fewer rounds than on disk, to keep the demo short; never more than the user asked for.
+    opts = dataclasses.replace(bench, workers=(1,), rounds=min(bench.rounds, STORE_ROUNDS),
+                               sweep_rounds=None,
+                               count_samples=min(bench.samples_to_count(""), COUNT_SAMPLES))
+    with LocalS3() as server:
+        url = server.create_bucket(BUCKET)
+        chosen = {"before": _first_shard(paths["before"]),
+                  "after": _first_samples(paths["after"], STORE_SAMPLES)}
+        uploaded = {}
+        for name, keep in chosen.items():
+            progress(f"demo: uploading {name} to the local S3 server")
+            uploaded[name] = server.upload_tree(paths[name], f"{url}/{name}", keep=keep)
+        progress(f"demo: measuring before and after on the local S3 server with 1 loader "
+                 f"worker, {opts.rounds} interleaved rounds of {fmt.seconds(opts.seconds)}")
+        with _environment(server.env):
+            before, after = run_benches([f"{url}/before", f"{url}/after"], opts, progress)
+    return {"server": f"moto {_version('moto')} (S3 API) on 127.0.0.1",
+            "uploaded_bytes": uploaded,
+            "results": {"before": before, "after": after},
+            "comparison": compare(before, after)}
+
+
+def _version(package: str) -> str:
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "?"

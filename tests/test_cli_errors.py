@@ -98,6 +98,12 @@ CASES: list[tuple[Any, ...]] = [
     ("generate", ["{definition}", "{tmp}/o3", "--samples", "0"], "--samples"),
     ("generate", ["{definition}", "{generated}", "--seed", "4"], "different export"),
     ("generate", ["{gif_definition}", "{tmp}/o4"], ("{gif_definition}", "image.codec")),
+    ("generate", ["{definition}", "{tmp}/o5", "--from", "{tmp}/nope"],
+     ("{tmp}/nope", "no such file or directory")),
+    ("generate", ["{definition}", "{tmp}/o6", "--from", "{export}", "--samples", "201"],
+     ("{export}", "--samples 201 is more than the 200 samples")),
+    ("generate", ["{definition}", "{tmp}/o7", "--from", "{export}", "--samples", "0"],
+     "--samples must be at least 1"),
 ]
 
 

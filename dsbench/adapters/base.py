@@ -129,6 +129,12 @@ class Export(Protocol):
         """Yield the samples of these units (from `units()`), in the order given."""
         ...
 
+    def unit_samples(self, unit: str) -> int:
+        """How many samples `read_units([unit])` yields from a readable unit, from indexes,
+        headers and footers where the layout allows; a SampleError naming the unit when it
+        cannot be read."""
+        ...
+
     def survey(self) -> dict[str, Any]:
         """Layout facts for `inspect`, from indexes, headers and footers where the layout allows."""
         ...
@@ -142,6 +148,10 @@ class ReadsUnits:
 
     def read_units(self, units: Sequence[str], skip: SkipHandler = None) -> Iterator[RawSample]:
         raise NotImplementedError
+
+    def unit_samples(self, unit: str) -> int:
+        # Counting by reading holds for any layout; layouts with an index override it.
+        return sum(1 for _ in self.read_units([unit]))
 
     def read(self, worker: int = 0, n_workers: int = 1, skip: SkipHandler = None,
              ) -> Iterator[RawSample]:

@@ -165,6 +165,17 @@ class ColumnarExport(base.ReadsUnits):
         for unit in units:
             yield from self._read_unit(unit, skip)
 
+    def unit_samples(self, unit: str) -> int:
+        # Rows, from the header or footer read at opening (an IPC stream is counted here).
+        if unit in self._broken:
+            raise SampleError(self._broken[unit], path=unit)
+        if self._rows.get(unit) is None:
+            try:
+                self._rows[unit] = self._count_rows(location(unit))
+            except Unreadable as exc:
+                raise SampleError(str(exc), path=unit) from None
+        return self._rows[unit] or 0
+
     def _encodings(self, unit: str) -> dict[str, str]:
         # A field an old shard lacks reads as None, which is a value, whatever the new encoding.
         have = self._columns[unit]

@@ -53,6 +53,9 @@ class FilesExport(base.ReadsUnits):
             except SampleError as err:
                 base.report(err, skip)
 
+    def unit_samples(self, unit: str) -> int:
+        return 1  # a unit is one sample's key
+
     def _read_one(self, key: str) -> base.RawSample:
         data: dict[str, bytes] = {}
         for ext in self.groups[key]:

@@ -107,6 +107,27 @@ class WdsExport(base.ReadsUnits):
         for shard in units:
             yield from self._read_shard(location(shard), skip)
 
+    def unit_samples(self, unit: str) -> int:
+        """Samples in a shard from its member headers: a local shard's payloads are skipped by
+        seeking (a remote one is streamed). A shard whose headers do not read to a clean end
+        is counted by reading it, so that its problem is reported as reading reports it."""
+        shard = location(unit)
+        seekable = not store.is_remote(shard)
+        try:
+            with base.open_file(shard) as f, \
+                    tarfile.open(fileobj=f, mode="r:*" if seekable else "r|*",
+                                 tarinfo=_Member) as tf:
+                count, last = 0, None
+                for m in tf:
+                    parsed = _sample_name(m)
+                    if parsed is not None and parsed[0] != last:
+                        count, last = count + 1, parsed[0]
+                if _ended_cleanly(tf):
+                    return count
+        except (tarfile.TarError, OSError, EOFError, DsbenchError):
+            pass
+        return super().unit_samples(unit)
+
     def _read_shard(self, shard: Loc, skip: base.SkipHandler) -> Iterator[base.RawSample]:
         src = str(shard)
         try:

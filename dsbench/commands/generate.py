@@ -1,4 +1,5 @@
-"""dsbench generate DEFINITION OUT_DIR: write (or complete) an export from a definition."""
+"""dsbench generate DEFINITION OUT_DIR [--from EXPORT]: write (or complete) an export from a
+definition, with synthetic samples or, with --from, the samples of an existing export."""
 
 from __future__ import annotations
 
@@ -6,29 +7,62 @@ import argparse
 
 from dsbench import fmt
 from dsbench.export.generate import generate
+from dsbench.export.reexport import ReexportReport, reexport
 from dsbench.export.spec import load_spec
 
-HELP = "write an export from a definition in formats/ (resumable: re-run to complete it)"
+HELP = ("write an export from a definition in formats/, with synthetic samples or an existing "
+        "export's (--from) (resumable: re-run to complete it)")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("definition", help="export definition (TOML), e.g. formats/before.toml")
     p.add_argument("out_dir", help="directory to write the export into")
+    p.add_argument("--from", dest="source", default=None, metavar="EXPORT",
+                   help="re-lay the samples of this export (any layout dsbench reads, a path "
+                        "or a URL) as the definition says: images copied byte for byte, the "
+                        "fields it has carried, the others synthesised (docs/reexport.md)")
     p.add_argument("--samples", type=int, default=None,
-                   help="number of samples (default: the definition's `samples`)")
-    p.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
+                   help="number of samples (default: the definition's `samples`; with --from, "
+                        "all of the source's, and N takes the first N in its unit order)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="generator seed (default 0); with --from, for synthesised fields")
     p.add_argument("--jobs", type=int, default=None,
                    help="processes to use (default: every core this process may run on)")
 
 
+def _per_core(samples: int, cpu_s: float) -> str:
+    return f", {fmt.rate(samples / cpu_s, 'samples/s per core')}" if samples and cpu_s > 0 else ""
+
+
+def _names(names: tuple[str, ...] | list[str]) -> str:
+    return ", ".join(names) if names else "none"
+
+
+def _summary(name: str, r: ReexportReport) -> list[str]:
+    carried = [f"{n} (from {src.stored_as})" if src.stored_as != n else n
+               for n, src in r.fields.carried]
+    lines = [f"{name}: {r.samples} samples in {r.out_dir} ({r.units_written} units written, "
+             f"{r.units_skipped} already complete) in {fmt.seconds(r.wall_s)}"
+             f"{_per_core(r.samples_written, r.cpu_s)}",
+             f"  source: {r.source} ({r.layout}), {r.subset}",
+             f"  images: copied byte for byte as stored ({r.codec}); the definition's image "
+             "settings (codec, quality, sizes) are not applied",
+             f"  carried: {_names(carried)}",
+             f"  synthesised (not in the source): {_names(r.fields.synthesised)}",
+             f"  dropped (not in the definition): {_names(r.fields.dropped)}"]
+    return lines
+
+
 def run(args: argparse.Namespace) -> int:
     spec = load_spec(args.definition)
+    if args.source is not None:
+        r = reexport(spec, args.out_dir, args.source, samples=args.samples, seed=args.seed,
+                     jobs=args.jobs)
+        fmt.out("\n".join(_summary(spec.name, r)))
+        return 0
     report = generate(spec, args.out_dir, samples=args.samples, seed=args.seed, jobs=args.jobs)
-    per_core = report.samples_written / report.cpu_s if report.cpu_s > 0 else 0.0
     line = (f"{spec.name}: {report.samples} samples in {report.out_dir} "
             f"({report.units_written} units written, {report.units_skipped} already complete) "
             f"in {fmt.seconds(report.wall_s)}")
-    if per_core:
-        line += f", {fmt.rate(per_core, 'samples/s per core')}"
-    fmt.out(line)
+    fmt.out(line + _per_core(report.samples_written, report.cpu_s))
     return 0

@@ -4,6 +4,7 @@ The export is cut into write units (a shard, or a directory of per-sample files)
 written by one process under temporary names and renamed when complete, so a unit is either
 absent or whole. A re-run skips the whole units and writes the rest; a manifest `_dsbench.json`
 records the definition, seed and sample count, and marks the export complete at the end.
+export.reexport writes through the same preparation, write units and worker pool.
 """
 
 from __future__ import annotations
@@ -14,7 +15,10 @@ import multiprocessing
 import os
 import signal
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from multiprocessing.pool import Pool
 from pathlib import Path
 from typing import Any
 
@@ -48,13 +52,22 @@ def unit_ranges(spec: ExportSpec, samples: int) -> list[tuple[int, int, int]]:
     return [(u, u * per, min(samples, (u + 1) * per)) for u in range(math.ceil(samples / per))]
 
 
-def _manifest(spec: ExportSpec, samples: int, seed: int, complete: bool) -> dict[str, Any]:
+# What a re-run must agree on with the manifest to complete the export rather than refuse it.
+RESUME_KEYS = ("definition", "samples", "seed", "source")
+
+
+def manifest(spec: ExportSpec, samples: int, seed: int, complete: bool,
+             source: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The manifest's content; `source` is a re-export's provenance (export.reexport)."""
     spec_dict = spec.to_dict()
     spec_dict.pop("source")
-    # As JSON holds it (tuples become lists), so that a re-run compares equal to the manifest.
-    spec_dict = json.loads(json.dumps(spec_dict))
-    return {"dsbench_export": 1, "definition": spec_dict, "samples": samples, "seed": seed,
+    data = {"dsbench_export": 1, "definition": spec_dict, "samples": samples, "seed": seed,
             "complete": complete}
+    if source is not None:
+        data["source"] = source
+    # As JSON holds it (tuples become lists), so that a re-run compares equal to the manifest.
+    loaded: dict[str, Any] = json.loads(json.dumps(data))
+    return loaded
 
 
 def _check_target(out_dir: Path, want: dict[str, Any]) -> None:
@@ -65,17 +78,41 @@ def _check_target(out_dir: Path, want: dict[str, Any]) -> None:
         except (OSError, ValueError) as exc:
             raise DsbenchError(f"unreadable manifest ({exc}); delete the directory", path=path
                                ) from None
-        same = {k: have.get(k) for k in ("definition", "samples", "seed")}
-        if same != {k: want[k] for k in ("definition", "samples", "seed")}:
-            raise DsbenchError("holds a different export (definition, seed or sample count); "
-                               "choose another directory or delete this one", path=out_dir)
+        if {k: have.get(k) for k in RESUME_KEYS} != {k: want.get(k) for k in RESUME_KEYS}:
+            what = ("definition, seed, sample count or source" if "source" in want
+                    or "source" in have else "definition, seed or sample count")
+            raise DsbenchError(f"holds a different export ({what}); choose another directory "
+                               "or delete this one", path=out_dir)
     elif out_dir.exists() and any(not p.name.startswith(".") for p in out_dir.iterdir()):
         raise DsbenchError("directory is not empty and holds no dsbench export; refusing to "
                            "write into it", path=out_dir)
 
 
-def _write_manifest(out_dir: Path, data: dict[str, Any]) -> None:
+def write_manifest(out_dir: Path, data: dict[str, Any]) -> None:
     atomic.write_text(out_dir / MANIFEST, json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
+def prepare(out: Path, started: dict[str, Any]) -> None:
+    """Make `out` ready to write (or to complete) the export whose manifest is `started`:
+    refuse a directory holding anything else, remove a killed run's temporaries."""
+    if out.exists() and not out.is_dir():
+        raise DsbenchError("not a directory: the export is written into a directory", path=out)
+    _check_target(out, started)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        _remove_temporaries(out)
+        if not (out / MANIFEST).exists():
+            write_manifest(out, started)
+    except OSError as exc:
+        raise DsbenchError(f"cannot create the export here: {exc.strerror or exc}",
+                           path=out) from None
+
+
+def missing_units(spec: ExportSpec, out: Path, samples: int) -> list[tuple[int, int, int]]:
+    """unit_ranges of the units not yet whole in `out`: what a (re-)run writes."""
+    writer = WRITERS[spec.layout]
+    return [r for r in unit_ranges(spec, samples)
+            if not all(p.exists() for p in writer.unit_paths(spec, out, r[0]))]
 
 
 def _remove_temporaries(out_dir: Path) -> None:
@@ -85,13 +122,44 @@ def _remove_temporaries(out_dir: Path) -> None:
             tmp.unlink(missing_ok=True)
 
 
-def _pool_worker() -> None:
+def _pool_worker(setup: Callable[..., None] | None, args: tuple[Any, ...]) -> None:
     # Ctrl-C is handled once, in the parent, which terminates the pool and cleans up; the
-    # parent's SIGTERM handler (the command line's) is not the forked workers' to run: the
-    # pool's terminate() must end them at once.
+    # parent's SIGTERM handler (the command line's, inherited when forked) is not the
+    # workers' to run: the pool's terminate() must end them at once.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     procs.die_with_parent()
+    if setup is not None:
+        setup(*args)
+
+
+@contextmanager
+def worker_pool(out: Path, workers: int, start: str = "fork",
+                setup: Callable[..., None] | None = None, args: tuple[Any, ...] = (),
+                ) -> Iterator[Pool]:
+    """A pool of `workers` processes writing into `out`. On any failure or interruption the
+    workers are ended and their temporaries removed: the units written so far stay whole (a
+    re-run completes the export), the ones being written are gone. `setup(*args)` runs first
+    in each worker."""
+    # fork by default: workers inherit the imported modules, which makes start-up cheap on
+    # Linux. Callers whose process has used an object store pass "spawn": its client is not
+    # fork-safe (a forked child hangs on its first request).
+    pool = multiprocessing.get_context(start).Pool(workers, initializer=_pool_worker,
+                                                   initargs=(setup, args))
+    try:
+        yield pool
+        pool.close()
+    except BaseException as exc:
+        with procs.uninterrupted():
+            pool.terminate()
+            pool.join()
+            _remove_temporaries(out)
+        if isinstance(exc, OSError):
+            # A full disk, a read-only mount.
+            raise DsbenchError(f"cannot write the export: {exc.strerror or exc}",
+                               path=exc.filename or out) from None
+        raise
+    pool.join()
 
 
 def _write_unit(job: tuple[ExportSpec, Path, int, int, int, int]) -> int:
@@ -109,52 +177,22 @@ def generate(spec: ExportSpec, out_dir: str | Path, samples: int | None = None, 
         raise DsbenchError(f"--samples must be at least 1, got {n}")
     if seed < 0:
         raise DsbenchError(f"--seed must be non-negative, got {seed}")
-    writer = WRITERS[spec.layout]
-    manifest = _manifest(spec, n, seed, complete=False)
-    if out.exists() and not out.is_dir():
-        raise DsbenchError("not a directory: the export is written into a directory", path=out)
-    _check_target(out, manifest)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        _remove_temporaries(out)
-        if not (out / MANIFEST).exists():
-            _write_manifest(out, manifest)
-    except OSError as exc:
-        raise DsbenchError(f"cannot create the export here: {exc.strerror or exc}",
-                           path=out) from None
-
-    ranges = unit_ranges(spec, n)
-    todo = [(spec, out, seed, u, a, b) for u, a, b in ranges
-            if not all(p.exists() for p in writer.unit_paths(spec, out, u))]
+    prepare(out, manifest(spec, n, seed, complete=False))
+    todo = [(spec, out, seed, u, a, b) for u, a, b in missing_units(spec, out, n)]
     workers = max(1, min(jobs or len(os.sched_getaffinity(0)), len(todo)))
     bar = Progress(f"generate {spec.name}", sum(j[5] - j[4] for j in todo), "samples")
-    t0, cpu0 = time.perf_counter(), _cpu_with_children()
-    # fork: workers inherit the imported modules, which makes start-up cheap on Linux.
-    ctx = multiprocessing.get_context("fork")
-    pool = ctx.Pool(workers, initializer=_pool_worker)
+    t0, cpu0 = time.perf_counter(), cpu_with_children()
     try:
-        for done in pool.imap_unordered(_write_unit, todo):
-            bar.advance(done)
-        pool.close()
-    except BaseException as exc:
-        with procs.uninterrupted():
-            pool.terminate()
-            pool.join()
-            _remove_temporaries(out)
-            bar.close()
-        if isinstance(exc, OSError):
-            # A full disk, a read-only mount: units written so far stay (a re-run completes the
-            # export), the one being written is gone.
-            raise DsbenchError(f"cannot write the export: {exc.strerror or exc}",
-                               path=exc.filename or out) from None
-        raise
-    pool.join()
-    bar.close()
-    _write_manifest(out, _manifest(spec, n, seed, complete=True))
-    return GenerateReport(out, n, bar.total, len(todo), len(ranges) - len(todo),
-                          time.perf_counter() - t0, _cpu_with_children() - cpu0)
+        with worker_pool(out, workers) as pool:
+            for done in pool.imap_unordered(_write_unit, todo):
+                bar.advance(done)
+    finally:
+        bar.close()
+    write_manifest(out, manifest(spec, n, seed, complete=True))
+    return GenerateReport(out, n, bar.total, len(todo), len(unit_ranges(spec, n)) - len(todo),
+                          time.perf_counter() - t0, cpu_with_children() - cpu0)
 
 
-def _cpu_with_children() -> float:
+def cpu_with_children() -> float:
     t = os.times()
     return t.user + t.system + t.children_user + t.children_system

@@ -25,7 +25,8 @@ FIELDS_AS = ("json", "members")
 FORMATS_DIR = Path(__file__).parent / "formats"
 
 # Member extension of the image per codec, as WebDataset and per-sample layouts name them.
-IMAGE_EXT = {"jpeg": "jpg", "png": "png", "raw": "npy"}
+# A definition makes jpeg, png or raw images (CODECS); a re-export also copies WebP and PPM.
+IMAGE_EXT = {"jpeg": "jpg", "png": "png", "raw": "npy", "webp": "webp", "ppm": "ppm"}
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ many workers wrote it, and however often it was interrupted and resumed.
 
 from __future__ import annotations
 
+import zlib
 from typing import Any
 
 import numpy as np
@@ -72,3 +73,11 @@ def make_sample(spec: ExportSpec, seed: int, index: int) -> dict[str, Any]:
 
 def make_samples(spec: ExportSpec, seed: int, start: int, stop: int) -> list[dict[str, Any]]:
     return [make_sample(spec, seed, i) for i in range(start, stop)]
+
+
+def synthesised_field(f: FieldSpec, seed: int, index: int) -> Any:
+    """Field `f` of sample `index` on its own, for an export whose images come from elsewhere
+    (export.reexport). Its own stream, seeded with (seed, index, a hash of the field's name):
+    drawing no image first, and independent of which other fields are made, so a field's
+    values stay the same when a definition gains or loses others."""
+    return _field_value(f, np.random.default_rng([seed, index, zlib.crc32(f.name.encode())]))

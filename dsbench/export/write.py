@@ -12,12 +12,13 @@ directory of `files_per_dir` samples. What each writes:
   of ARROW_BATCH_ROWS rows: IPC compression would make every read decompress into fresh memory,
   and zero-copy memory mapping is the reason to choose this layout.
 * `parquet`: one file per shard (`shard-000000.parquet`), row groups of up to `shard_samples`
-  rows. zstd at pyarrow's default level for every column except a JPEG or PNG image column,
-  stored uncompressed: those bytes are compressed already (measured on the image column of 1000
-  synthetic q90 JPEGs: zstd made it 2 kB larger, 92.5 MB either way, and reading the row group
-  took 42.8 instead of 29.0 ms of CPU); raw .npy images are compressed like the rest. Dictionary
-  encoding only for integer fields (labels repeat; keys, images and embeddings do not), column
-  statistics only for the key and integer fields.
+  rows. zstd at pyarrow's default level for every column except a JPEG, PNG (or, copied by a
+  re-export, WebP) image column, stored uncompressed: those bytes are compressed already
+  (measured on the image column of 1000 synthetic q90 JPEGs: zstd made it 2 kB larger, 92.5 MB
+  either way, and reading the row group took 42.8 instead of 29.0 ms of CPU); raw .npy (and
+  PPM) images are compressed like the rest. Dictionary encoding only for integer fields (labels
+  repeat; keys, images and embeddings do not), column statistics only for the key and integer
+  fields.
 
 Every file goes through dsbench.atomic, so a unit is either absent or whole; the manifest is
 dsbench.export.generate's.
@@ -130,7 +131,7 @@ def _leaf_paths(schema: pa.Schema) -> dict[str, list[str]]:
 def parquet_options(spec: ExportSpec, schema: pa.Schema) -> dict[str, Any]:
     """pq.write_table options for an export of `spec` (see the module docstring)."""
     leaves = _leaf_paths(schema)
-    plain_image = spec.image.codec in ("jpeg", "png")
+    plain_image = spec.image.codec in ("jpeg", "png", "webp")
     compression = {leaf: ("NONE" if top == "image" and plain_image else PARQUET_COMPRESSION)
                    for top, paths in leaves.items() for leaf in paths}
     ints = [f.name for f in spec.fields if f.type == "int"]

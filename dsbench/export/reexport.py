@@ -1,0 +1,276 @@
+"""Re-export: the samples of an existing export re-laid in a definition's layout.
+
+`dsbench generate DEFINITION OUT --from EXPORT` tests a candidate layout on a team's own data:
+the source (any layout the adapters read, a local path or a URL) is read and every sample is
+written as the definition lays it out.
+
+* Images are copied byte for byte, as stored; the definition's image settings (codec, quality,
+  sizes) are not applied. The export is written with the source's codec (the member extension
+  and column metadata follow it), so an export holds one codec: a source sample whose codec
+  differs from the first sample's is an error.
+* Fields: export.carry matches the definition's fields with the source's, converts the carried
+  values and names the rest; a definition field the source lacks is synthesised from the seed
+  (synth.synthesised_field: the same values whatever else is carried or made).
+* Subset: `--samples N` takes the first N samples in the source's unit order (the order of
+  `units()`: sorted shards, or sorted keys); without it, every sample. Only the units holding
+  them are read. Keys are renumbered 00000000, 00000001, ... as `generate` names samples.
+* Determinism, resumption, parallelism: as generate's (the same preparation, manifest checks,
+  write units and worker pool). The parent counts the samples of the source units it needs
+  (Export.unit_samples: headers and footers where the layout has them) and gives each job a run
+  of consecutive output units and the source units they come from; the worker opens the source
+  itself and reads that share. The output depends on none of that, so it is byte-identical
+  however many jobs wrote it and however often the run was resumed.
+* Provenance: the manifest's `source` records the path, layout, subset, image codec and which
+  fields were carried, synthesised and dropped; a re-run must agree with it to resume.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dsbench import adapters
+from dsbench.adapters import base
+from dsbench.errors import DsbenchError, SampleError
+from dsbench.export.carry import FieldPlan, carried_values, plan_fields, source_fields
+from dsbench.export.generate import (
+    cpu_with_children,
+    manifest,
+    missing_units,
+    prepare,
+    unit_ranges,
+    worker_pool,
+    write_manifest,
+)
+from dsbench.export.spec import IMAGE_EXT, ExportSpec
+from dsbench.export.synth import sample_key, synthesised_field
+from dsbench.export.write import WRITERS
+from dsbench.fmt import Progress
+from dsbench.storage import files as store
+
+Range = tuple[int, int, int]  # an output unit: (unit, first sample, one past the last)
+
+
+@dataclass(frozen=True)
+class ReexportReport:
+    out_dir: Path
+    source: str
+    layout: str  # the source's
+    codec: str  # the images', as stored in the source
+    subset: str
+    fields: FieldPlan
+    samples: int
+    samples_written: int
+    units_written: int
+    units_skipped: int
+    wall_s: float
+    cpu_s: float
+
+
+@dataclass(frozen=True)
+class _Job:
+    """Consecutive output units and where their samples are: from the `skip`-th sample of
+    `units[0]` on, read in order."""
+
+    spec: ExportSpec
+    out: Path
+    seed: int
+    fields: FieldPlan
+    units: tuple[str, ...]
+    skip: int
+    writes: tuple[Range, ...]
+
+
+# The source as a worker opened it (set by _open_source in each worker of the pool), or why
+# it could not be opened.
+_SOURCE: base.Export | Exception | None = None
+
+
+def _open_source(path: str, layout: str) -> None:
+    global _SOURCE
+    try:
+        _SOURCE = adapters.open_export(path, layout)
+    except Exception as exc:
+        # Kept for the worker's first job to raise: raised here, it would end the worker,
+        # which the pool would start again, forever.
+        _SOURCE = exc
+
+
+def _sample(job: _Job, index: int, raw: base.RawSample) -> dict[str, Any]:
+    if raw.codec != job.spec.image.codec:
+        raise SampleError(f"the image is {raw.codec}, but {job.spec.image.codec} in the "
+                          "source's first sample: a re-export holds one codec, as stored",
+                          path=raw.source, key=raw.key)
+    sample: dict[str, Any] = {"__key__": sample_key(index), "image": raw.image}
+    sample.update(carried_values(job.spec, job.fields, raw))
+    for name in job.fields.synthesised:
+        sample[name] = synthesised_field(job.spec.field(name), job.seed, index)
+    # The writers take fields in the definition's order; the dict's order does not matter.
+    return sample
+
+
+def _write_job(job: _Job) -> int:
+    if _SOURCE is None or isinstance(_SOURCE, Exception):
+        raise _SOURCE or RuntimeError("the worker's source was not opened")
+    reader = iter(_SOURCE.read_units(job.units))
+    read = 0
+
+    def take() -> base.RawSample:
+        nonlocal read
+        raw = next(reader, None)
+        if raw is None:
+            counted = job.skip + job.writes[-1][2] - job.writes[0][1]
+            raise DsbenchError(f"ended early: {read} of the {counted} samples counted up to "
+                               "here were read; did the source change during the run?",
+                               path=job.units[-1])
+        read += 1
+        return raw
+
+    written = 0
+    try:
+        for _ in range(job.skip):
+            take()
+        writer = WRITERS[job.spec.layout]
+        for unit, first, stop in job.writes:
+            samples = [_sample(job, index, take()) for index in range(first, stop)]
+            writer.write_unit(job.spec, job.out, unit, samples)
+            written += stop - first
+    finally:
+        close = getattr(reader, "close", None)
+        if close is not None:
+            close()  # the reader's open shard, now rather than when collected
+    return written
+
+
+def _unit_of(starts: list[int], sample: int) -> int:
+    """The source unit holding sample number `sample`, given each unit's first sample number
+    (a unit without samples shares its start with the next one, which holds it)."""
+    return bisect.bisect_right(starts, sample) - 1
+
+
+def _jobs(todo: list[Range], starts: list[int], workers: int) -> list[list[Range]]:
+    """Output units grouped so that each source unit is read by about one job: a run of
+    consecutive output units starting in the same source unit is one job. Runs are halved
+    while there are fewer jobs than workers, trading reading for parallelism."""
+    groups: list[list[Range]] = []
+    for r in todo:
+        last = groups[-1][-1] if groups else None
+        if (last is not None and last[0] + 1 == r[0]
+                and _unit_of(starts, groups[-1][0][1]) == _unit_of(starts, r[1])):
+            groups[-1].append(r)
+        else:
+            groups.append([r])
+    while len(groups) < workers:
+        big = max(range(len(groups)), key=lambda i: len(groups[i]), default=None)
+        if big is None or len(groups[big]) < 2:
+            break
+        g = groups[big]
+        groups[big:big + 1] = [g[:len(g) // 2], g[len(g) // 2:]]
+    return groups
+
+
+def _first_sample(export: base.Export, where: str) -> base.RawSample:
+    reader = iter(export.read_units(export.units()))
+    try:
+        raw = next(reader, None)
+    finally:
+        close = getattr(reader, "close", None)
+        if close is not None:
+            close()
+    if raw is None:
+        raise DsbenchError("the export holds no samples", path=where)
+    return raw
+
+
+def _count(export: base.Export, units: list[str], want: int | None) -> list[int]:
+    """Samples per source unit, from the first, until `want` are counted (all without it)."""
+    counts: list[int] = []
+    total = 0
+    for unit in units:
+        if want is not None and total >= want:
+            break
+        counts.append(export.unit_samples(unit))
+        total += counts[-1]
+    return counts
+
+
+def _where(source: str) -> str:
+    """The source as the manifest records it: an absolute path, or the URL."""
+    loc = store.location(source)
+    return str(loc.resolve()) if isinstance(loc, Path) else str(loc)
+
+
+def reexport(spec: ExportSpec, out_dir: str | Path, source: str, samples: int | None = None,
+             seed: int = 0, jobs: int | None = None) -> ReexportReport:
+    """Write (or complete) in `out_dir` the samples of the export at `source`, laid out as
+    `spec` says (the module docstring has the rules)."""
+    out = Path(out_dir)
+    if samples is not None and samples < 1:
+        raise DsbenchError(f"--samples must be at least 1, got {samples}")
+    if seed < 0:
+        raise DsbenchError(f"--seed must be non-negative, got {seed}")
+    where = _where(source)
+    remote = store.is_remote(store.location(source))
+    if not remote and Path(out).resolve().is_relative_to(where):
+        raise DsbenchError("the output directory is inside the source export; choose one "
+                           "outside it", path=out)
+    export = adapters.open_export(source)
+    first = _first_sample(export, source)
+    if first.codec not in IMAGE_EXT:
+        raise DsbenchError(f"the images are {first.codec}: a re-export copies them as stored "
+                           f"and can write {', '.join(IMAGE_EXT)} images",
+                           path=first.source, key=first.key)
+    fields = plan_fields(spec, source_fields(first, export.layout))
+    # A field that does not convert (another type, another dim) is said before anything is
+    # written, from the first sample.
+    carried_values(spec, fields, first)
+    # The images are the source's: the export is written (and described) with their codec.
+    spec = dataclasses.replace(spec, image=dataclasses.replace(spec.image, codec=first.codec))
+
+    units = export.units()
+    counts = _count(export, units, samples)
+    total = sum(counts)
+    if samples is not None and samples > total:
+        raise DsbenchError(f"--samples {samples} is more than the {total} samples the source "
+                           "holds", path=source)
+    n = samples if samples is not None else total
+    starts = [0]
+    for c in counts[:-1]:
+        starts.append(starts[-1] + c)
+    subset = (f"the first {n} samples in its unit order" if samples is not None
+              else f"all {n} samples")
+    provenance = {"path": where, "layout": export.layout, "samples": n, "subset": subset,
+                  "units": len(counts), "images": {"codec": spec.image.codec,
+                                                   "copied": "byte for byte, as stored"},
+                  "fields": fields.provenance()}
+    prepare(out, manifest(spec, n, seed, complete=False, source=provenance))
+
+    todo = missing_units(spec, out, n)
+    workers = max(1, min(jobs or len(os.sched_getaffinity(0)), len(todo)))
+    tasks = []
+    for group in _jobs(todo, starts, workers):
+        j0, j1 = _unit_of(starts, group[0][1]), _unit_of(starts, group[-1][2] - 1)
+        tasks.append(_Job(spec, out, seed, fields, tuple(units[j0:j1 + 1]),
+                          group[0][1] - starts[j0], tuple(group)))
+    bar = Progress(f"generate {spec.name} from {source}", sum(r[2] - r[1] for r in todo),
+                   "samples")
+    t0, cpu0 = time.perf_counter(), cpu_with_children()
+    try:
+        # A process that has used an object store's client must not fork (see worker_pool);
+        # spawned workers start slower, so none is started when nothing is left to write.
+        if tasks:
+            with worker_pool(out, workers, "spawn" if remote else "fork", _open_source,
+                             (source, export.layout)) as pool:
+                for done in pool.imap_unordered(_write_job, tasks):
+                    bar.advance(done)
+    finally:
+        bar.close()
+    write_manifest(out, manifest(spec, n, seed, complete=True, source=provenance))
+    return ReexportReport(out, where, export.layout, spec.image.codec, subset, fields, n,
+                          bar.total, len(todo), len(unit_ranges(spec, n)) - len(todo),
+                          time.perf_counter() - t0, cpu_with_children() - cpu0)

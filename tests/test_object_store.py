@@ -126,3 +126,14 @@ def test_nothing_listening_is_one_line(monkeypatch: pytest.MonkeyPatch, s3_env: 
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{_free_port()}")
     assert main(["inspect", "s3://exports/before"]) == 2
     assert_one_line_error(capsys.readouterr().err, "inspect", "cannot connect to the store")
+
+
+def test_generate_from_a_bucket_copies_the_images_byte_for_byte(
+        bucket: str, s3_env: Any, exports: dict[str, Path], tmp_path: Path) -> None:
+    from dsbench.adapters import open_export
+
+    out = tmp_path / "arrow"
+    assert main(["generate", str(Path(__file__).resolve().parents[1] / "formats/arrow.toml"),
+                 str(out), "--from", f"{bucket}/after", "--samples", "30"]) == 0
+    source = [s.image for s in open_export(exports["after"]).read()][:30]
+    assert [s.image for s in open_export(out).read()] == source

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from dsbench.export.spec import ExportSpec, parse_spec
 from dsbench.loader.options import BenchOptions
 from dsbench.loader.runner import run_benches
 from dsbench.results.types import BenchResult
+from dsbench.storage.server import LocalS3
 
 # Tests import their helpers (resultdocs) as top-level modules.
 sys.path.insert(0, str(Path(__file__).parent))
@@ -65,3 +67,16 @@ def measured(tiny_exports: dict[str, Path]) -> dict[str, BenchResult]:
     paths = [tiny_exports[n] for n in names] + [tiny_exports["before"]]
     docs = run_benches(paths, quick())
     return dict(zip((*names, "before_again"), docs, strict=True))
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[LocalS3]:
+    """A local S3 server (moto) on a free port of 127.0.0.1 for the whole session, stopped after.
+
+    Shared by every test that needs one: each makes its own bucket (`create_bucket`, a name
+    unique to the test) and points the client at the server with `monkeypatch.setenv` over
+    `server.env`. Skipped where moto is not installed (the `s3` extra).
+    """
+    pytest.importorskip("moto.server", reason="the local S3 server needs moto[server]")
+    with LocalS3() as server:
+        yield server

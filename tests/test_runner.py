@@ -111,9 +111,18 @@ def corrupt_export(files_export: Path, tmp_path: Path) -> tuple[Path, str]:
 
 
 def _stray() -> list[psutil.Process]:
-    """Children of this process other than multiprocessing's resource tracker."""
+    """Children of this process other than multiprocessing's resource tracker and the session's
+    local S3 server (the `s3_server` fixture), which outlive any one test by design."""
     tracker = getattr(resource_tracker._resource_tracker, "_pid", None)
-    return [p for p in psutil.Process().children(recursive=True) if p.pid != tracker]
+    return [p for p in psutil.Process().children(recursive=True)
+            if p.pid != tracker and not _is_local_s3(p)]
+
+
+def _is_local_s3(p: psutil.Process) -> bool:
+    try:
+        return "moto.server" in " ".join(p.cmdline())
+    except psutil.Error:  # gone already: not a stray either
+        return True
 
 
 def _segments() -> list[Path]:

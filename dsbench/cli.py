@@ -17,7 +17,8 @@ from dsbench import __version__
 from dsbench.errors import DsbenchError
 
 # Module names under dsbench.commands; each has HELP, add_arguments(parser) and run(args) -> int.
-COMMANDS = ["demo", "generate", "inspect", "bench", "compare", "gate", "extrapolate", "budget"]
+COMMANDS = ["demo", "generate", "inspect", "bench", "compare", "gate", "extrapolate", "budget",
+            "probe"]
 
 
 class _Parser(argparse.ArgumentParser):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from dsbench.export.spec import ExportSpec, parse_spec
 from dsbench.loader.options import BenchOptions
 from dsbench.loader.runner import run_benches
 from dsbench.results.types import BenchResult
+from dsbench.storage.server import LocalS3
 
 # Tests import their helpers (resultdocs) as top-level modules.
 sys.path.insert(0, str(Path(__file__).parent))
@@ -68,18 +70,16 @@ def measured(tiny_exports: dict[str, Path]) -> dict[str, BenchResult]:
 
 
 @pytest.fixture(scope="module")
-def s3_server() -> Any:
+def s3_server() -> Iterator[LocalS3]:
     """A local S3-compatible server (moto) on a free port for a test module, stopped after it
     (so that other modules' checks for stray child processes see none). Tests make their own
     buckets; `s3_env` points the client at it."""
-    from dsbench.storage.server import LocalS3
-
     with LocalS3() as server:
         yield server
 
 
 @pytest.fixture
-def s3_env(s3_server: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+def s3_env(s3_server: LocalS3, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalS3]:
     """The environment that reaches `s3_server`, set for this test (and the workers it spawns);
     the client's per-process caches are cleared so that nothing from another test is reused."""
     from dsbench.storage import remote

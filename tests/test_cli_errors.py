@@ -71,12 +71,24 @@ CASES: list[tuple[Any, ...]] = [
     ("extrapolate", ["--cpu-per-sample", "0.01", "--scaling", "8,x", *STEPS], "--scaling"),
     ("extrapolate", ["--cpu-per-sample", "0.01", "--cores-per-node", "8", *STEPS],
      "no cores left"),
+    ("extrapolate", ["--cpu-per-sample", "0.01", "--storage", "{corrupt_profile}", *STEPS],
+     ("{corrupt_profile}", "not a storage profile")),
+    ("extrapolate", ["--cpu-per-sample", "0.01", "--storage", "{tmp}/none.json", *STEPS],
+     ("{tmp}/none.json", "cannot read the storage profile")),
+    ("extrapolate", ["--cpu-per-sample", "0.01", "--storage", "{result}+x", *STEPS],
+     "expected FILE.json+SECONDS"),
     # bench
     ("bench", ["{export}", "--workers", "1,x"], "--workers expects positive integers"),
     ("bench", ["{export}", "--workers", "0"], "--workers expects positive integers"),
     ("bench", ["{export}", "--batch-size", "0"], "--batch-size must be an integer >= 1"),
     ("bench", ["{export}", "--seconds", "0"], "--seconds must be a positive number"),
     ("bench", ["{tmp}/nope"], "no such file or directory"),
+    # probe
+    ("probe", ["{tmp}/nope"], "no such file or directory"),
+    ("probe", ["{tmp}"], "no non-empty files to probe"),
+    ("probe", ["{export}", "--objects", "0"], "--objects must be at least 1"),
+    ("probe", ["{export}", "--readers", "1,0"], "--readers expects positive integers"),
+    ("probe", ["{export}", "--seconds", "0"], "--seconds must be a positive number"),
     # budget
     ("budget", ["--gpus", "128", "--mean-step", "1.4", "--gpu-util", "0.61", "--p99-step", "1.0"],
      "--p99-step 1 s is below --mean-step 1.4 s"),
@@ -118,7 +130,10 @@ def files(tmp_path_factory: pytest.TempPathFactory, tiny_exports: dict[str, Path
     gif.write_text('name = "x"\nlayout = "wds"\n[image]\ncodec = "gif"\n')
     bad = root / "bad.toml"
     bad.write_text(DEFINITION.replace('layout = "wds"', 'layout = "zip"'))
+    corrupt = root / "corrupt.json"
+    corrupt.write_text('{"kind": "dsbench-bench"}')
     return {"result": write_result(root, "result.json", rd.document([rd.run(1), rd.run(2)])),
+            "corrupt_profile": str(corrupt),
             "export": str(tiny_exports["before"]), "definition": str(definition),
             "generated": str(root / "generated"), "gif_definition": str(gif),
             "bad_definition": str(bad)}

@@ -1,9 +1,10 @@
 """Every command the docs show runs, in the order shown, on small data.
 
 dsbench commands run in-process with their sizes cut (`--samples`, `--workers`, `--seconds`,
-`--rounds`, `--steps`) and every `/tmp/` path moved under the test's own directory: the same
-commands, quicker and rougher. Python blocks run as written, with the same paths moved.
-Commands that are not dsbench's are not run here; NOT_HERE says where each is exercised.
+`--rounds`, `--steps`, `--objects`, `--readers`) and every `/tmp/` path moved under the test's
+own directory: the same commands, quicker and rougher. Python blocks run as written, with the
+same paths moved. Commands that are not dsbench's are not run here; NOT_HERE says where each is
+exercised.
 """
 
 from __future__ import annotations
@@ -108,6 +109,9 @@ def equivalent(argv: list[str], tmp: Path) -> list[str]:
                     "--rounds", str(ROUNDS))
     if cmd in ("extrapolate", "demo"):
         argv = _set(argv, "--steps", str(STEPS))
+    if cmd == "probe":
+        argv = _set(_set(_set(argv, "--objects", "20"), "--readers", "1,2"), "--seconds",
+                    str(SECONDS))
     return argv
 
 
@@ -144,8 +148,9 @@ def test_every_command_in_the_doc_runs(doc: Path, tmp_path: Path,
     for kind, text in commands(doc):
         if kind == "python":
             code = text.replace("/tmp/", f"{tmp_path}/")
-            proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                                  timeout=300, cwd=tmp_path)
+            # -P: the block runs in tmp_path, where a folder it makes could shadow the package.
+            proc = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True,
+                                  text=True, timeout=300, cwd=tmp_path)
             assert proc.returncode == 0, proc.stderr
         elif not_here(text):
             continue

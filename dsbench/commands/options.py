@@ -151,7 +151,9 @@ _CLUSTER_OPTIONS: dict[str, tuple[str, str]] = {
     "allreduce_s": ("--allreduce", "all-reduce seconds after the slowest rank"),
     "stall_prob": ("--stall-prob", "chance that a rank stalls in a step"),
     "stall_s": ("--stall-time", "seconds of such a stall"),
-    "storage": ("--storage", f"{', '.join(PROFILES)} or custom:LATENCY_S,BYTES_PER_S"),
+    "storage": ("--storage", f"{', '.join(PROFILES)}, custom:LATENCY_S,BYTES_PER_S, a profile "
+                "written by dsbench probe (FILE.json), or one with a stated round trip added "
+                "per request (FILE.json+SECONDS)"),
 }
 _TYPES: dict[str, Callable[[str], Any]] = {"trainer_cores_per_gpu": float, "allreduce_s": float,
                                            "stall_prob": float, "stall_s": float,

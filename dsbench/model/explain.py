@@ -42,7 +42,8 @@ def _row(name: str, value: Any, text: str, source: str, note: str = "") -> dict[
 
 def inputs(cost: LoaderCost, cluster: ClusterSpec,
            sources: dict[str, str]) -> list[dict[str, Any]]:
-    """Every input of the model with its value and source: measured, stated, default, profile."""
+    """Every input of the model with its value and source: measured, stated, default, profile
+    (storage also "measured + stated" or "profile + stated": a stated latency added)."""
     where = f"{cost.path}: " if cost.path else ""
     base = (f"{where}{len(cost.batch_cpu_s)} batches of {cost.measured_batch} samples, "
             f"{cost.base_workers} worker(s)") if cost.origin == "measured" else ""
@@ -81,9 +82,8 @@ def inputs(cost: LoaderCost, cluster: ClusterSpec,
     text = "measured (adds nothing)" if st.is_local else (
         f"{st.name}: {fmt.seconds(st.per_file_s)}/file, {fmt.nbytes(st.node_bytes_per_s)}/s "
         "per node")
-    rows.append(_row("storage", st.name, text,
-                     "measured" if st.is_local else ("stated" if st.name == "custom" else
-                                                     "profile"), st.source))
+    # A probe's profile says "measured", and "measured + stated" with a round trip added.
+    rows.append(_row("storage", st.name, text, st.origin, st.source))
     return rows
 
 

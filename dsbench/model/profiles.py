@@ -10,16 +10,28 @@ A bench result is measured on one machine, usually from local disk or the page c
 so a per-sample layout (2 files per sample) pays its latency on every sample while a sharded layout
 (0.001 files per sample) pays it once per shard. `per_file_s` is `ops_per_file x op_latency_s`.
 
-The figures are public ones, cited in `source`; where a figure is a modelling choice rather than a
-published number, `note` says so. docs/model.md lists them with their limits.
+The named profiles' figures are public ones, cited in `source`; where a figure is a modelling
+choice rather than a published number, `note` says so. docs/model.md lists them with their limits.
+A profile can also be measured where the export lives: `dsbench probe` writes a storage-profile
+document, and `--storage FILE.json` builds a profile from it (`load_probe`), optionally with a
+stated round trip added per request (`FILE.json+SECONDS`, `with_added_latency`). `origin` says
+which kind of figure the model was given: "measured", "stated", "profile" (a published figure), or
+"measured + stated" (a probe plus a stated latency).
+docs/probe.md says what the probe measures.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
+from dsbench import fmt
 from dsbench.errors import DsbenchError
+from dsbench.results import schema
 
 MIB = 1024 * 1024
 
@@ -34,6 +46,7 @@ class StorageProfile:
     node_bytes_per_s: float  # math.inf: the link is not a limit (local: measured costs already)
     source: str
     note: str = ""
+    origin: str = "profile"  # "measured", "stated", "profile", "measured + stated", ...
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.op_latency_s) and self.op_latency_s >= 0):
@@ -56,13 +69,13 @@ class StorageProfile:
                 "ops_per_file": self.ops_per_file, "per_file_s": self.per_file_s,
                 "node_bytes_per_s": None if math.isinf(self.node_bytes_per_s)
                 else self.node_bytes_per_s,
-                "source": self.source, "note": self.note}
+                "source": self.source, "note": self.note, "origin": self.origin}
 
 
 LOCAL = StorageProfile(
     "local", 0.0, 0, math.inf,
     source="measured: the bench result's own read stage (local disk or page cache)",
-    note="adds nothing to what was measured")
+    note="adds nothing to what was measured", origin="measured")
 
 PROFILES: dict[str, StorageProfile] = {
     "local": LOCAL,
@@ -94,7 +107,16 @@ PROFILES: dict[str, StorageProfile] = {
 
 
 def parse_storage(text: str) -> StorageProfile:
-    """A profile name from PROFILES, or `custom:LATENCY_S,BYTES_PER_S` (one operation per file)."""
+    """A profile name from PROFILES, `custom:LATENCY_S,BYTES_PER_S` (one operation per file), a
+    storage profile written by `dsbench probe` (`FILE.json`), or one with a stated latency added
+    per request (`FILE.json+SECONDS`)."""
+    probed = _probe_argument(text.strip())
+    if probed is not None:
+        path, added = probed
+        profile = load_probe(path)
+        if added is None:
+            return profile
+        return with_added_latency(profile, added, f"--storage {text.strip()}")
     name = text.strip().lower()
     if name in PROFILES:
         return PROFILES[name]
@@ -106,6 +128,89 @@ def parse_storage(text: str) -> StorageProfile:
             raise DsbenchError(f"--storage {text!r}: expected custom:LATENCY_S,BYTES_PER_S, "
                                "e.g. custom:0.002,1.5e9") from None
         return StorageProfile("custom", latency, 1, bandwidth,
-                              source=f"given: {latency} s per file, {bandwidth:g} bytes/s per node")
+                              source=f"given: {latency} s per file, {bandwidth:g} bytes/s per node",
+                              origin="stated")
     raise DsbenchError(f"--storage {text!r}: unknown profile; choose one of "
-                       f"{', '.join(PROFILES)} or custom:LATENCY_S,BYTES_PER_S")
+                       f"{', '.join(PROFILES)}, custom:LATENCY_S,BYTES_PER_S or a profile file "
+                       "written by dsbench probe (FILE.json)")
+
+
+# --- profiles measured by `dsbench probe` ---------------------------------------------------------
+
+PROBE_KIND = "dsbench-storage-profile"  # dsbench.storage.probe.KIND: the document it writes
+
+
+def _probe_argument(text: str) -> tuple[Path, float | None] | None:
+    """(file, added seconds) when `text` names a profile file, else None (a profile name)."""
+    if text.lower().endswith(".json"):
+        return Path(text), None
+    head, plus, tail = text.rpartition("+")
+    if not (plus and head.lower().endswith(".json")):
+        return None
+    try:
+        added = float(tail)
+    except ValueError:
+        added = math.nan
+    if not (math.isfinite(added) and added >= 0):
+        raise DsbenchError(f"--storage {text!r}: expected FILE.json+SECONDS, the round trip "
+                           "to add per request in seconds >= 0, e.g. probe.json+0.02")
+    return Path(head), added
+
+
+def load_probe(path: str | Path) -> StorageProfile:
+    """The storage profile `dsbench probe` wrote to `path`, checked against its schema.
+
+    Latency per file is the measured p50 first-byte latency, one request per file; bandwidth is
+    the best aggregate bandwidth over the reader counts tried. Why the median and not the mean
+    or the p99: the model charges every file the same latency, so the figure stands for a
+    typical request, as the published profiles' figures do ("100-200 ms first-byte latency");
+    a few hundred timings give a steady median, while their mean moves with the one or two
+    slowest (a connection opened, a retry). A slow request delays one worker's batch, which
+    the prefetch queue absorbs; the model's stalls (--stall-prob, --stall-time) delay a whole
+    rank's step, a different mechanism, so the p99 is not fed to them. The mean and the tail
+    are kept in `note`, so the gap is visible.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not text"
+        raise DsbenchError(f"cannot read the storage profile: {reason}", path=path) from None
+    try:
+        doc: Any = json.loads(text)
+    except ValueError as exc:
+        raise DsbenchError(f"not a storage profile: not JSON ({exc})", path=path) from None
+    kind = doc.get("kind") if isinstance(doc, dict) else None
+    if kind != PROBE_KIND:
+        raise DsbenchError(f"not a storage profile (kind {kind!r}, not {PROBE_KIND!r}): "
+                           "write one with dsbench probe PATH --json FILE", path=path)
+    schema.validate(doc, "probe", f"{path}: not a valid storage profile")
+    lat, best = doc["latency"], doc["bandwidth"]["best"]
+    tail = (f"p99 {fmt.seconds(lat['p99_s'])}" if lat["p99_s"] is not None
+            else f"max {fmt.seconds(lat['max_s'])}")
+    return StorageProfile(
+        f"probe:{path.name}", lat["p50_s"], 1, best["bytes_per_s"],
+        source=(f"measured by dsbench probe of {doc['location']} on {doc['created_utc']} "
+                f"({path}): p50 first-byte latency of {lat['timed']} requests (mean "
+                f"{fmt.seconds(lat['mean_s'])}, {tail}), best aggregate bandwidth with "
+                f"{best['readers']} reader{'s' if best['readers'] > 1 else ''} from one "
+                "machine"),
+        note="latency per file is the p50, one request per file; the tail is not modelled",
+        origin="measured")
+
+
+def with_added_latency(profile: StorageProfile, seconds: float, why: str) -> StorageProfile:
+    """`profile` with `seconds` more latency per request: a network round trip stated on top of
+    a measured one (a probe of a local server on loopback, carried to a real network)."""
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise DsbenchError(f"added latency must be a finite number of seconds >= 0, not "
+                           f"{seconds}")
+    if profile.ops_per_file == 0:
+        raise DsbenchError(f"storage {profile.name!r} makes no request per file: there is no "
+                           "round trip to add latency to")
+    base = profile.origin
+    origin = base if base == "stated" or base.endswith(" + stated") else f"{base} + stated"
+    return dataclasses.replace(
+        profile, name=f"{profile.name}+{seconds:g}s", op_latency_s=profile.op_latency_s + seconds,
+        source=f"{profile.source}; plus {fmt.seconds(seconds)} per request, stated ({why})",
+        origin=origin)

@@ -24,7 +24,8 @@ def render(doc: dict[str, Any]) -> str:
     lines = [f"dsbench extrapolate: {doc['model_note']}", "", "Inputs"]
     rows = [[r["name"], r["text"], r["source"]] for r in doc["inputs"]]
     lines += ["  " + ln for ln in fmt.table(["input", "value", "source"], rows).splitlines()]
-    notes = [r for r in doc["inputs"] if r["note"] and r["source"] in ("measured", "profile")]
+    notes = [r for r in doc["inputs"] if r["note"] and (r["source"] in ("measured", "profile")
+                                                         or r["source"].endswith(" + stated"))]
     lines += [f"  {r['name']}: {r['note']}" for r in notes]
     per = (f"{cl['gpus_per_node']} GPUs x {cl['batch_size']} samples / "
            f"({fmt.seconds(cl['compute']['mean_s'])} compute + "

@@ -48,12 +48,24 @@ def carries_text(e: dict[str, Any], name: str) -> str:
         counted = "counted here" if files["source"] == "measured" else files["source"]
         terms.append(f"file latency {fmt.seconds(node['latency_s'])} ({files['text']} "
                      f"files/sample {counted} x {fmt.seconds(e['storage']['per_file_s'])} per "
-                     f"file assumed by the {storage['value']} profile)")
+                     f"file {_per_file_source(storage)})")
     if node["transfer_s"] > 0:
         terms.append(f"transfer {fmt.seconds(node['transfer_s'])} (bytes per sample over the "
                      f"node's shared link, {storage['value']} profile)")
     return (f"each of {name}'s loader workers needs {fmt.seconds(node['per_sample_s'], 'sample')}"
             f": {', '.join(terms)}; the largest term, {node['limit']}, sets the limit")
+
+
+def _per_file_source(storage: dict[str, Any]) -> str:
+    """Where a storage row's latency per file came from, in words."""
+    source, name = storage["source"], storage["value"]
+    if source == "measured":
+        return f"measured by dsbench probe ({name})"
+    if source == "measured + stated":
+        return f"measured by dsbench probe, plus a stated round trip ({name})"
+    if source == "stated":
+        return f"stated ({name})"
+    return f"assumed by the {name} profile"
 
 
 def tail_text(doc: dict[str, Any], name: str) -> str:

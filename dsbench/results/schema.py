@@ -24,7 +24,7 @@ from referencing.jsonschema import DRAFT202012
 
 from dsbench.errors import DsbenchError
 
-NAMES = ("bench", "summary", "comparison", "gate", "extrapolation", "budget", "demo")
+NAMES = ("bench", "summary", "comparison", "gate", "extrapolation", "budget", "demo", "probe")
 
 
 def _urn(name: str) -> str:

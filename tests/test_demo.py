@@ -4,6 +4,7 @@ Its refusals of bad options: tests/test_cli_errors.py."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -170,7 +171,8 @@ def test_per_sample_files_feed_the_modelled_cluster_less(measured_demo: dict[str
 
 def run_demo_cli(tmp_path: Path, *extra: str) -> list[str]:
     return ["demo", "--cache", str(tmp_path / "cache"), "--samples", "40", "--workers", "1",
-            "--seconds", "0.3", "--rounds", "1", "--steps", "300", "--nodes", "2", *extra]
+            "--seconds", "0.3", "--rounds", "1", "--steps", "300", "--nodes", "2",
+            "--network-latency", "0.004", "--json", str(tmp_path / "demo.json"), *extra]
 
 
 def test_demo_end_to_end_reuses_its_cache(tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -182,10 +184,22 @@ def test_demo_end_to_end_reuses_its_cache(tmp_path: Path, capsys: pytest.Capture
     # The object-store section: a local S3 server started, measured, and stopped.
     assert "On object storage (measured: before's first shard" in first.out
     assert "makes 2.00 requests/sample" in first.out and "host CPU per sample" in first.out
+    # The model reads from the server as probed, plus the stated round trip, and says so.
+    doc = json.loads((tmp_path / "demo.json").read_text())
+    probed = doc["object_store"]["probe"]["latency"]["p50_s"]
+    storage = doc["cluster"]["after"]["storage"]
+    assert storage["origin"] == "measured + stated"
+    assert storage["per_file_s"] == pytest.approx(probed + 0.004)
+    assert "measured (p50 first byte of the local S3 server, dsbench probe) + 4.00 ms stated" \
+        in first.out
     assert main(run_demo_cli(tmp_path, "--no-object-store")) == 0
     second = capsys.readouterr()
     assert "generating" not in second.err and second.err.count("reusing") == 3
     assert "On object storage" not in second.out
+    # Without the server there is nothing probed: the model falls back to its stated profile.
+    doc = json.loads((tmp_path / "demo.json").read_text())
+    assert doc["cluster"]["after"]["storage"]["name"] == demo.DEMO_CLUSTER.storage.name
+    assert "per file assumed by the efs profile" in second.out
 
 
 def test_a_cache_holding_another_export_is_refused(tmp_path: Path) -> None:

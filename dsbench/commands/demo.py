@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from pathlib import Path
 
@@ -36,6 +37,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_window_arguments(m, _B)
     m.add_argument("--no-object-store", dest="object_store", action="store_false",
                    help="skip measuring before and after on a local S3 server (moto)")
+    p.add_argument("--network-latency", metavar="SECONDS", type=float,
+                   default=_D.network_latency_s,
+                   help="round trip per request added to the probed local S3 server's latency "
+                        "in the cluster model (default "
+                        f"{_D.network_latency_s:g} s; a stated figure, not measured); "
+                        "--storage replaces both")
     add_cluster_arguments(p, _C, "the predicted cluster (a model; the demo's stated "
                           "assumptions)", measured_batch=False)
     p.add_argument("--steps", type=int, default=_D.steps,
@@ -45,7 +52,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def options(args: argparse.Namespace) -> demo.DemoOptions:
     """The demo's options, every one checked before anything is generated or measured."""
-    cluster, _ = cluster_from_args(args, _C)
+    cluster, sources = cluster_from_args(args, _C)
+    if not (math.isfinite(args.network_latency) and args.network_latency >= 0):
+        raise DsbenchError(f"--network-latency must be a number of seconds >= 0, got "
+                           f"{args.network_latency}")
     check_steps(cluster, args.steps, (1, cluster.ranks, *demo.TAIL_RANKS))
     if args.samples < 1:
         raise DsbenchError(f"--samples must be at least 1, got {args.samples}")
@@ -55,7 +65,9 @@ def options(args: argparse.Namespace) -> demo.DemoOptions:
     if cache.exists() and not cache.is_dir():
         raise DsbenchError("--cache must be a directory", path=cache)
     return demo.DemoOptions(cache=cache, samples=args.samples, bench=bench, cluster=cluster,
-                            steps=args.steps, object_store=args.object_store)
+                            steps=args.steps, object_store=args.object_store,
+                            network_latency_s=args.network_latency,
+                            storage_stated=sources["storage"] == "stated")
 
 
 def run(args: argparse.Namespace) -> int:

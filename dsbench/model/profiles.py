@@ -185,13 +185,18 @@ def load_probe(path: str | Path) -> StorageProfile:
         raise DsbenchError(f"not a storage profile (kind {kind!r}, not {PROBE_KIND!r}): "
                            "write one with dsbench probe PATH --json FILE", path=path)
     schema.validate(doc, "probe", f"{path}: not a valid storage profile")
+    return from_probe(doc, f"probe:{path.name}", str(path))
+
+
+def from_probe(doc: dict[str, Any], name: str, where: str) -> StorageProfile:
+    """The profile a storage-profile document describes (see load_probe for which figures)."""
     lat, best = doc["latency"], doc["bandwidth"]["best"]
     tail = (f"p99 {fmt.seconds(lat['p99_s'])}" if lat["p99_s"] is not None
             else f"max {fmt.seconds(lat['max_s'])}")
     return StorageProfile(
-        f"probe:{path.name}", lat["p50_s"], 1, best["bytes_per_s"],
+        name, lat["p50_s"], 1, best["bytes_per_s"],
         source=(f"measured by dsbench probe of {doc['location']} on {doc['created_utc']} "
-                f"({path}): p50 first-byte latency of {lat['timed']} requests (mean "
+                f"({where}): p50 first-byte latency of {lat['timed']} requests (mean "
                 f"{fmt.seconds(lat['mean_s'])}, {tail}), best aggregate bandwidth with "
                 f"{best['readers']} reader{'s' if best['readers'] > 1 else ''} from one "
                 "machine"),

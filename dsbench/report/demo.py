@@ -13,6 +13,7 @@ document: `results` and `comparisons` are measurements, `cluster` and `tails` ar
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -33,7 +34,7 @@ from dsbench.loader.runner import BenchOptions, run_benches
 from dsbench.model.cluster import extrapolate, simulate
 from dsbench.model.costs import Distribution, LoaderCost
 from dsbench.model.node import ClusterSpec
-from dsbench.model.profiles import PROFILES
+from dsbench.model.profiles import PROFILES, StorageProfile, from_probe, with_added_latency
 from dsbench.report import demo_store
 from dsbench.results.types import BenchResult
 
@@ -46,14 +47,18 @@ _TAIL_LEVELS = np.concatenate([np.linspace(0.0, 0.9, 46), 1.0 - np.logspace(-1, 
 Progress = Callable[[str], None]
 
 # The cluster the demo carries its measurements to: the incident's 16 x 8 GPUs with dsbench's
-# defaults, plus what the incident implies but does not state. Per-sample files usually live on
-# a shared network filesystem (EFS here), where each open is a round trip. A batch of 256 per GPU
+# defaults, plus what the incident implies but does not state. Its storage is the local S3
+# server as probed plus a stated network round trip (run_demo) when the object-store section
+# runs; without it, a shared network filesystem (the EFS profile), where each open is a round
+# trip. A batch of 256 per GPU
 # in 0.15 s of compute (about 1,700 samples/s per GPU) is an ImageNet-class model on a current
 # data-centre GPU. The rare rank stall (1 s in 1 of 10,000 rank-steps: a GC pause, a slow
 # metadata call) is the same for every export; it shows how the tail grows with ranks.
 DEMO_CLUSTER = ClusterSpec(batch_size=256, compute=Distribution("const", 0.15),
                            storage=PROFILES["efs"], stall_prob=1e-4, stall_s=1.0)
 
+
+NETWORK_LATENCY_S = 1e-3
 
 # 9 paired rounds at 1 worker detect a 10% change at 5% noise per round 94% of the time
 # (tests/test_stats.py); 3 rounds at 2 workers describe the scaling. About 70 s of measuring.
@@ -74,6 +79,10 @@ class DemoOptions:
     steps: int = 5000
     seed: int = 0
     object_store: bool = True  # also measure before and after on a local S3 server
+    # The round trip added to the probed loopback server's latency for the cluster model: a
+    # store in the same region as the cluster. Stated, not measured: loopback has none.
+    network_latency_s: float = NETWORK_LATENCY_S
+    storage_stated: bool = False  # --storage given: the model uses it, not the probe
 
 
 def definition(name: str) -> ExportSpec:
@@ -125,10 +134,29 @@ def run_demo(opts: DemoOptions, progress: Progress) -> dict[str, Any]:
     docs = dict(zip(EXPORTS, run_benches([paths[n] for n in EXPORTS], opts.bench, progress),
                     strict=True))
     in_store = demo_store.measure(paths, opts.bench, progress) if opts.object_store else None
+    if in_store is not None and "probe" in in_store and not opts.storage_stated:
+        opts = dataclasses.replace(opts, cluster=opts.cluster.replace(
+            storage=probed_storage(in_store["probe"], opts.network_latency_s)))
     doc = model(docs, {n: str(p) for n, p in paths.items()}, opts, progress)
     if in_store is not None:
         doc["object_store"] = in_store
     return doc
+
+
+def probed_storage(probed: dict[str, Any], network_s: float) -> StorageProfile:
+    """The storage the cluster model reads from: the local S3 server's probed first-byte
+    latency plus a stated network round trip per request. Not the probed bandwidth: a
+    single-process server sharing this machine's cores with the loaders measures itself, not
+    a store's link, so the per-node bandwidth is the s3 profile's published figure."""
+    profile = with_added_latency(from_probe(probed, "probed local S3 server", "the demo's probe"),
+                                 network_s, "the demo's network round trip, --network-latency")
+    link = PROFILES["s3"]
+    served = probed["bandwidth"]["best"]["bytes_per_s"]
+    return dataclasses.replace(
+        profile, node_bytes_per_s=link.node_bytes_per_s,
+        source=(f"latency: {profile.source}; bandwidth: the s3 profile's "
+                f"{fmt.nbytes(link.node_bytes_per_s, 's')} per node ({link.source}), not the "
+                f"{fmt.nbytes(served, 's')} the loopback server gave, which is its own limit"))
 
 
 def model(docs: dict[str, BenchResult], exports: dict[str, str], opts: DemoOptions,

@@ -7,7 +7,9 @@ of after (its first STORE_SAMPLES samples: uploading every object to a Python se
 longer than measuring), and benchmarks both there in one interleaved run through the same
 client, adapters and loader as on disk. What it measures: requests per sample, CPU per sample
 (the client's share included) and host CPU per sample, which includes the local server's own
-CPU, so it is an upper bound for what the client side of a remote store would cost.
+CPU, so it is an upper bound for what the client side of a remote store would cost. Then it
+probes the server (storage/probe.py): the cluster model's latency per request and bandwidth
+come from that probe, plus a stated network round trip that loopback does not have.
 
 Without moto installed (`pip install 'dsbench[demo]'`) the section is skipped and says so.
 """
@@ -28,12 +30,16 @@ from dsbench.loader.options import BenchOptions
 from dsbench.loader.runner import run_benches
 from dsbench.storage import files as store
 from dsbench.storage import remote
+from dsbench.storage.probe import ProbeOptions, probe
 from dsbench.storage.server import LocalS3
 
 STORE_SAMPLES = 500  # of after, uploaded as 2 objects each
 STORE_ROUNDS = 5
 COUNT_SAMPLES = 400  # after's requests counted over this many samples: 800 GETs
 BUCKET = "dsbench-demo"
+# The server probed for the cluster model: 100 first bytes (mostly after's small objects, as
+# the files are sampled by a hash of their names) and streaming with 1 and 4 readers, ~2 s.
+PROBE = ProbeOptions(objects=100, readers=(1, 4), seconds=0.5)
 
 Progress = Callable[[str], None]
 
@@ -99,8 +105,10 @@ def measure(paths: dict[str, Path], bench: BenchOptions, progress: Progress) -> 
                  f"worker, {opts.rounds} interleaved rounds of {fmt.seconds(opts.seconds)}")
         with _environment(server.env):
             before, after = run_benches([f"{url}/before", f"{url}/after"], opts, progress)
+            # After the benches, so that the probe's connections do not warm theirs.
+            profile = probe(url, PROBE, progress)
     return {"server": f"moto {_version('moto')} (S3 API) on 127.0.0.1",
-            "uploaded_bytes": uploaded,
+            "uploaded_bytes": uploaded, "probe": profile,
             "results": {"before": before, "after": after},
             "comparison": compare(before, after)}
 

@@ -139,6 +139,7 @@ def render_html(doc: dict[str, Any], images: dict[str, bytes],
         "<h2>Figures</h2>", *_figures(doc, images, skipped_reason),
         "<h2>Model assumptions</h2>",
         f"<p>{_e(verdict.assumptions_text(spec, doc['results']['before']))}</p>",
+        *([f"<p>{_e(st)}</p>"] if (st := verdict.storage_text(doc)) else []),
         "</body></html>",
     ]
     return "\n".join(parts) + "\n"

@@ -167,7 +167,25 @@ def verdict_lines(doc: dict[str, Any]) -> list[str]:
         "  nothing: after holds up against before on these measurements and assumptions"]
     lines += ["", "Assumptions of the model (stated by the demo; change them with its options)",
               f"  {assumptions_text(spec, doc['results']['before'])}"]
+    storage = storage_text(doc)
+    if storage:
+        lines.append(f"  {storage}")
     return lines
+
+
+def storage_text(doc: dict[str, Any]) -> str | None:
+    """Where the model's storage figures came from, when the demo probed its local S3 server."""
+    probed = (doc.get("object_store") or {}).get("probe")
+    used = doc["cluster"]["after"]["storage"]
+    if probed is None or not used["name"].startswith("probed local S3 server"):
+        return None
+    measured = probed["latency"]["p50_s"]
+    return (f"storage: {fmt.seconds(used['per_file_s'])} per request = "
+            f"{fmt.seconds(measured)} measured (p50 first byte of the local S3 server, dsbench "
+            f"probe) + {fmt.seconds(used['per_file_s'] - measured)} stated (a network round "
+            f"trip, --network-latency); {fmt.nbytes(used['node_bytes_per_s'], 's')} per node, "
+            f"the s3 profile's published figure (the loopback server streamed "
+            f"{fmt.nbytes(probed['bandwidth']['best']['bytes_per_s'], 's')}, its own limit)")
 
 
 def store_lines(store: dict[str, Any] | None) -> list[str]:

@@ -81,7 +81,7 @@ def count_mapped(nbytes: int) -> None:
 def io_counters() -> tuple[int, int]:
     """(files opened, bytes the OS's read_chars does not see: memory-mapped and received from
     an object store) by this process so far."""
-    return _opens, _mapped_bytes + accounting.totals().body_bytes
+    return _opens, _mapped_bytes + accounting.body_bytes()
 
 
 @dataclass(slots=True)

@@ -103,7 +103,7 @@ def count_pass(export: Export, max_samples: int = DEFAULT_MAX_SAMPLES,
         skipped = 0
     opens0, mapped0 = base.io_counters()
     chars0 = read_chars()
-    requests0 = accounting.totals().copy()
+    requests0 = accounting.totals()
     samples = read = 0
     for i in spread(len(units)):
         samples += sum(1 for _ in export.read_units([units[i]], handler))

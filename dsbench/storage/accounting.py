@@ -10,6 +10,7 @@ as in the count pass). The loader reads the totals before and after what it meas
 from __future__ import annotations
 
 import resource
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,20 +51,30 @@ class Requests:
 
 
 _totals = Requests()
+# The probe's readers are threads of one process: each record is one update of several fields.
+_lock = threading.Lock()
 
 
 def record(kind: str, nbytes: int, first_byte_s: float | None, cpu_s: float, n: int = 1
            ) -> None:
     """One request (or `n` LIST pages) made by this process."""
-    _totals.count[kind] += n
-    _totals.body_bytes += nbytes
-    if kind in ("GET", "RANGE"):
-        _totals.first_byte_s.append(first_byte_s or 0.0)
-        _totals.cpu_s.append(cpu_s)
+    with _lock:
+        _totals.count[kind] += n
+        _totals.body_bytes += nbytes
+        if kind in ("GET", "RANGE"):
+            _totals.first_byte_s.append(first_byte_s or 0.0)
+            _totals.cpu_s.append(cpu_s)
+
+
+def body_bytes() -> int:
+    """Body bytes received so far (cheap: the loader reads it per batch)."""
+    return _totals.body_bytes
 
 
 def totals() -> Requests:
-    return _totals
+    """A snapshot of the counts so far (a copy: later requests do not change it)."""
+    with _lock:
+        return _totals.copy()
 
 
 def summary(requests: Requests, samples: int, client: dict[str, str]) -> Any:

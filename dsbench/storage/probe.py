@@ -167,7 +167,7 @@ def first_byte_latency(root: Loc, timed: Sequence[tuple[str, int]]) -> dict[str,
         what = (f"open and read the first {FIRST_READ_BYTES} bytes, each file evicted from the "
                 "page cache just before")
     else:
-        mark = accounting.totals().copy()
+        mark = accounting.totals()
         for rel, size in timed:
             remote.get(root / rel, 0, min(size, FIRST_READ_BYTES))
         seconds = accounting.totals().since(mark).first_byte_s

@@ -38,11 +38,15 @@ def _names(names: tuple[str, ...] | list[str]) -> str:
     return ", ".join(names) if names else "none"
 
 
+def _units(written: int, skipped: int) -> str:
+    return f"{written} unit{'' if written == 1 else 's'} written, {skipped} already complete"
+
+
 def _summary(name: str, r: ReexportReport) -> list[str]:
     carried = [f"{n} (from {src.stored_as})" if src.stored_as != n else n
                for n, src in r.fields.carried]
-    lines = [f"{name}: {r.samples} samples in {r.out_dir} ({r.units_written} units written, "
-             f"{r.units_skipped} already complete) in {fmt.seconds(r.wall_s)}"
+    lines = [f"{name}: {r.samples} samples in {r.out_dir} "
+             f"({_units(r.units_written, r.units_skipped)}) in {fmt.seconds(r.wall_s)}"
              f"{_per_core(r.samples_written, r.cpu_s)}",
              f"  source: {r.source} ({r.layout}), {r.subset}",
              f"  images: copied byte for byte as stored ({r.codec}); the definition's image "
@@ -62,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     report = generate(spec, args.out_dir, samples=args.samples, seed=args.seed, jobs=args.jobs)
     line = (f"{spec.name}: {report.samples} samples in {report.out_dir} "
-            f"({report.units_written} units written, {report.units_skipped} already complete) "
+            f"({_units(report.units_written, report.units_skipped)}) "
             f"in {fmt.seconds(report.wall_s)}")
     fmt.out(line + _per_core(report.samples_written, report.cpu_s))
     return 0

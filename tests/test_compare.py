@@ -115,7 +115,7 @@ def test_attribution_leads_with_what_changed_and_names_the_noise() -> None:
     # Counts first (never crowded out by stages), then the stages that moved, largest first.
     assert [a["what"] for a in att[:4]] == ["files opened", "bytes read", "read", "fields"]
     assert att[0]["text"] == "files opened +2.00 per sample (exact)"
-    assert att[2]["text"].startswith("read +900 µs/sample (from ")
+    assert att[2]["text"].startswith("read +900 µs/sample (interval +")
     assert all(not a["distinguishable"] for a in att[4:])
     assert r["moved"].endswith("not distinguishable: decode, transform, collate")
 

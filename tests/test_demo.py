@@ -58,7 +58,7 @@ def test_verdict_names_the_slower_export_and_where_the_cpu_went() -> None:
                       "more)") < text.index("CPU per sample:") < text.index("throughput:")
     assert "[exact: counted over every unit of both exports]" in text
     assert "CPU per sample: after 2.30 ms/sample vs before 2.10 ms/sample" in text
-    assert "fields +200 µs/sample (from " in text
+    assert "fields +200 µs/sample (interval +" in text
     assert "arrow is 1.05x faster than before" in text
     # The cluster: per-sample files on EFS pay two round trips per sample and run short.
     assert doc["cluster"]["after"]["verdict"] == "input-bound"

@@ -179,7 +179,10 @@ def stage_rows(base: BenchResult, cand: BenchResult, workers: int, paired: bool
         moved = interval.excludes_null if interval else None
         text = f"{stage} {_signed(b - a, fmt.seconds(abs(b - a)))}/sample"
         if interval:
-            text += (f" (from {fmt.seconds(interval.lo)} to {fmt.seconds(interval.hi)})")
+            # The change's interval, signed, so that it does not read as the two sides' values.
+            lo, hi = interval.lo, interval.hi
+            text += (f" (interval {_signed(lo, fmt.seconds(abs(lo)))} to "
+                     f"{_signed(hi, fmt.seconds(abs(hi)))})")
         rows.append({"what": stage, "unit": "s/sample", "base": a, "cand": b, "delta": b - a,
                      "delta_ci": interval.as_list() if interval else None,
                      "level": STAGE_LEVEL if interval else None, "counted": False,

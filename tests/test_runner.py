@@ -302,7 +302,7 @@ def test_torch_backend_missing_is_one_clear_error(files_export: Path,
 
 
 def test_torch_backend_measures_the_same_figures(files_export: Path) -> None:
-    pytest.importorskip("torch")  # not in the test extra: runs where torch is installed
+    pytest.importorskip("torch")  # in the test extra; a bare install skips it
     opts = dict(workers=(2,), batch_size=3, rounds=1, warmup_batches=1, batches=4)
     ours = run_bench(files_export, BenchOptions(**opts))["runs"][0]
     theirs = run_bench(files_export, BenchOptions(**opts, backend="torch"))["runs"][0]

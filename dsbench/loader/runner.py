@@ -53,6 +53,7 @@ from dsbench.results import machine
 from dsbench.results.stages import STAGES
 from dsbench.results.types import BenchResult, Round, Run
 from dsbench.storage import accounting, remote
+from dsbench.storage import files as store
 from dsbench.storage.files import Loc, location
 
 # PSS is read from /proc/<pid>/smaps_rollup, which costs about a millisecond per process: sample
@@ -71,17 +72,7 @@ def evict(path: Path) -> int:
     """
     files = [path] if path.is_file() else [Path(d) / f for d, _, fs in os.walk(path) for f in fs]
     for f in files:
-        try:
-            fd = os.open(f, os.O_RDONLY)
-        except OSError:
-            continue
-        try:
-            os.fdatasync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
+        store.evict(f)
     return len(files)
 
 

@@ -199,3 +199,20 @@ class _Ranges(io.RawIOBase):
         b[:len(data)] = data
         self._pos += len(data)
         return len(data)
+
+
+def evict(path: Path) -> None:
+    """Drop a local file's pages from the page cache (POSIX_FADV_DONTNEED), so that the next
+    read goes to the device. Dirty pages cannot be dropped, so the file is flushed first; a
+    file that cannot be opened, or a filesystem without the advice, is left as it is."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fdatasync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

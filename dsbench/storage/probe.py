@@ -42,7 +42,7 @@ from urllib.parse import urlsplit, urlunsplit
 from dsbench import __version__, stats
 from dsbench.errors import DsbenchError
 from dsbench.storage import accounting, files, remote
-from dsbench.storage.files import Loc
+from dsbench.storage.files import Loc, evict
 
 KIND = "dsbench-storage-profile"
 SCHEMA_VERSION = 1
@@ -83,21 +83,6 @@ def sample(listed: Sequence[tuple[str, int]], n: int) -> list[tuple[str, int]]:
 
 
 # --- the page cache (local files only) ------------------------------------------------------------
-
-def evict(path: Path) -> None:
-    """Drop a file's pages from the page cache; dirty pages cannot be dropped, so flush first."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fdatasync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    except OSError:
-        pass  # a filesystem without the advice: resident_share then says what happened
-    finally:
-        os.close(fd)
-
 
 def resident_share(paths: Sequence[Path]) -> float | None:
     """Share of these files' pages in the page cache (mincore(2)); None where it can't be asked.

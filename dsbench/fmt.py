@@ -48,6 +48,12 @@ def rate(x: float, unit: str = "samples/s") -> str:
     return f"{sig(x)} {unit}"
 
 
+def plural(n: float, word: str, many: str = "") -> str:
+    """(1, 'worker') -> '1 worker'; (2, 'worker') -> '2 workers'; (0.5, 'batch', 'batches')."""
+    count = str(int(n)) if float(n).is_integer() else sig(n)
+    return f"{count} {word if n == 1 else many or word + 's'}"
+
+
 def percent(fraction: float) -> str:
     return f"{sig(100.0 * fraction)}%"
 

@@ -80,7 +80,7 @@ def _check(metric: dict[str, Any], limit: float, hard: bool, lower_limit: bool =
 
     A count (whole units: the same export always gives the same count) fails a hard limit on
     its value. A timing fails a hard limit only when its whole 95% interval is past the limit:
-    a ratio past the limit whose interval still reaches back over it is noise-compatible and
+    a ratio past the limit whose interval still crosses it is noise-compatible and
     only warns, so an export measured against itself never fails.
     """
     ratio, ci = metric["ratio"], metric["ratio_ci95"]
@@ -95,7 +95,7 @@ def _check(metric: dict[str, Any], limit: float, hard: bool, lower_limit: bool =
     elif ci is not None:
         over, cleared = past(ratio), past(ci[1] if lower_limit else ci[0])
         why = ("its 95% interval is past the limit" if cleared else
-               "its 95% interval reaches back over the limit: more rounds can tell")
+               "its 95% interval crosses the limit: more rounds can tell")
     else:
         over, cleared, why = past(ratio), False, "no interval (one round, or a schema 1 count)"
     status = PASS if not over else (FAIL if hard and cleared else WARN)
@@ -103,7 +103,8 @@ def _check(metric: dict[str, Any], limit: float, hard: bool, lower_limit: bool =
     return {"metric": metric["metric"], "label": metric["label"], "status": status,
             "hard": hard, "ratio": ratio, "ratio_ci95": ci, "limit": f"ratio {sign} "
             f"{fmt.sig(limit)}", "base": metric["base"], "cand": metric["cand"],
-            "counted": metric["counted"], "why": why if over else ""}
+            "counted": metric["counted"], "exact": bool(metric.get("exact")),
+            "why": why if over else ""}
 
 
 def evaluate(comparison: dict[str, Any], t: Thresholds, workers: int | None = None

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import psutil
 
-from dsbench import stats
+from dsbench import fmt, stats
 from dsbench.adapters.survey import summarize
 from dsbench.errors import DsbenchError
 from dsbench.loader import worker
@@ -252,13 +252,14 @@ def _warnings(run: Run, opts: BenchOptions) -> list[str]:
     for spread, label in ((run["samples_per_s_spread"], "samples/s"),
                           (run["cpu_s_per_sample_spread"], "CPU per sample")):
         if spread > stats.SPREAD_WARNING:
-            out.append(f"{label} with {w} workers varies by {100 * spread:.3g}% between rounds "
-                       f"(IQR/median): use a longer --seconds, more --rounds, or a quieter "
-                       f"machine before comparing it")
+            out.append(f"{label} with {fmt.plural(w, 'worker')} varies by "
+                       f"{100 * spread:.3g}% between rounds (IQR/median): use a longer "
+                       "--seconds, more --rounds, or a quieter machine before comparing it")
     short = min(r.get("batches", 0) for r in run["rounds"]) / w
     if short < MIN_WINDOW_BATCHES:
-        out.append(f"the measured window with {w} workers held only {short:.3g} batches per "
-                   f"worker: use a longer --seconds or a smaller --batch-size")
+        out.append(f"the measured window with {fmt.plural(w, 'worker')} held only "
+                   f"{fmt.plural(short, 'batch', 'batches')} per worker: use a longer --seconds "
+                   "or a smaller --batch-size")
     for r in run["rounds"]:
         # Window CPU is a part of what the reaped workers used in all; more is an accounting bug.
         if r["workers_cpu_s"] > r["workers_cpu_s_reaped"] * 1.01 + 0.05:

@@ -76,7 +76,7 @@ def render(comparison: dict[str, Any], markdown: bool = False) -> str:
         out.append("x NOT COMPARABLE: " + "; ".join(comparison["not_comparable_reasons"]))
         return "\n".join(out)
     for run in comparison["runs"]:
-        out.append(f"\n{'#### ' if markdown else ''}{run['workers']} loader workers")
+        out.append(f"\n{'#### ' if markdown else ''}{fmt.plural(run['workers'], 'loader worker')}")
         out.append(fmt.table(HEADERS, metric_rows(run), markdown=markdown))
         out.append(("\nwhere the cost moved: " if markdown else "where the cost moved: ")
                    + run["moved"])
@@ -99,10 +99,10 @@ def render_gate(gate: dict[str, Any], markdown: bool = False) -> str:
                      format_value(c["metric"], c["cand"]),
                      fmt.ratio(c["ratio"]) if c["ratio"] is not None else "new",
                      f"{fmt.ratio(ci[0])} to {fmt.ratio(ci[1])}" if ci else
-                     ("counted" if c["counted"] else "-"),
+                     ("exact" if c.get("exact") else "counted" if c["counted"] else "-"),
                      c["limit"], "hard" if c["hard"] else "soft"])
     verdict = "PASSED" if gate["passed"] else "FAILED"
-    head = f"dsbench gate {verdict} ({gate['workers']} loader workers)"
+    head = f"dsbench gate {verdict} ({fmt.plural(gate['workers'], 'loader worker')})"
     table = fmt.table(["", "check", "base", "candidate", "ratio", "95% CI", "limit", "kind"],
                       rows, markdown=markdown)
     notes = [f"{icon[c['status']]} {c['label']}: {c['why']}" for c in gate["checks"] if c["why"]]

@@ -27,7 +27,6 @@ calls `run_bench` must do so under `if __name__ == "__main__":`.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import resource
 import time
@@ -76,14 +75,24 @@ def evict(path: Path) -> int:
     return len(files)
 
 
-def tree_pss() -> int:
-    """Proportional set size of this process and all its descendants, in bytes."""
+def tree_pss(main_base: int = 0) -> int:
+    """Proportional set size of the loader, in bytes: every descendant of this process (the
+    workers) plus what this process grew by since it measured `main_base`. Its own base (the
+    interpreter, libraries, what measuring another export left in its allocators, such as a
+    Parquet count pass's Arrow buffers) is not this export's cost, and would make the same
+    export's figure depend on what it was measured with."""
     me = psutil.Process()
-    total = 0
-    for p in [me, *me.children(recursive=True)]:
-        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
-            total += p.memory_full_info().pss
+    total = max(0, _pss(me) - main_base)
+    for p in me.children(recursive=True):
+        total += _pss(p)
     return total
+
+
+def _pss(p: psutil.Process) -> int:
+    try:
+        return int(p.memory_full_info().pss)
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return 0
 
 
 def _children_cpu() -> float:
@@ -103,8 +112,8 @@ def host_busy_s() -> float:
     return t.user + t.nice + t.system + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0)
 
 
-def _measure(source: ShmSource | TorchSource, opts: BenchOptions, n_workers: int
-             ) -> dict[str, Any]:
+def _measure(source: ShmSource | TorchSource, opts: BenchOptions, n_workers: int,
+             main_base: int) -> dict[str, Any]:
     """Warm up, then the measured window; everything per window, nothing logged inside it."""
     t_start = time.perf_counter()
     before: list[BatchReport | None] = [None] * n_workers
@@ -113,7 +122,7 @@ def _measure(source: ShmSource | TorchSource, opts: BenchOptions, n_workers: int
         source.release(report)
         before[report.worker] = report
     warmup_s = time.perf_counter() - t_start
-    peak_pss = tree_pss()
+    peak_pss = tree_pss(main_base)
     step = opts.step_time_s
     reports: list[BatchReport] = []
     excluded_cpu = 0.0
@@ -134,13 +143,13 @@ def _measure(source: ShmSource | TorchSource, opts: BenchOptions, n_workers: int
             break
         if now >= next_pss:
             c = time.thread_time()
-            peak_pss = max(peak_pss, tree_pss())
+            peak_pss = max(peak_pss, tree_pss(main_base))
             excluded_cpu += time.thread_time() - c
             next_pss = time.perf_counter() + PSS_INTERVAL_S
     t1 = time.perf_counter()
     host_cpu = host_busy_s() - host0
     main_cpu = _self_cpu() - cpu0 - excluded_cpu
-    peak_pss = max(peak_pss, tree_pss())
+    peak_pss = max(peak_pss, tree_pss(main_base))
 
     after: list[BatchReport] = list(before)  # type: ignore[arg-type]
     for r in reports:
@@ -180,13 +189,14 @@ def run_round(path: Loc, opts: BenchOptions, n_workers: int) -> dict[str, Any]:
     if opts.cold and isinstance(path, Path):
         evict(path)
     reaped0 = _children_cpu()
+    main_base = _pss(psutil.Process())  # before this round's workers and buffers exist
     source: ShmSource | TorchSource
     if opts.backend == "torch":
         source = TorchSource(path, opts.pipeline(), n_workers, opts)
     else:
         source = ShmSource(path, opts.pipeline(), n_workers, opts)
     try:
-        out = _measure(source, opts, n_workers)
+        out = _measure(source, opts, n_workers, main_base)
     finally:
         source.close()
     out["workers_cpu_s_reaped"] = _children_cpu() - reaped0

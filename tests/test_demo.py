@@ -5,6 +5,7 @@ Its refusals of bad options: tests/test_cli_errors.py."""
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -182,10 +183,17 @@ def test_demo_end_to_end_reuses_its_cache(tmp_path: Path, capsys: pytest.Capture
     # The object-store section: a local S3 server started, measured, and stopped.
     assert "On object storage (measured: before's first shard" in first.out
     assert "makes 2.00 requests/sample" in first.out and "host CPU per sample" in first.out
-    assert main(run_demo_cli(tmp_path, "--no-object-store")) == 0
+    # The model checked against a 2-rank job the demo measured, with the ratios it found.
+    checked = re.search(r"checked by a measured job: the model behind step time, GPU "
+                        r"utilization and p99 above, run on a 2-rank job measured here .* gave "
+                        r"mean step (\d+\.\d+)x .* GPU utilization (\d+\.\d+)x .* p99 "
+                        r"(\d+\.\d+)x", first.out)
+    assert checked and all(float(x) > 0 for x in checked.groups())
+    assert main(run_demo_cli(tmp_path, "--no-object-store", "--no-job")) == 0
     second = capsys.readouterr()
     assert "generating" not in second.err and second.err.count("reusing") == 3
     assert "On object storage" not in second.out
+    assert "checked by a measured job: none run (--no-job)" in second.out
 
 
 def test_a_cache_holding_another_export_is_refused(tmp_path: Path) -> None:

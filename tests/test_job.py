@@ -228,7 +228,8 @@ def _record(rank: int, wait: list[float], busy: list[float], coll: list[float]
             "backend": "gloo", "start_s": starts, "wait_s": wait, "busy_s": busy,
             "stall_s": [0.0] * len(wait), "compute_drawn_s": busy, "collective_s": coll,
             "step_s": steps, "idle_collective_s": [0.001], "batch_cpu_s": [0.01] * 8,
-            "samples": 32, "window_s": sum(steps), "rank_cpu_s": 0.01}
+            "samples": 32, "window_s": sum(steps), "rank_cpu_s": 0.01, "workers_cpu_s": 0.08,
+            "host_busy_s": 0.2}
 
 
 def test_the_slowest_rank_is_the_one_that_waited_least_at_the_collective() -> None:

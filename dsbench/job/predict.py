@@ -3,7 +3,8 @@
 The model gets the job's configuration (ranks per node, nodes, loader workers, prefetch, batch,
 the stated compute and stalls, the cores of the machine) and four measured inputs: the loader
 workers' CPU per batch (at the job's own load, so no further contention factor), the share of a
-core each rank's own process kept busy (its trainer cores), the collective's own cost in the
+core each rank's own process kept busy and the cores other programs kept busy meanwhile (the
+model's trainer cores, which the loader workers do not get), the collective's own cost in the
 steps (its all-reduce: the time the last rank to arrive spent in it) and the mean overshoot of
 the sleeps that emulate compute. These are the costs of the parts; the step times, their tail,
 utilization and data wait follow from the model's mechanism. Ratios are model / measured.
@@ -23,7 +24,7 @@ from dsbench.model.node import ClusterSpec, node_rates
 
 MODEL_STEPS = 20_000
 # A rank's own process may not take so many cores that none are left for loader workers.
-MAX_TRAINER_SHARE = 0.5
+MAX_TRAINER_SHARE = 0.9
 
 
 def slow_threshold(typical_s: float, stall_s: float) -> float:
@@ -42,7 +43,10 @@ def job_inputs(doc: Mapping[str, Any]) -> tuple[LoaderCost, ClusterSpec]:
                       base_workers=int(opts["workers"]), path=doc["config"]["path"])
     per_node = int(launch["ranks_per_node"])
     cores = int(launch["cores_per_node"])
-    trainer = min(float(loader["rank_cpu_share"]), MAX_TRAINER_SHARE * cores / per_node)
+    # Cores the loader workers do not get: each rank's own process, and what other programs
+    # kept busy on the node meanwhile (measured), shared out over its ranks.
+    taken = float(loader["rank_cpu_share"]) + float(doc["other_cores"]) / per_node
+    trainer = min(taken, MAX_TRAINER_SHARE * cores / per_node)
     c = opts["compute"]
     # The job's compute is a sleep, which wakes late on a busy host: the model gets the stated
     # compute plus the sleeps' measured mean overshoot.

@@ -38,6 +38,7 @@ from dsbench.job.identity import Identity, detect, slurm_rendezvous
 from dsbench.job.options import IDLE_COLLECTIVES, JobOptions
 from dsbench.job.share import RankShare
 from dsbench.loader.options import BenchOptions
+from dsbench.loader.runner import host_busy_s
 from dsbench.loader.sources import ShmSource, check_memory
 from dsbench.loader.torch_source import TorchSource
 from dsbench.loader.worker import BatchReport
@@ -136,7 +137,7 @@ def _measure(source: ShmSource | TorchSource, opts: JobOptions, ident: Identity,
 
     times = np.empty((n, 4))  # t0..t3 of every step
     reports: list[BatchReport] = []
-    cpu0 = _self_cpu()
+    cpu0, host0 = _self_cpu(), host_busy_s()
     held: BatchReport | None = None
     for s in range(n):
         t0 = time.perf_counter()
@@ -157,6 +158,11 @@ def _measure(source: ShmSource | TorchSource, opts: JobOptions, ident: Identity,
     if held is not None:
         source.release(held)
     rank_cpu = _self_cpu() - cpu0
+    host_busy = host_busy_s() - host0
+    by_worker: dict[int, list[float]] = {}
+    for r in reports:
+        by_worker.setdefault(r.worker, []).append(r.cpu_s)
+    workers_cpu = sum(max(c) - min(c) for c in by_worker.values())
     window = float(times[-1, 3] - times[0, 0])
     counted = reports[opts.warmup_steps:]
     return {
@@ -174,7 +180,9 @@ def _measure(source: ShmSource | TorchSource, opts: JobOptions, ident: Identity,
         "idle_collective_s": idle.tolist(),
         "batch_cpu_s": [r.batch_cpu_s for r in counted],
         "samples": sum(len(r.keys) for r in counted),
-        "window_s": window, "rank_cpu_s": rank_cpu,
+        "window_s": window, "rank_cpu_s": rank_cpu, "workers_cpu_s": workers_cpu,
+        # Everything the host's cores did meanwhile (other ranks, other programs, the kernel).
+        "host_busy_s": host_busy,
     }
 
 

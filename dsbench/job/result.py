@@ -88,6 +88,15 @@ def build(path: str, opts: JobOptions, records: Sequence[dict[str, Any]], device
     busy_all = np.maximum(_per_step(records, "busy_s") - _per_step(records, "stall_s"), 0.0)
     bucket, timeline = busy_timeline(begin, busy_all, total, bucket_s=bucket)
     cores = machine.usable_cores()
+    # Cores other programs kept busy during the job, per host: the host's busy CPU less what
+    # the job's own ranks and loader workers there used (their windows overlap: the mean).
+    others = []
+    for host in {r["host"] for r in records}:
+        mine = [r for r in records if r["host"] == host]
+        span = float(np.mean([r["window_s"] for r in mine]))
+        host_busy = float(np.mean([r["host_busy_s"] for r in mine]))
+        job_cpu = sum(r["rank_cpu_s"] + r["workers_cpu_s"] for r in mine)
+        others.append(max(0.0, host_busy - job_cpu) / span)
     doc: dict[str, Any] = {
         "kind": KIND, "schema_version": SCHEMA_VERSION, "created_utc": now_utc(),
         "dsbench_version": __version__, "run_id": uuid.uuid4().hex,
@@ -125,6 +134,7 @@ def build(path: str, opts: JobOptions, records: Sequence[dict[str, Any]], device
                    "batch_cpu_s": _rounded(batches),
                    "rank_cpu_share": float(np.mean([r["rank_cpu_s"] / r["window_s"]
                                                     for r in records]))},
+        "other_cores": float(np.mean(others)),
         "load": {"runnable": ranks // len({r["host"] for r in records}) * (1 + opts.workers),
                  "cores": cores},
         "per_rank": [{"rank": r["rank"], "node": r["node"], "local_rank": r["local_rank"],

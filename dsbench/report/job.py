@@ -39,10 +39,12 @@ def model_table(doc: dict[str, Any]) -> list[str]:
     lines += ["  " + ln for ln in fmt.table(["figure", "measured", "model", "model/measured"],
                                             rows).splitlines()]
     cpu = inputs["loader"]["cpu_s_per_sample"]
-    lines.append(f"  model inputs: loader CPU {fmt.seconds(cpu, 'sample')} (measured by the "
-                 "job's workers), trainer cores "
-                 f"{fmt.sig(inputs['trainer_cores_per_rank'])} per rank (measured), all-reduce "
-                 f"{fmt.seconds(inputs['allreduce_s'])} (measured in the steps), "
+    lines.append(f"  model inputs, measured: loader CPU {fmt.seconds(cpu, 'sample')}; cores the "
+                 f"loaders do not get {fmt.sig(inputs['trainer_cores_per_rank'])} per rank (its "
+                 f"own process {fmt.sig(doc['loader']['rank_cpu_share'])}, other programs "
+                 f"{fmt.sig(doc['other_cores'])} cores in all); all-reduce "
+                 f"{fmt.seconds(inputs['allreduce_s'])}; sleep overshoot "
+                 f"{fmt.seconds(inputs['compute_overshoot_s'])}; "
                  f"{inputs['cluster']['cores_per_node']} cores per node")
     return lines
 

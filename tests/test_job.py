@@ -4,6 +4,7 @@ localhost), the document they write, the model beside it, and a killed rank's cl
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import socket
@@ -246,3 +247,17 @@ def test_the_slowest_rank_is_the_one_that_waited_least_at_the_collective() -> No
     # Lost to data: 30 ms in each of rank 1's late steps, of 81 ms.
     assert doc["data_wait_share"] == pytest.approx(5 * 0.030 / (5 * 0.081 + 4 * 0.051))
     assert doc["gpu_util"] == pytest.approx(9 * 0.05 / (5 * 0.081 + 4 * 0.051))
+
+
+def test_a_launch_removes_the_directories_of_launchers_killed_outright(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dsbench.job import launch
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    gone, alive = tmp_path / f"dsbench-job-{dead}-x1", tmp_path / f"dsbench-job-{os.getpid()}-x2"
+    for d in (gone, alive):
+        (d / "logs").mkdir(parents=True)
+    launch._remove_stale()
+    assert not gone.exists() and alive.exists()

@@ -3,7 +3,8 @@
 The same agent torchrun runs, in this process: a c10d rendezvous on a free local port (what
 `torchrun --standalone` does), no restarts, each rank `python -m dsbench.job.rank CFG` in its own
 process group with its output in a log file. Rank 0 writes the result document into a private
-temporary directory, which goes when the job does, however it ends.
+temporary directory, which goes when the job does, however it ends (a launcher killed outright
+leaves it; the next launch removes it).
 
 A failed job is one line naming the rank at fault. When a rank dies, its peers' collectives fail
 at once (the dead process's connections close) and they exit PEER_LOST; the agent notices the
@@ -25,6 +26,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from dsbench import atomic
 from dsbench.errors import DsbenchError
 from dsbench.job.options import JobOptions
@@ -32,6 +35,7 @@ from dsbench.job.rank import PEER_LOST, RANK_ERROR
 
 RENDEZVOUS_TIMEOUT_S = 120  # every rank imports torch first: seconds each on a busy machine
 MONITOR_INTERVAL_S = 0.1
+TMP_PREFIX = "dsbench-job-"
 
 
 class Interrupted(Exception):
@@ -92,6 +96,15 @@ def describe(failures: Mapping[int, Any], ranks: int) -> str:
     return f"rank {root_rank} (pid {root.pid}) {how}{stopped}"
 
 
+def _remove_stale() -> None:
+    """Remove the directories of launchers that were killed outright (SIGKILL runs no cleanup);
+    the launcher's pid is in the name."""
+    for d in Path(tempfile.gettempdir()).glob(f"{TMP_PREFIX}*-*"):
+        pid = d.name.removeprefix(TMP_PREFIX).split("-", 1)[0]
+        if pid.isdigit() and not psutil.pid_exists(int(pid)):
+            shutil.rmtree(d, ignore_errors=True)
+
+
 def launch(path: str, opts: JobOptions) -> dict[str, Any]:
     """Run the job with `opts.ranks` ranks on this machine; rank 0's result document."""
     _quiet_torch_logging()
@@ -100,7 +113,8 @@ def launch(path: str, opts: JobOptions) -> dict[str, Any]:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    tmp = Path(tempfile.mkdtemp(prefix="dsbench-job-"))
+    _remove_stale()
+    tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-"))
     try:
         out = tmp / "result.json"
         cfg = tmp / "job.json"

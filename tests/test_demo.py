@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -192,10 +193,17 @@ def test_demo_end_to_end_reuses_its_cache(tmp_path: Path, capsys: pytest.Capture
     assert storage["per_file_s"] == pytest.approx(probed + 0.004)
     assert "measured (p50 first byte of the local S3 server, dsbench probe) + 4.00 ms stated" \
         in first.out
-    assert main(run_demo_cli(tmp_path, "--no-object-store")) == 0
+    # The model checked against a 2-rank job the demo measured, with the ratios it found.
+    checked = re.search(r"checked by a measured job: the model behind step time, GPU "
+                        r"utilization and p99 above, run on a 2-rank job measured here .* gave "
+                        r"mean step (\d+\.\d+)x .* GPU utilization (\d+\.\d+)x .* p99 "
+                        r"(\d+\.\d+)x", first.out)
+    assert checked and all(float(x) > 0 for x in checked.groups())
+    assert main(run_demo_cli(tmp_path, "--no-object-store", "--no-job")) == 0
     second = capsys.readouterr()
     assert "generating" not in second.err and second.err.count("reusing") == 3
     assert "On object storage" not in second.out
+    assert "checked by a measured job: none run (--no-job)" in second.out
     # Without the server there is nothing probed: the model falls back to its stated profile.
     doc = json.loads((tmp_path / "demo.json").read_text())
     assert doc["cluster"]["after"]["storage"]["name"] == demo.DEMO_CLUSTER.storage.name

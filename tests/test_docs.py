@@ -31,6 +31,10 @@ NOT_HERE = {
     "pip": "installs the project; .ci/run installs it the same way",
     "python -m pytest": "is this test suite",
     "asv": ".ci/run runs asv machine, check and run --quick (docs/asv.md)",
+    "torchrun": "tests/test_job.py runs a job as two torchrun nodes on localhost",
+    "srun": "needs Slurm; tests/test_job.py checks the rank read from Slurm's variables",
+    "python benchmarks/job_accuracy.py": "is the measurement behind docs/job.md's tables "
+                                         "(minutes of jobs)",
 }
 # Docs without a command this test runs, and why: their case would pass vacuously.
 NO_COMMANDS = {
@@ -111,6 +115,9 @@ def equivalent(argv: list[str], tmp: Path) -> list[str]:
     if cmd == "generate":
         argv = _set(argv, "--samples", str(SAMPLES))
     if cmd == "demo":
+        # The demo's measured 2-rank job is tested in tests/test_demo.py.
+        if "--no-job" not in argv:
+            argv = [*argv, "--no-job"]
         argv = _set(argv, "--cache", str(tmp / "demo-cache"))
         argv = _set(argv, "--samples", str(SAMPLES))
     if cmd == "demo" or (cmd in ("bench", "compare", "gate") and measures):
@@ -118,6 +125,10 @@ def equivalent(argv: list[str], tmp: Path) -> list[str]:
                     "--rounds", str(ROUNDS))
     if cmd in ("extrapolate", "demo"):
         argv = _set(argv, "--steps", str(STEPS))
+    if cmd == "job":  # each rank count is a launch: a few seconds of start-up each
+        argv = _set(argv, "--steps", "30")
+        if "--ranks-sweep" in argv:
+            argv = _set(argv, "--ranks-sweep", "1")
     if cmd == "probe":
         argv = _set(_set(_set(argv, "--objects", "20"), "--readers", "1,2"), "--seconds",
                     str(SECONDS))

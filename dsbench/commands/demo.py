@@ -43,6 +43,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "in the cluster model (default "
                         f"{_D.network_latency_s:g} s; a stated figure, not measured); "
                         "--storage replaces both")
+    m.add_argument("--no-job", dest="job", action="store_false",
+                   help="skip checking the model against a measured 2-rank job (dsbench job)")
     add_cluster_arguments(p, _C, "the predicted cluster (a model; the demo's stated "
                           "assumptions)", measured_batch=False)
     p.add_argument("--steps", type=int, default=_D.steps,
@@ -67,7 +69,7 @@ def options(args: argparse.Namespace) -> demo.DemoOptions:
     return demo.DemoOptions(cache=cache, samples=args.samples, bench=bench, cluster=cluster,
                             steps=args.steps, object_store=args.object_store,
                             network_latency_s=args.network_latency,
-                            storage_stated=sources["storage"] == "stated")
+                            storage_stated=sources["storage"] == "stated", job=args.job)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -13,16 +13,20 @@ from typing import Any
 import numpy as np
 
 from dsbench.commands.options import (
+    _CLUSTER_OPTIONS,
     add_cluster_arguments,
     add_json_argument,
     cluster_from_args,
     emit,
 )
 from dsbench.errors import DsbenchError
+from dsbench.job import result as job_result
+from dsbench.job.predict import predict
 from dsbench.model.cluster import DEFAULT_SCALING, DEFAULT_STEPS, extrapolate
 from dsbench.model.costs import LoaderCost
 from dsbench.model.node import ClusterSpec
 from dsbench.report.extrapolation import render
+from dsbench.report.job import render_job_check
 from dsbench.results.document import read_result
 
 HELP = ("predict a synchronous multi-GPU job's step time, GPU utilization, timeline and tail "
@@ -32,7 +36,8 @@ _D = ClusterSpec()  # dsbench's defaults, shown in --help
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("result", nargs="?", help="bench result JSON written by `dsbench bench`")
+    p.add_argument("result", nargs="?", help="bench result JSON written by `dsbench bench`, or a "
+                   "job result written by `dsbench job` (the model beside its measurement)")
     src = p.add_argument_group("loader cost without a result file")
     src.add_argument("--cpu-per-sample", type=float, metavar="S",
                      help="CPU seconds per sample of one loader worker (instead of RESULT)")
@@ -84,6 +89,8 @@ def _loader(args: argparse.Namespace) -> LoaderCost:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.result is not None and job_result.is_job(args.result):
+        return _job(args)
     cost = _loader(args)
     cluster, sources = cluster_from_args(
         args, _D, measured_batch=cost.measured_batch if cost.origin == "measured" else None)
@@ -91,4 +98,21 @@ def run(args: argparse.Namespace) -> int:
                       scaling=_scaling(args.scaling), sources=sources)
     doc["seed"] = args.seed
     emit(args, doc, lambda: render(doc))
+    return 0
+
+
+def _job(args: argparse.Namespace) -> int:
+    """A measured job's result: the model again on the job's own configuration and measured
+    costs (with this run's --steps and --seed), beside what the job measured."""
+    stated = [flag for name, (flag, _) in _CLUSTER_OPTIONS.items()
+              if getattr(args, f"cluster_{name}") is not None]
+    stated += [f"--{n.replace('_', '-')}" for n in ("cpu_per_sample", "cpu_cv",
+                                                     "files_per_sample", "bytes_per_sample")
+               if getattr(args, n) is not None]
+    if stated:
+        raise DsbenchError(f"{', '.join(stated)}: a job result carries its own configuration "
+                           "and measured costs")
+    doc = job_result.read(args.result)
+    doc["model"] = predict(doc, seed=args.seed, steps=args.steps)
+    emit(args, doc, lambda: render_job_check(doc))
     return 0

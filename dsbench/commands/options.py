@@ -183,6 +183,16 @@ def add_cluster_arguments(p: argparse.ArgumentParser, d: ClusterSpec, title: str
                        help=f"{text} (default {_default_text(name, d, measured_batch)})")
 
 
+def add_cluster_subset(g: argparse.ArgumentParser | argparse._ArgumentGroup, d: ClusterSpec,
+                       names: tuple[str, ...]) -> None:
+    """Some of the cluster's options, spelled and explained as `extrapolate` has them, for a
+    command that measures what the model assumes (`dsbench job`)."""
+    for name in names:
+        flag, text = _CLUSTER_OPTIONS[name]
+        g.add_argument(flag, dest=f"cluster_{name}", type=_TYPES.get(name, int),
+                       default=None, help=f"{text} (default {_default_text(name, d, False)})")
+
+
 def cluster_from_args(args: argparse.Namespace, d: ClusterSpec, measured_batch: int | None = None
                       ) -> tuple[ClusterSpec, dict[str, str]]:
     """The cluster the options describe, and where each field came from: 'stated' (given),

@@ -14,6 +14,7 @@ document: `results` and `comparisons` are measurements, `cluster` and `tails` ar
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import math
 import os
@@ -30,6 +31,9 @@ from dsbench.analysis.compare import compare
 from dsbench.errors import DsbenchError
 from dsbench.export.generate import generate
 from dsbench.export.spec import FORMATS_DIR, ExportSpec, load_spec
+from dsbench.job import share
+from dsbench.job.launch import launch
+from dsbench.job.options import JobOptions
 from dsbench.loader.runner import BenchOptions, run_benches
 from dsbench.model.cluster import extrapolate, simulate
 from dsbench.model.costs import Distribution, LoaderCost
@@ -41,6 +45,7 @@ from dsbench.results.types import BenchResult
 EXPORTS = ("before", "after", "arrow")  # base, the re-export, the candidate
 TAIL_RANKS = (64, 128)  # the incident's two job sizes
 FINE_BUCKET_S, FINE_TIMELINE_S = 0.1, 30.0
+JOB_BATCH = 8  # per rank in the measured job: compute-bound at 2 ranks on a 2-core machine
 # Quantile levels for the step-time tail curves: the body coarsely, the last 10% finely.
 _TAIL_LEVELS = np.concatenate([np.linspace(0.0, 0.9, 46), 1.0 - np.logspace(-1, -3.7, 55)])
 
@@ -83,6 +88,8 @@ class DemoOptions:
     # store in the same region as the cluster. Stated, not measured: loopback has none.
     network_latency_s: float = NETWORK_LATENCY_S
     storage_stated: bool = False  # --storage given: the model uses it, not the probe
+    job: bool = True  # check the model against a measured 2-rank job (dsbench job)
+    job_steps: int = 40
 
 
 def definition(name: str) -> ExportSpec:
@@ -140,6 +147,8 @@ def run_demo(opts: DemoOptions, progress: Progress) -> dict[str, Any]:
     doc = model(docs, {n: str(p) for n, p in paths.items()}, opts, progress)
     if in_store is not None:
         doc["object_store"] = in_store
+    if opts.job:
+        doc["job_check"] = job_check(paths["after"], opts, progress)
     return doc
 
 
@@ -157,6 +166,32 @@ def probed_storage(probed: dict[str, Any], network_s: float) -> StorageProfile:
         source=(f"latency: {profile.source}; bandwidth: the s3 profile's "
                 f"{fmt.nbytes(link.node_bytes_per_s, 's')} per node ({link.source}), not the "
                 f"{fmt.nbytes(served, 's')} the loopback server gave, which is its own limit"))
+
+
+def job_check(path: Path, opts: DemoOptions, progress: Progress) -> dict[str, Any]:
+    """The cluster model checked against a measured job on this machine: 2 ranks reading
+    after, each with its own loader, the demo's compute per step, an all-reduce every step."""
+    if importlib.util.find_spec("torch") is None:
+        return {"skipped": "torch is not installed (pip install 'dsbench[torch]')"}
+    jo = JobOptions(ranks=2, workers=1, batch_size=JOB_BATCH, steps=opts.job_steps,
+                    compute=opts.cluster.compute, seed=opts.seed)
+    try:
+        share.check(str(path), jo.workers, jo.ranks, None)
+    except DsbenchError as exc:
+        return {"skipped": str(exc)}
+    progress(f"demo: checking the model against a measured {jo.ranks}-rank job on after "
+             f"({jo.steps} steps)")
+    doc = launch(str(path), jo)
+    pred, ratios = doc["model"]["prediction"], doc["model"]["ratios"]
+    return {"export": "after", "ranks": jo.ranks, "workers_per_rank": jo.workers,
+            "batch_size": jo.batch_size, "compute_s": jo.compute.mean, "steps": doc["steps"],
+            "load_avg_1m": doc["machine"]["load_avg_1m"],
+            "measured": {"mean_s": doc["step_time_s"]["mean"],
+                         "p99_s": doc["step_time_s"]["p99"], "gpu_util": doc["gpu_util"]},
+            "model": {"mean_s": pred["step_time_s"]["mean"],
+                      "p99_s": pred["step_time_s"]["p99"], "gpu_util": pred["gpu_util"]},
+            "ratios": {"mean": ratios["mean"], "p99": ratios["p99"],
+                       "gpu_util": ratios["gpu_util"]}}
 
 
 def model(docs: dict[str, BenchResult], exports: dict[str, str], opts: DemoOptions,

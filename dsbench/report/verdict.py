@@ -160,6 +160,7 @@ def verdict_lines(doc: dict[str, Any]) -> list[str]:
     if cl["after"]["verdict"] == "input-bound":
         lines.append(f"  the oscillation: {cl['after']['timeline']['note']}")
     lines.append(f"  the tail: {tail_text(doc, 'after')}")
+    lines.append(f"  checked by a measured job: {job_check_text(doc.get('job_check'))}")
     lines += store_lines(doc.get("object_store"))
     lines += ["", "What to do"]
     steps = advice(doc)
@@ -186,6 +187,24 @@ def storage_text(doc: dict[str, Any]) -> str | None:
             f"trip, --network-latency); {fmt.nbytes(used['node_bytes_per_s'], 's')} per node, "
             f"the s3 profile's published figure (the loopback server streamed "
             f"{fmt.nbytes(probed['bandwidth']['best']['bytes_per_s'], 's')}, its own limit)")
+
+
+def job_check_text(check: dict[str, Any] | None) -> str:
+    """Which of the model's figures a measured job on this machine checked, and how closely."""
+    if check is None:
+        return "none run (--no-job); `dsbench job` measures one (docs/job.md)"
+    if "skipped" in check:
+        return f"none run ({check['skipped']})"
+    r, m = check["ratios"], check["measured"]
+    return (f"the model behind step time, GPU utilization and p99 above, run on a "
+            f"{check['ranks']}-rank job measured here (after, {check['workers_per_rank']} "
+            f"loader worker per rank, batch {check['batch_size']}, "
+            f"{fmt.seconds(check['compute_s'])} compute, {check['steps']} steps; load average "
+            f"{check['load_avg_1m']:.2g}), gave mean step {r['mean']:.2f}x "
+            f"({fmt.seconds(m['mean_s'])} measured), GPU utilization {r['gpu_util']:.2f}x "
+            f"({fmt.percent(m['gpu_util'])}), p99 {r['p99']:.2f}x "
+            f"({fmt.seconds(m['p99_s'])}) of the measured; not checked here: "
+            "the cluster's scale, its storage latency and its stalls")
 
 
 def store_lines(store: dict[str, Any] | None) -> list[str]:

@@ -1,0 +1,142 @@
+"""Start a job's ranks on this machine through torch's elastic launcher, and say how it ended.
+
+The same agent torchrun runs, in this process: a c10d rendezvous on a free local port (what
+`torchrun --standalone` does), no restarts, each rank `python -m dsbench.job.rank CFG` in its own
+process group with its output in a log file. Rank 0 writes the result document into a private
+temporary directory, which goes when the job does, however it ends (a launcher killed outright
+leaves it; the next launch removes it).
+
+A failed job is one line naming the rank at fault. When a rank dies, its peers' collectives fail
+at once (the dead process's connections close) and they exit PEER_LOST; the agent notices the
+dead rank at its next poll and stops the rest. The root cause is the first failure that is not
+PEER_LOST, in the order the agent saw them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from dsbench import atomic
+from dsbench.errors import DsbenchError
+from dsbench.job.options import JobOptions
+from dsbench.job.rank import PEER_LOST, RANK_ERROR
+
+RENDEZVOUS_TIMEOUT_S = 120  # every rank imports torch first: seconds each on a busy machine
+MONITOR_INTERVAL_S = 0.1
+TMP_PREFIX = "dsbench-job-"
+
+
+class Interrupted(Exception):
+    """The launcher got SIGINT or SIGTERM; every rank was stopped."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _quiet_torch_logging() -> None:
+    """The agent logs every start and stop; dsbench prints one line of its own instead.
+
+    torch's loggers take their level from LOGLEVEL when created, and each sets its own, so the
+    variable is set around the import and the ones that exist already are silenced too.
+    """
+    before = os.environ.get("LOGLEVEL")
+    os.environ["LOGLEVEL"] = "CRITICAL"
+    try:
+        import torch.distributed.launcher.api  # noqa: F401
+    finally:
+        if before is None:
+            os.environ.pop("LOGLEVEL", None)
+        else:
+            os.environ["LOGLEVEL"] = before
+    for name, logger in list(logging.root.manager.loggerDict.items()):
+        if name.startswith(("torch.distributed", "torchelastic")) and \
+                isinstance(logger, logging.Logger):
+            logger.setLevel(logging.CRITICAL)
+
+
+def _last_line(path: Path) -> str | None:
+    try:
+        lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return None
+    return lines[-1].strip() if lines else None
+
+
+def describe(failures: Mapping[int, Any], ranks: int) -> str:
+    """One line: which rank failed first and how, and how many others were stopped."""
+    items = list(failures.items())
+    root_rank, root = next(((r, f) for r, f in items if f.exitcode != PEER_LOST), items[0])
+    if root.exitcode < 0:
+        how = f"was killed by {root.signal_name()}"
+    elif root.exitcode == RANK_ERROR:
+        log = Path(root.error_file).parent / "stderr.log" if root.error_file else None
+        said = _last_line(log) if log else None
+        prefix = f"dsbench job: error: rank {root_rank}: "
+        how = f"failed: {said.removeprefix(prefix)}" if said and said.startswith(prefix) \
+            else f"exited with code {root.exitcode}"
+    else:
+        log = Path(root.error_file).parent / "stderr.log" if root.error_file else None
+        said = _last_line(log) if log else None
+        how = f"exited with code {root.exitcode}" + (f" ({said[:200]})" if said else "")
+    others = ranks - 1
+    stopped = f"; the other {others} rank{'s' if others != 1 else ''} stopped" if others else ""
+    return f"rank {root_rank} (pid {root.pid}) {how}{stopped}"
+
+
+def _remove_stale() -> None:
+    """Remove the directories of launchers that were killed outright (SIGKILL runs no cleanup);
+    the launcher's pid is in the name."""
+    for d in Path(tempfile.gettempdir()).glob(f"{TMP_PREFIX}*-*"):
+        pid = d.name.removeprefix(TMP_PREFIX).split("-", 1)[0]
+        if pid.isdigit() and not psutil.pid_exists(int(pid)):
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def launch(path: str, opts: JobOptions) -> dict[str, Any]:
+    """Run the job with `opts.ranks` ranks on this machine; rank 0's result document."""
+    _quiet_torch_logging()
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    _remove_stale()
+    tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-"))
+    try:
+        out = tmp / "result.json"
+        cfg = tmp / "job.json"
+        atomic.write_text(cfg, json.dumps({"path": str(path), "options": opts.to_json(),
+                                           "out": str(out)}))
+        config = LaunchConfig(
+            min_nodes=1, max_nodes=1, nproc_per_node=opts.ranks,
+            run_id=f"dsbench-{uuid.uuid4().hex[:12]}", rdzv_backend="c10d",
+            rdzv_endpoint="localhost:0", rdzv_configs={"timeout": RENDEZVOUS_TIMEOUT_S},
+            max_restarts=0, monitor_interval=MONITOR_INTERVAL_S, start_method="spawn",
+            logs_specs=DefaultLogsSpecs(log_dir=str(tmp / "logs"), redirects=Std.ALL),
+            shutdown_timeout=2)
+        try:
+            elastic_launch(config, sys.executable)("-u", "-m", "dsbench.job.rank", str(cfg))
+        except ChildFailedError as exc:
+            raise DsbenchError(describe(exc.failures, opts.ranks)) from None
+        except SignalException as exc:
+            raise Interrupted(int(exc.sigval)) from None
+        try:
+            doc: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            raise DsbenchError("rank 0 finished without writing the job's result") from None
+        return doc
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

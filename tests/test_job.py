@@ -1,0 +1,263 @@
+"""dsbench job: real ranks on torch.distributed (2 and 4 on one machine, two "nodes" on
+localhost), the document they write, the model beside it, and a killed rank's clean failure."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import psutil
+import pytest
+from conftest import write_export
+
+from dsbench.cli import main
+from dsbench.errors import DsbenchError
+from dsbench.job import identity, result
+from dsbench.job.launch import describe
+from dsbench.job.options import JobOptions
+from dsbench.job.rank import PEER_LOST
+from dsbench.model.costs import Distribution
+from dsbench.results import schema
+from dsbench.results.machine import usable_cores
+
+pytest.importorskip("torch")
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Eight shards of 20 samples: enough units for 4 ranks with a worker each."""
+    return write_export(tmp_path_factory.mktemp("job"), "wds", 160, shard_samples=20)
+
+
+def _shm() -> set[str]:
+    return {p.name for p in Path("/dev/shm").glob("dsbench-*")}
+
+
+def _check_records(doc: dict[str, Any], ranks: int, steps: int) -> None:
+    assert doc["ranks"] == ranks == len(doc["per_rank"]) == len(doc["lateness"])
+    counted = steps - doc["warmup_steps"]
+    assert doc["steps"] == counted
+    assert sum(r["slowest_steps"] for r in doc["lateness"]) == counted
+    for r in doc["per_rank"]:
+        assert len(r["step_s"]) == steps
+        # Each step is the sum of its parts: wait for data, compute, the collective.
+        for parts in zip(r["wait_s"], r["compute_s"], r["collective_s"], r["step_s"],
+                         strict=True):
+            assert abs(sum(parts[:3]) - parts[3]) < 1e-5
+    st = doc["step_time_s"]
+    assert 0 < st["p50"] <= st["p99"] <= st["max"]
+    assert 0 < doc["gpu_util"] <= 1
+    assert set(doc["model"]["ratios"]) == {"mean", "p50", "p99", "max", "gpu_util"}
+
+
+def test_a_two_rank_job_with_torch_loaders_writes_a_valid_document_and_extrapolate_reads_it(
+        shards: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "job.json"
+    assert main(["job", str(shards), "--ranks", "2", "--workers", "1", "--batch-size", "8",
+                 "--compute", "0.01", "--steps", "30", "--backend", "torch",
+                 "--json", str(out)]) == 0
+    doc = result.read(out)  # validates against the schema
+    _check_records(doc, 2, 30)
+    assert doc["loader"]["backend"] == "torch" and doc["launch"]["launcher"] == "dsbench"
+    assert doc["launch"]["backend"] == "gloo"
+    # Compute is stated at 10 ms and slept: every counted step takes at least that long.
+    assert min(min(r["compute_s"]) for r in doc["per_rank"]) >= 0.01
+    assert doc["model"]["inputs"]["cluster"]["gpus_per_node"] == 2
+    report = capsys.readouterr().out
+    assert "Model beside measurement" in report and "model/measured" in report
+
+    assert main(["extrapolate", str(out), "--steps", "2000", "--json", "-"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    schema.validate(again, "job")
+    assert again["model"]["steps"] == 2000
+    assert again["step_time_s"] == doc["step_time_s"]  # the measurement, unchanged
+
+
+def test_a_four_rank_job_sees_every_drawn_stall_in_its_step_times(
+        shards: Path, tmp_path: Path) -> None:
+    out = tmp_path / "job.json"
+    steps = 80
+    assert main(["job", str(shards), "--ranks", "4", "--workers", "1", "--batch-size", "4",
+                 "--compute", "0.01", "--stall-prob", "0.2", "--stall-time", "0.15",
+                 "--steps", str(steps), "--json", str(out)]) == 0
+    doc = result.read(out)
+    _check_records(doc, 4, steps)
+    slow = doc["slow_steps"]
+    # A stall of 150 ms against 10 ms steps: the steps that held one are the slow ones.
+    assert abs(slow["fraction"] - slow["stalled_fraction"]) <= 0.1
+    # 1 - (1 - q)^N = 59% for q = 0.2 and 4 ranks; 76 steps give it a sd of 5.6 points.
+    assert doc["model"]["prediction"]["independent_fraction"] == pytest.approx(1 - 0.8 ** 4)
+    assert abs(slow["fraction"] - (1 - 0.8 ** 4)) <= 0.2
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_two_nodes_on_localhost_under_torchrun_make_one_job(shards: Path, tmp_path: Path
+                                                            ) -> None:
+    port, out = _free_port(), tmp_path / "job.json"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
+           "--nproc-per-node", "1", "--max-restarts", "0", "--rdzv-backend", "c10d",
+           "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"test-{port}",
+           "-m", "dsbench", "job", str(shards), "--workers", "1", "--batch-size", "4",
+           "--compute", "0.01", "--steps", "20", "--json", str(out)]
+    nodes = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=180) for p in nodes]
+    assert [p.returncode for p in nodes] == [0, 0], outs
+    doc = result.read(out)
+    _check_records(doc, 2, 20)
+    assert doc["launch"]["launcher"] == "torchrun" and doc["launch"]["nodes"] == 2
+    assert sorted(r["node"] for r in doc["per_rank"]) == [0, 1]
+    # One host holds both "nodes": the model gives each half of its cores.
+    assert doc["launch"]["cores_per_node"] == max(1, round(usable_cores() / 2))
+    # Only global rank 0 reports.
+    assert sum("Model beside measurement" in o for o, _ in outs) == 1
+
+
+def _ranks_of(launcher: psutil.Process) -> dict[int, psutil.Process]:
+    found = {}
+    for p in launcher.children(recursive=True):
+        try:
+            if "dsbench.job.rank" in " ".join(p.cmdline()):
+                found[int(p.environ()["RANK"])] = p
+        except (psutil.Error, KeyError, ValueError):
+            continue
+    return found
+
+
+def _job_dirs() -> set[Path]:
+    return set(Path(tempfile.gettempdir()).glob("dsbench-job-*"))
+
+
+def test_a_killed_rank_fails_the_job_at_once_with_one_line_and_leaves_nothing(
+        shards: Path) -> None:
+    shm_before, dirs_before = _shm(), _job_dirs()
+    proc = subprocess.Popen([sys.executable, "-m", "dsbench", "job", str(shards), "--ranks",
+                             "2", "--workers", "1", "--batch-size", "4", "--compute", "0.01",
+                             "--steps", "100000"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    launcher = psutil.Process(proc.pid)
+    deadline = time.monotonic() + 120
+    ranks: dict[int, psutil.Process] = {}
+    # Wait for both ranks to be in their steps: each has started its loader worker.
+    while time.monotonic() < deadline:
+        ranks = _ranks_of(launcher)
+        if len(ranks) == 2 and all(r.children() for r in ranks.values()):
+            break
+        time.sleep(0.2)
+    assert len(ranks) == 2, "the ranks did not start"
+    time.sleep(2.0)
+    tree = [launcher, *launcher.children(recursive=True)]
+    killed_at = time.monotonic()
+    ranks[1].send_signal(signal.SIGKILL)
+    _, err = proc.communicate(timeout=30)
+    took = time.monotonic() - killed_at
+    assert took < 10
+    assert proc.returncode == 2
+    lines = [ln for ln in err.strip().splitlines() if not ln.startswith("job: ")]  # progress
+    assert len(lines) == 1, err
+    assert re.fullmatch(r"dsbench job: error: rank 1 \(pid \d+\) was killed by SIGKILL; the "
+                        r"other 1 rank stopped", lines[0]), lines[0]
+    time.sleep(1.0)
+    alive = [p for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert alive == []
+    # Segments are named dsbench-<pid of the process that made them>-...; other dsbench runs
+    # on the machine may make their own meanwhile.
+    pids = {str(p.pid) for p in tree}
+    assert {n for n in _shm() - shm_before if n.split("-")[1] in pids} == set()
+    assert _job_dirs() - dirs_before == set()  # the launcher's logs and result file
+
+
+# --- without launching ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv", [["--ranks", "0"], ["--ranks", "9"], ["--workers", "0"],
+                                  ["--compute", "fast"], ["--stall-prob", "0.1"],
+                                  ["--steps", "3"], ["--ranks", "2", "--ranks-sweep", "1,2"]])
+def test_bad_options_are_one_line_and_exit_2(shards: Path, argv: list[str],
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["job", str(shards), *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("dsbench job: error: ")
+
+
+def test_the_rank_comes_from_torchrun_then_slurm_and_otherwise_dsbench_launches() -> None:
+    torchrun = {"TORCHELASTIC_RUN_ID": "x", "RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1",
+                "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1", "GROUP_WORLD_SIZE": "2"}
+    slurm = {"SLURM_STEP_ID": "0", "SLURM_NTASKS": "4", "SLURM_PROCID": "2",
+             "SLURM_LOCALID": "0", "SLURM_NODEID": "1", "SLURM_NNODES": "2"}
+    assert identity.detect(torchrun) == identity.Identity(3, 4, 1, 2, 1, 2, "torchrun")
+    assert identity.detect({**slurm, **torchrun}).launcher == "torchrun"  # type: ignore[union-attr]
+    assert identity.detect(slurm) == identity.Identity(2, 4, 0, 2, 1, 2, "slurm")
+    assert identity.detect({"RANK": "1", "WORLD_SIZE": "2"}) is None  # a stale shell variable
+    assert identity.detect({**slurm, "SLURM_NTASKS": "1"}) is None  # a batch shell, not a task
+    with pytest.raises(DsbenchError, match="MASTER_ADDR"):
+        identity.slurm_rendezvous(identity.Identity(0, 2, 0, 1, 0, 2, "slurm"), {})
+
+
+def _failure(pid: int, code: int) -> SimpleNamespace:
+    return SimpleNamespace(pid=pid, exitcode=code, error_file=None,
+                           signal_name=lambda: signal.Signals(-code).name)
+
+
+def test_a_failure_names_the_rank_that_died_not_the_peers_it_took_along() -> None:
+    # The agent lists the peer that noticed first; the dead rank is still the root cause.
+    failures = {0: _failure(10, PEER_LOST), 2: _failure(12, -9), 1: _failure(11, -15)}
+    assert describe(failures, 4) == "rank 2 (pid 12) was killed by SIGKILL; the other 3 " \
+                                    "ranks stopped"
+
+
+def _record(rank: int, wait: list[float], busy: list[float], coll: list[float]
+            ) -> dict[str, Any]:
+    steps = [w + b + c for w, b, c in zip(wait, busy, coll, strict=True)]
+    starts = [sum(steps[:i]) for i in range(len(steps))]
+    return {"rank": rank, "local_rank": rank, "node": 0, "nodes": 1, "world": 2,
+            "local_world": 2, "launcher": "dsbench", "host": "h", "pid": 100 + rank,
+            "backend": "gloo", "start_s": starts, "wait_s": wait, "busy_s": busy,
+            "stall_s": [0.0] * len(wait), "compute_drawn_s": busy, "collective_s": coll,
+            "step_s": steps, "idle_collective_s": [0.001], "batch_cpu_s": [0.01] * 8,
+            "samples": 32, "window_s": sum(steps), "rank_cpu_s": 0.01, "workers_cpu_s": 0.08,
+            "host_busy_s": 0.2}
+
+
+def test_the_slowest_rank_is_the_one_that_waited_least_at_the_collective() -> None:
+    opts = JobOptions(ranks=2, workers=1, prefetch=1, batch_size=4, steps=10,
+                      compute=Distribution("const", 0.05))
+    n = 10
+    # Rank 1 waits 30 ms for data in steps 0-5 and so reaches the collective last there.
+    late = [0.03 if i < 6 else 0.0 for i in range(n)]
+    r0 = _record(0, [0.0] * n, [0.05] * n, [0.001 + x for x in late])
+    r1 = _record(1, late, [0.05] * n, [0.001] * n)
+    doc = result.build("x", opts, [r1, r0], "cpu")
+    by_rank = {r["rank"]: r["slowest_steps"] for r in doc["lateness"]}
+    assert by_rank == {1: 5, 0: 4}  # steps 1-5 and 6-9 counted (the first is warmup)
+    # Lost to data: 30 ms in each of rank 1's late steps, of 81 ms.
+    assert doc["data_wait_share"] == pytest.approx(5 * 0.030 / (5 * 0.081 + 4 * 0.051))
+    assert doc["gpu_util"] == pytest.approx(9 * 0.05 / (5 * 0.081 + 4 * 0.051))
+
+
+def test_a_launch_removes_the_directories_of_launchers_killed_outright(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dsbench.job import launch
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    gone, alive = tmp_path / f"dsbench-job-{dead}-x1", tmp_path / f"dsbench-job-{os.getpid()}-x2"
+    for d in (gone, alive):
+        (d / "logs").mkdir(parents=True)
+    launch._remove_stale()
+    assert not gone.exists() and alive.exists()

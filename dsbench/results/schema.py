@@ -24,7 +24,8 @@ from referencing.jsonschema import DRAFT202012
 
 from dsbench.errors import DsbenchError
 
-NAMES = ("bench", "summary", "comparison", "gate", "extrapolation", "budget", "demo", "probe")
+NAMES = ("bench", "summary", "comparison", "gate", "extrapolation", "budget", "demo", "probe",
+         "resume")
 
 
 def _urn(name: str) -> str:

@@ -1,0 +1,112 @@
+"""`dsbench resume`'s report for people, and its figure: label entropy per step around the
+restart, uninterrupted against restarted. Every figure carries its unit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from dsbench import fmt
+
+POLICY_TEXT = {"none": "no loader state: the epoch restarted with the same seed",
+               "fast-forward": "epoch and step saved: restarted, K batches fetched and discarded",
+               "stateful": "the loader's state saved and restored"}
+
+
+def _s(x: float | None) -> str:
+    return "-" if x is None else fmt.seconds(x)
+
+
+def _bits(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f} bits"
+
+
+def _step(x: int | None) -> str:
+    return "none" if x is None else f"step {x}"
+
+
+def render(doc: dict[str, Any]) -> str:
+    st, ex = doc["settings"], doc["export"]
+    backend = ("torch DataLoader / torchdata StatefulDataLoader" if st["backend"] == "torch"
+               else "dsbench's loader")
+    shuffle = (f"shard order + a {st['buffer']}-sample buffer per worker"
+               if st["shuffle"] == "shard+buffer" else "per sample (the layout allows it)")
+    lines = [f"dsbench resume: {ex['path']} ({ex['layout']}, {ex['units']} units)",
+             f"  {st['ranks']} rank(s) x {st['workers']} worker(s), batch {st['batch_size']}, "
+             f"seed {st['seed']}, epoch {st['epoch']}, {backend}; shuffle: {shuffle}",
+             f"  restart after K = {st['restart_at']} steps; diversity over the "
+             f"{st['window']} steps after it", ""]
+    rows = []
+    for p in doc["policies"]:
+        t = p["total"]
+        state = "-" if t["state_bytes"] is None else fmt.nbytes(t["state_bytes"])
+        rows.append([p["policy"], f"{t['replayed']} samples", f"{t['skipped']} samples",
+                     _step(t["first_divergence"]), _s(t["first_batch_s"]),
+                     _s(t["fast_forward_s"]), state, _bits(t["entropy_after_bits"]),
+                     _bits(t["entropy_same_steps_bits"]), _bits(t["entropy_steady_bits"])])
+    lines.append(fmt.table(["policy", "replayed", "skipped", "diverges at", "to 1st batch",
+                            "fast-forward", "state", "H after", "H same steps", "H steady"],
+                           rows))
+    first = doc["policies"][0]
+    lines += ["", f"  K batches of the uninterrupted epoch hold {first['total']['first_k_samples']}"
+                  f" samples (all ranks); an epoch holds "
+                  f"{first['total']['samples_per_epoch']} samples"]
+    if st["ranks"] > 1:
+        lines += ["", "Per rank (replayed / skipped, samples; time to the first batch)"]
+        for p in doc["policies"]:
+            parts = [f"rank {r['rank']}: {r['replayed']} / {r['skipped']}, "
+                     f"{_s(r['first_batch_s'])}" for r in p["ranks"]]
+            lines.append(f"  {p['policy']}: " + "; ".join(parts))
+    lines += ["", "Throughput (samples/s): first steps after the restart (from the restart) "
+                  "vs the uninterrupted epoch's steady state"]
+    for p in doc["policies"]:
+        r = p["ranks"][0]
+        first_steps = r["first_steps_samples_per_s"]
+        steady = r["steady_samples_per_s"]
+        lines.append(f"  {p['policy']}: "
+                     f"{'-' if first_steps is None else fmt.rate(first_steps)} vs "
+                     f"{'-' if steady is None else fmt.rate(steady)} (rank 0)")
+    t0 = first["total"]
+    lines += ["", "Distinct shards per batch: after the restart "
+                  + ", ".join(f"{p['policy']} {fmt.sig(p['total']['shards_after'] or 0)}"
+                              for p in doc["policies"])
+                  + f"; steady state {fmt.sig(t0['shards_steady'] or 0)}"]
+    lines += ["", "  " + "; ".join(f"{k}: {v}" for k, v in POLICY_TEXT.items()
+                                   if k in st["policies"])]
+    lines += [f"  note: {n}" for n in doc["notes"]]
+    return "\n".join(lines)
+
+
+def write_plot(doc: dict[str, Any], path: Path) -> Path:
+    """Label entropy per step, rank 0: the uninterrupted epoch and each policy's run, with the
+    restart marked (matplotlib, `dsbench[plot]`)."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display is needed
+    import matplotlib.pyplot as plt
+
+    from dsbench import atomic
+
+    k = doc["settings"]["restart_at"]
+    fig, ax = plt.subplots(1, 1, dpi=120, figsize=(8.0, 4.0))
+    try:
+        ref = doc["policies"][0]["ranks"][0]["series"]["reference_entropy_bits"]
+        ax.plot(range(len(ref)), [float("nan") if v is None else v for v in ref],
+                color="#444444", lw=2.0, label="uninterrupted")
+        for p in doc["policies"]:
+            r = p["ranks"][0]
+            ys = r["series"]["resumed_entropy_bits"]
+            ax.plot(range(len(ys)), [float("nan") if v is None else v for v in ys], lw=1.2,
+                    label=f"{p['policy']}: replayed {r['replayed']}, skipped {r['skipped']}")
+        ax.axvline(k, color="#d62728", ls="--", lw=1.0)
+        ax.text(k, ax.get_ylim()[1], " restart", color="#d62728", va="top")
+        ax.set_xlabel("training step (rank 0)")
+        ax.set_ylabel("label entropy per batch (bits)")
+        ax.set_title("Measured: batch label entropy around a restart")
+        ax.legend(fontsize=8, loc="lower right")
+        fig.tight_layout()
+        with atomic.replacing(path) as tmp:
+            fig.savefig(tmp, format="png")
+    finally:
+        plt.close(fig)
+    return path

@@ -36,6 +36,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_window_arguments(m, _B)
     m.add_argument("--no-object-store", dest="object_store", action="store_false",
                    help="skip measuring before and after on a local S3 server (moto)")
+    m.add_argument("--no-resume", dest="resume", action="store_false",
+                   help="skip restarting after's loader by each policy (dsbench resume)")
     add_cluster_arguments(p, _C, "the predicted cluster (a model; the demo's stated "
                           "assumptions)", measured_batch=False)
     p.add_argument("--steps", type=int, default=_D.steps,
@@ -55,7 +57,8 @@ def options(args: argparse.Namespace) -> demo.DemoOptions:
     if cache.exists() and not cache.is_dir():
         raise DsbenchError("--cache must be a directory", path=cache)
     return demo.DemoOptions(cache=cache, samples=args.samples, bench=bench, cluster=cluster,
-                            steps=args.steps, object_store=args.object_store)
+                            steps=args.steps, object_store=args.object_store,
+                            resume=args.resume)
 
 
 def run(args: argparse.Namespace) -> int:

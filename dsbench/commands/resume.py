@@ -50,6 +50,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(default %(default)s)")
     p.add_argument("--label", default=None,
                    help="the label field (default: label, cls, class or target)")
+    p.add_argument("--units", type=int, default=None, metavar="N",
+                   help="only the export's first N units (shards, or files): a quicker run")
     p.add_argument("--plot", type=Path, default=None, metavar="FILE.png",
                    help="draw the label entropy per step around the restart (needs matplotlib)")
     add_json_argument(p, "the resume result")
@@ -70,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
     opts = ResumeOptions(restart_at=args.restart_at, policies=_policies(args.policy),
                          backend=args.backend, ranks=args.ranks, workers=args.workers,
                          batch_size=args.batch_size, buffer=args.buffer, seed=args.seed,
-                         epoch=args.epoch, window=args.window, label=args.label)
+                         epoch=args.epoch, window=args.window, label=args.label,
+                         units=args.units)
     opts.check()  # bad options fail before the export is read
     if args.plot is not None:
         from dsbench.report.plots import available

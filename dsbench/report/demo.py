@@ -36,6 +36,7 @@ from dsbench.model.node import ClusterSpec
 from dsbench.model.profiles import PROFILES
 from dsbench.report import demo_store
 from dsbench.results.types import BenchResult
+from dsbench.resume.measure import POLICIES, ResumeOptions, run_resume
 
 EXPORTS = ("before", "after", "arrow")  # base, the re-export, the candidate
 TAIL_RANKS = (64, 128)  # the incident's two job sizes
@@ -74,6 +75,7 @@ class DemoOptions:
     steps: int = 5000
     seed: int = 0
     object_store: bool = True  # also measure before and after on a local S3 server
+    resume: bool = True  # also restart after's loader by each policy (dsbench resume)
 
 
 def definition(name: str) -> ExportSpec:
@@ -128,7 +130,22 @@ def run_demo(opts: DemoOptions, progress: Progress) -> dict[str, Any]:
     doc = model(docs, {n: str(p) for n, p in paths.items()}, opts, progress)
     if in_store is not None:
         doc["object_store"] = in_store
+    if opts.resume:
+        doc["resume"] = resume_run(paths["after"], opts.samples, progress)
     return doc
+
+
+# A few seconds: the first 128 files of after, the incident's export, restarted a quarter of
+# the way into the epoch by each policy.
+RESUME_FILES, RESUME_BATCH = 128, 8
+
+
+def resume_run(path: Path, samples: int, progress: Progress) -> dict[str, Any]:
+    n = min(RESUME_FILES, samples)
+    opts = ResumeOptions(restart_at=max(1, n // (RESUME_BATCH * 4)), policies=POLICIES,
+                         batch_size=RESUME_BATCH, window=4, units=n)
+    progress(f"demo: restarting after's loader ({n} files) by each policy")
+    return run_resume(str(path), opts, progress)
 
 
 def model(docs: dict[str, BenchResult], exports: dict[str, str], opts: DemoOptions,

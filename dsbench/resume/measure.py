@@ -49,6 +49,7 @@ class ResumeOptions:
     prefetch: int = 2
     window: int = 8  # steps after the restart whose diversity is reported
     label: str | None = None  # the label field; None: label, cls, class or target
+    units: int | None = None  # only the export's first N units (shards or files): a quick run
 
     def check(self) -> None:
         bad = [p for p in self.policies if p not in POLICIES]
@@ -62,6 +63,8 @@ class ResumeOptions:
             if getattr(self, name) < 1:
                 raise DsbenchError(f"--{name.replace('_', '-')} must be at least 1, got "
                                    f"{getattr(self, name)}")
+        if self.units is not None and self.units < 1:
+            raise DsbenchError(f"--units must be at least 1, got {self.units}")
         if self.buffer < 0 or self.epoch < 0:
             raise DsbenchError("--buffer and --epoch must not be negative")
         if self.restart_at < 1:
@@ -201,7 +204,7 @@ def run_resume(path: str, opts: ResumeOptions,
     opts.check()
     export = adapters.open_export(path)
     shuffle = shuffle_of(export.layout)
-    units = tuple(export.units())
+    units = tuple(export.units()[:opts.units])
     plan = Plan(units, opts.seed, opts.ranks, opts.workers, opts.batch_size,
                 opts.buffer if shuffle != "sample" else 0, shuffle)
     steps = batches_per_rank(plan, export, opts.epoch)

@@ -66,7 +66,7 @@ def render(doc: dict[str, Any]) -> str:
     lines = [f"dsbench resume: {ex['path']} ({ex['layout']}, {ex['units']} units)",
              f"  {st['ranks']} rank(s) x {st['workers']} worker(s), batch {st['batch_size']}, "
              f"seed {st['seed']}, epoch {st['epoch']}, {backend}; shuffle: {shuffle}",
-             f"  restart after K = {st['restart_at']} steps; diversity over the "
+             f"  restart after K = {st['restart_at']} steps; diversity over up to "
              f"{st['window']} steps after it", ""]
     rows = []
     for p in doc["policies"]:
@@ -103,12 +103,11 @@ def render(doc: dict[str, Any]) -> str:
     for p in doc["policies"]:
         lines.append(f"  {p['policy']}: {_entropy_gap(p['total'])}")
     t0 = first["total"]
-    lines += ["", "Distinct shards per batch: after the restart "
+    lines += ["", "Distinct units (shards, or files) per batch: after the restart "
                   + ", ".join(f"{p['policy']} {fmt.sig(p['total']['shards_after'] or 0)}"
                               for p in doc["policies"])
                   + f"; steady state {fmt.sig(t0['shards_steady'] or 0)}"]
-    lines += ["", "  " + "; ".join(f"{k}: {v}" for k, v in POLICY_TEXT.items()
-                                   if k in st["policies"])]
+    lines += [""] + [f"  {k}: {v}" for k, v in POLICY_TEXT.items() if k in st["policies"]]
     lines += [f"  note: {n}" for n in doc["notes"]]
     return "\n".join(lines)
 

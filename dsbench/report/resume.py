@@ -21,6 +21,10 @@ def _bits(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f} bits"
 
 
+def _n(x: float | None) -> str:
+    return "-" if x is None else fmt.sig(x)
+
+
 def _step(x: int | None) -> str:
     return "none" if x is None else f"step {x}"
 
@@ -104,9 +108,9 @@ def render(doc: dict[str, Any]) -> str:
         lines.append(f"  {p['policy']}: {_entropy_gap(p['total'])}")
     t0 = first["total"]
     lines += ["", "Distinct units (shards, or files) per batch: after the restart "
-                  + ", ".join(f"{p['policy']} {fmt.sig(p['total']['shards_after'] or 0)}"
+                  + ", ".join(f"{p['policy']} {_n(p['total']['shards_after'])}"
                               for p in doc["policies"])
-                  + f"; steady state {fmt.sig(t0['shards_steady'] or 0)}"]
+                  + f"; steady state {_n(t0['shards_steady'])}"]
     lines += [""] + [f"  {k}: {v}" for k, v in POLICY_TEXT.items() if k in st["policies"]]
     lines += [f"  note: {n}" for n in doc["notes"]]
     return "\n".join(lines)

@@ -18,6 +18,7 @@ between them (no sleeping, no printing).
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -94,8 +95,6 @@ def _state_bytes(opts: ResumeOptions, state: dict[str, Any]) -> int:
         from dsbench.resume.torch_loader import TorchLoader
 
         return TorchLoader.state_bytes(state)
-    import json
-
     return len(json.dumps(state, separators=(",", ":")).encode())
 
 

@@ -135,9 +135,9 @@ def run_demo(opts: DemoOptions, progress: Progress) -> dict[str, Any]:
     return doc
 
 
-# A few seconds: the first 128 files of after, the incident's export, restarted a quarter of
+# A few seconds: the first 64 files of after, the incident's export, restarted a quarter of
 # the way into the epoch by each policy.
-RESUME_FILES, RESUME_BATCH = 128, 8
+RESUME_FILES, RESUME_BATCH = 64, 8
 
 
 def resume_run(path: Path, samples: int, progress: Progress) -> dict[str, Any]:

@@ -152,9 +152,11 @@ def test_torchdata_stateful_loader_restores_the_exact_order(tmp_path: Path) -> N
 
 def _one_line_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     assert main(argv) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("dsbench resume: error: ")
-    return err
+    lines = capsys.readouterr().err.splitlines()
+    # Progress lines may come first; the error is one line, the last.
+    assert [ln for ln in lines if "error" in ln] == lines[-1:]
+    assert lines[-1].startswith("dsbench resume: error: ")
+    return lines[-1]
 
 
 def test_a_restart_beyond_the_epoch_exits_2_with_one_line(tmp_path: Path,
@@ -177,3 +179,22 @@ def test_a_missing_torchdata_exits_2_naming_it(tmp_path: Path, monkeypatch: pyte
     err = _one_line_exit_2(["resume", str(tmp_path), "--restart-at", "1", "--policy",
                             "stateful", "--backend", "torch"], capsys)
     assert "torchdata" in err
+
+
+def test_a_worker_failing_on_a_bad_sample_exits_2_and_leaves_no_process(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    export = write_export(tmp_path, "wds", 40, shard_samples=20)
+    shard = sorted(export.glob("*.tar"))[1]
+    with tarfile.open(shard) as tar:
+        members = [(m, tar.extractfile(m).read()) for m in tar.getmembers()]  # type: ignore[union-attr]
+    first_jpg = next(m.name for m, _ in members if m.name.endswith(".jpg"))
+    with tarfile.open(shard, "w") as tar:
+        for m, data in members:
+            if m.name == first_jpg:
+                data = b"not a jpeg"
+                m.size = len(data)
+            tar.addfile(m, io.BytesIO(data))
+    err = _one_line_exit_2(["resume", str(export), "--restart-at", "1", "--batch-size", "4"],
+                           capsys)
+    assert shard.name in err
+    assert _stray() == []

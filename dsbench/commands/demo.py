@@ -45,6 +45,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "--storage replaces both")
     m.add_argument("--no-job", dest="job", action="store_false",
                    help="skip checking the model against a measured 2-rank job (dsbench job)")
+    m.add_argument("--no-resume", dest="resume", action="store_false",
+                   help="skip restarting after's loader by each policy (dsbench resume)")
     add_cluster_arguments(p, _C, "the predicted cluster (a model; the demo's stated "
                           "assumptions)", measured_batch=False)
     p.add_argument("--steps", type=int, default=_D.steps,
@@ -69,7 +71,8 @@ def options(args: argparse.Namespace) -> demo.DemoOptions:
     return demo.DemoOptions(cache=cache, samples=args.samples, bench=bench, cluster=cluster,
                             steps=args.steps, object_store=args.object_store,
                             network_latency_s=args.network_latency,
-                            storage_stated=sources["storage"] == "stated", job=args.job)
+                            storage_stated=sources["storage"] == "stated", job=args.job,
+                            resume=args.resume)
 
 
 def run(args: argparse.Namespace) -> int:

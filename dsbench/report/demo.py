@@ -41,6 +41,7 @@ from dsbench.model.node import ClusterSpec
 from dsbench.model.profiles import PROFILES, StorageProfile, from_probe, with_added_latency
 from dsbench.report import demo_store
 from dsbench.results.types import BenchResult
+from dsbench.resume.measure import POLICIES, ResumeOptions, run_resume
 
 EXPORTS = ("before", "after", "arrow")  # base, the re-export, the candidate
 TAIL_RANKS = (64, 128)  # the incident's two job sizes
@@ -90,6 +91,7 @@ class DemoOptions:
     storage_stated: bool = False  # --storage given: the model uses it, not the probe
     job: bool = True  # check the model against a measured 2-rank job (dsbench job)
     job_steps: int = 40
+    resume: bool = True  # also restart after's loader by each policy (dsbench resume)
 
 
 def definition(name: str) -> ExportSpec:
@@ -149,6 +151,8 @@ def run_demo(opts: DemoOptions, progress: Progress) -> dict[str, Any]:
         doc["object_store"] = in_store
     if opts.job:
         doc["job_check"] = job_check(paths["after"], opts, progress)
+    if opts.resume:
+        doc["resume"] = resume_run(paths["after"], opts.samples, progress)
     return doc
 
 
@@ -192,6 +196,20 @@ def job_check(path: Path, opts: DemoOptions, progress: Progress) -> dict[str, An
                       "p99_s": pred["step_time_s"]["p99"], "gpu_util": pred["gpu_util"]},
             "ratios": {"mean": ratios["mean"], "p99": ratios["p99"],
                        "gpu_util": ratios["gpu_util"]}}
+
+
+
+# A few seconds: the first 64 files of after, the incident's export, restarted a quarter of
+# the way into the epoch by each policy.
+RESUME_FILES, RESUME_BATCH = 64, 8
+
+
+def resume_run(path: Path, samples: int, progress: Progress) -> dict[str, Any]:
+    n = min(RESUME_FILES, samples)
+    opts = ResumeOptions(restart_at=max(1, n // (RESUME_BATCH * 4)), policies=POLICIES,
+                         batch_size=RESUME_BATCH, window=4, units=n)
+    progress(f"demo: restarting after's loader ({n} files) by each policy")
+    return run_resume(str(path), opts, progress)
 
 
 def model(docs: dict[str, BenchResult], exports: dict[str, str], opts: DemoOptions,

@@ -21,12 +21,17 @@ from dsbench import fmt
 from dsbench.errors import DsbenchError
 from dsbench.report import comparison as tables
 from dsbench.report import measured, plots, verdict
+from dsbench.report import resume as restart
 from dsbench.results import document as results
 
 NO_MATPLOTLIB = "matplotlib is not installed (pip install 'dsbench[plot]')"
 
 # What each figure shows, and whether it is a measurement or the model's; keyed by file name.
 CAPTIONS = {
+    "resume_entropy.png": "Measured on this machine: label entropy per batch (bits) of after's "
+                          "loader, uninterrupted and restarted by each policy at the dashed "
+                          "line; a policy that restores the order lies on the uninterrupted "
+                          "line.",
     "worker_scaling.png": "Measured on this machine: loader throughput (samples/s) against the "
                           "number of loader workers, per export; bars are the interquartile "
                           "range of the rounds, dashed lines ideal linear scaling from the "
@@ -104,6 +109,8 @@ def _write_into(doc: dict[str, Any], out: Path, progress: Callable[[str], None])
     images: dict[str, bytes] = {}
     if plots.available():
         pngs = plots.write_plots(doc, out / "plots")
+        if doc.get("resume"):
+            pngs.append(restart.write_plot(doc["resume"], out / "plots" / "resume_entropy.png"))
         written += pngs
         images = {p.name: p.read_bytes() for p in pngs}
     else:
@@ -136,6 +143,7 @@ def render_html(doc: dict[str, Any], images: dict[str, bytes],
         *_comparisons(doc),
         f"<h2>Predicted cluster (a model, not a measurement; {_e(spec['nodes'])} nodes x "
         f"{_e(spec['gpus_per_node'])} GPUs)</h2>", _cluster_table(doc),
+        *_restart(doc.get("resume")),
         "<h2>Figures</h2>", *_figures(doc, images, skipped_reason),
         "<h2>Model assumptions</h2>",
         f"<p>{_e(verdict.assumptions_text(spec, doc['results']['before']))}</p>",
@@ -171,6 +179,19 @@ def _comparisons(doc: dict[str, Any]) -> list[str]:
             out.append(_table(tables.HEADERS, tables.metric_rows(run)))
             out.append(f"<p>Where the cost moved: {_e(run['moved'])}</p>")
     return out
+
+
+def _restart(res: dict[str, Any] | None) -> list[str]:
+    if not res:
+        return []
+    lines = restart.demo_lines(res)
+    rows = [[p["policy"], f"{p['total']['replayed']} samples", f"{p['total']['skipped']} samples",
+             "none" if p["total"]["first_divergence"] is None
+             else f"step {p['total']['first_divergence']}",
+             fmt.seconds(p["total"]["first_batch_s"])] for p in res["policies"]]
+    return [f"<h2>{_e(lines[1])}</h2>",
+            _table(["restart policy", "replayed", "skipped", "order diverges at",
+                    "restart to first batch"], rows)]
 
 
 def _cluster_table(doc: dict[str, Any]) -> str:

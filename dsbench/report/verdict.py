@@ -25,6 +25,7 @@ from dsbench.report.measured import (
     speed_text,
     workers_text,
 )
+from dsbench.report.resume import demo_lines as resume_lines
 
 UTIL_MARGIN = 0.01  # modelled GPU utilization closer than this counts as the same
 
@@ -162,6 +163,7 @@ def verdict_lines(doc: dict[str, Any]) -> list[str]:
     lines.append(f"  the tail: {tail_text(doc, 'after')}")
     lines.append(f"  checked by a measured job: {job_check_text(doc.get('job_check'))}")
     lines += store_lines(doc.get("object_store"))
+    lines += resume_lines(doc.get("resume"))
     lines += ["", "What to do"]
     steps = advice(doc)
     lines += [f"  {i}. {text}" for i, text in enumerate(steps, 1)] or [

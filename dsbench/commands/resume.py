@@ -1,0 +1,89 @@
+"""dsbench resume EXPORT --restart-at K --policy POLICY: what a restart does to the data order.
+
+The measuring is dsbench.resume; this parses, adds the machine block, checks the document
+against its schema, writes it and prints the report (and, with --plot, the entropy figure).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from dsbench import fmt
+from dsbench.commands.options import add_json_argument, emit
+from dsbench.errors import DsbenchError
+from dsbench.report.resume import render, write_plot
+from dsbench.results import machine, schema
+from dsbench.resume.measure import BACKENDS, POLICIES, ResumeOptions, run_resume
+
+HELP = ("interrupt a training job's loader after K steps, restart it by a policy (no state, "
+        "fast-forward, stateful) and count the samples replayed and skipped, the time to the "
+        "first batch and the batches' label entropy against an uninterrupted epoch")
+
+_D = ResumeOptions(restart_at=1)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("export", help="an export directory (any layout dsbench reads)")
+    p.add_argument("--restart-at", type=int, required=True, metavar="K",
+                   help="steps of the epoch before the restart")
+    p.add_argument("--policy", default="none",
+                   help=f"how the job restarts, one or several comma-separated: "
+                        f"{', '.join(POLICIES)}, or all (default %(default)s)")
+    p.add_argument("--backend", choices=BACKENDS, default=_D.backend,
+                   help="dsbench's own loader, or torch's DataLoader (torchdata's "
+                        "StatefulDataLoader for --policy stateful) (default %(default)s)")
+    p.add_argument("--ranks", type=int, default=_D.ranks, help="ranks the epoch is sharded over "
+                   "(default %(default)s)")
+    p.add_argument("--workers", type=int, default=_D.workers,
+                   help="loader worker processes per rank (default %(default)s)")
+    p.add_argument("--batch-size", type=int, default=_D.batch_size,
+                   help="samples per batch (default %(default)s)")
+    p.add_argument("--buffer", type=int, default=_D.buffer,
+                   help="shuffle-buffer samples per worker, for shard layouts "
+                        "(default %(default)s)")
+    p.add_argument("--seed", type=int, default=_D.seed, help="shuffle seed (default %(default)s)")
+    p.add_argument("--epoch", type=int, default=_D.epoch,
+                   help="the epoch to interrupt (default %(default)s)")
+    p.add_argument("--window", type=int, default=_D.window,
+                   help="steps after the restart whose diversity and throughput are reported "
+                        "(default %(default)s)")
+    p.add_argument("--label", default=None,
+                   help="the label field (default: label, cls, class or target)")
+    p.add_argument("--units", type=int, default=None, metavar="N",
+                   help="only the export's first N units (shards, or files): a quicker run")
+    p.add_argument("--plot", type=Path, default=None, metavar="FILE.png",
+                   help="draw the label entropy per step around the restart (needs matplotlib)")
+    add_json_argument(p, "the resume result")
+
+
+def _policies(text: str) -> tuple[str, ...]:
+    if text == "all":
+        return POLICIES
+    names = tuple(t.strip() for t in text.split(",") if t.strip())
+    bad = [n for n in names if n not in POLICIES]
+    if bad or not names:
+        raise DsbenchError(f"unknown policy {(bad or [text])[0]!r} (known: "
+                           f"{', '.join(POLICIES)}, all)")
+    return names
+
+
+def run(args: argparse.Namespace) -> int:
+    opts = ResumeOptions(restart_at=args.restart_at, policies=_policies(args.policy),
+                         backend=args.backend, ranks=args.ranks, workers=args.workers,
+                         batch_size=args.batch_size, buffer=args.buffer, seed=args.seed,
+                         epoch=args.epoch, window=args.window, label=args.label,
+                         units=args.units)
+    opts.check()  # bad options fail before the export is read
+    if args.plot is not None:
+        from dsbench.report.plots import available
+
+        if not available():
+            raise DsbenchError("--plot needs matplotlib: pip install 'dsbench[plot]'")
+    doc = run_resume(args.export, opts, fmt.progress)
+    doc["machine"] = machine.collect()
+    schema.validate(doc, "resume", "the resume result")
+    emit(args, doc, lambda: render(doc))
+    if args.plot is not None:
+        fmt.progress(f"wrote {write_plot(doc, args.plot)}")
+    return 0

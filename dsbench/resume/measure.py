@@ -1,0 +1,236 @@
+"""`dsbench resume`: one epoch, uninterrupted and then interrupted after K steps and restarted
+by a policy, per rank; the delivered keys compared, the restart timed, the batches' diversity.
+
+Per rank, three loaders run one after another, each with fresh worker processes:
+
+1. the reference: the whole epoch, uninterrupted;
+2. the job: K steps, then the loader state the policy keeps is taken and the loader stopped,
+   as a job stops when its node goes;
+3. the restart, as the policy says: `none` starts the epoch again with the same seed;
+   `fast-forward` starts it again and discards the first K batches (it kept epoch and step);
+   `stateful` restores the saved loader state. It runs to the end of the epoch.
+
+The job's K batches plus the restart's are compared with the reference's (figures.py). The
+restart's clock starts when the new loader is created and stops at the first batch the job
+trains on; the wall times of batches are taken with perf_counter and nothing else happens
+between them (no sleeping, no printing).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol
+
+from dsbench import __version__, adapters
+from dsbench.errors import DsbenchError
+from dsbench.loader.pipeline import Pipeline
+from dsbench.resume import figures
+from dsbench.resume.order import Plan, batches_per_rank, shuffle_of
+from dsbench.resume.work import Item
+
+POLICIES = ("none", "fast-forward", "stateful")
+BACKENDS = ("dsbench", "torch")
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ResumeOptions:
+    restart_at: int
+    policies: tuple[str, ...] = ("none",)
+    backend: str = "dsbench"
+    ranks: int = 1
+    workers: int = 2
+    batch_size: int = 16
+    buffer: int = 64  # shuffle-buffer samples per worker, for shard layouts
+    seed: int = 0
+    epoch: int = 0
+    prefetch: int = 2
+    window: int = 8  # steps after the restart whose diversity is reported
+    label: str | None = None  # the label field; None: label, cls, class or target
+    units: int | None = None  # only the export's first N units (shards or files): a quick run
+
+    def check(self) -> None:
+        bad = [p for p in self.policies if p not in POLICIES]
+        if bad or not self.policies:
+            raise DsbenchError(f"unknown policy {(bad or [''])[0]!r} (known: "
+                               f"{', '.join(POLICIES)})")
+        if self.backend not in BACKENDS:
+            raise DsbenchError(f"unknown backend {self.backend!r} (known: "
+                               f"{', '.join(BACKENDS)})")
+        for name in ("ranks", "workers", "batch_size", "prefetch", "window"):
+            if getattr(self, name) < 1:
+                raise DsbenchError(f"--{name.replace('_', '-')} must be at least 1, got "
+                                   f"{getattr(self, name)}")
+        if self.units is not None and self.units < 1:
+            raise DsbenchError(f"--units must be at least 1, got {self.units}")
+        if self.buffer < 0 or self.epoch < 0:
+            raise DsbenchError("--buffer and --epoch must not be negative")
+        if self.restart_at < 1:
+            raise DsbenchError(f"--restart-at must be at least 1 step, got {self.restart_at}")
+        if self.backend == "torch":
+            try:
+                import torch  # noqa: F401
+            except ImportError:
+                raise DsbenchError("--backend torch needs torch: pip install torch") from None
+            from dsbench.resume.torch_loader import stateful_available
+
+            if "stateful" in self.policies and not stateful_available():
+                raise DsbenchError("--policy stateful --backend torch needs torchdata "
+                                   "(StatefulDataLoader): pip install torchdata")
+
+
+class Loader(Protocol):
+    def next(self) -> list[Item] | None: ...
+
+    def state(self) -> dict[str, Any]: ...
+
+    def close(self) -> None: ...
+
+
+def _state_bytes(opts: ResumeOptions, state: dict[str, Any]) -> int:
+    if opts.backend == "torch":
+        from dsbench.resume.torch_loader import TorchLoader
+
+        return TorchLoader.state_bytes(state)
+    return len(json.dumps(state, separators=(",", ":")).encode())
+
+
+class _Run:
+    """Makes one rank's loaders."""
+
+    def __init__(self, path: str, plan: Plan, rank: int, opts: ResumeOptions) -> None:
+        self.path, self.plan, self.rank, self.opts = path, plan, rank, opts
+        self.pipeline = Pipeline()
+
+    def loader(self, policy: str, state: dict[str, Any] | None = None) -> Loader:
+        o = self.opts
+        if o.backend == "torch":
+            from dsbench.resume.torch_loader import TorchLoader
+
+            return TorchLoader(self.path, self.plan, self.rank, o.epoch, self.pipeline, o.label,
+                               o.prefetch, stateful=policy == "stateful", state=state)
+        from dsbench.resume.workers import DsbenchLoader
+
+        return DsbenchLoader(self.path, self.plan, self.rank, o.epoch, self.pipeline, o.label,
+                             o.prefetch, state)
+
+
+def _take(loader: Loader, t0: float, steps: int | None = None
+          ) -> tuple[list[list[Item]], list[float]]:
+    """Batches until the epoch ends (or `steps` of them), with their arrival times since t0."""
+    batches: list[list[Item]] = []
+    times: list[float] = []
+    clock = time.perf_counter
+    while steps is None or len(batches) < steps:
+        batch = loader.next()
+        if batch is None:
+            break
+        times.append(clock() - t0)
+        batches.append(batch)
+    return batches, times
+
+
+def _restart(run: _Run, policy: str, saved: dict[str, Any] | None
+             ) -> tuple[list[list[Item]], list[float], float | None]:
+    """The restart: a new loader as the policy makes it, run to the end of the epoch."""
+    fast_forward_s = None
+    t0 = time.perf_counter()
+    loader = run.loader(policy, saved if policy == "stateful" else None)
+    try:
+        if policy == "fast-forward":
+            _take(loader, t0, run.opts.restart_at)  # fetched and decoded, then thrown away
+            fast_forward_s = time.perf_counter() - t0
+        after, times = _take(loader, t0)
+    finally:
+        loader.close()
+    return after, times, fast_forward_s
+
+
+def _rank(run: _Run, fill: int) -> list[dict[str, Any]]:
+    """One rank: the reference epoch, the job's K steps, then each policy's restart."""
+    o, k = run.opts, run.opts.restart_at
+    loader = run.loader("none")
+    try:
+        reference, ref_times = _take(loader, time.perf_counter())
+    finally:
+        loader.close()
+
+    # One job serves every policy: it is the same K steps whatever the checkpoint keeps, and
+    # the state is taken from a stateful loader when a policy restores it.
+    loader = run.loader("stateful" if "stateful" in o.policies else "none")
+    try:
+        job, _ = _take(loader, time.perf_counter(), k)
+        saved = loader.state() if "stateful" in o.policies else None
+    finally:
+        loader.close()
+
+    sizes = [len(b) for b in reference]
+    lo, hi = figures.steady_range(len(reference), fill)
+    common = {"rank": run.rank, "steps_per_epoch": len(reference),
+              "samples_per_epoch": sum(sizes), "first_k_samples": sum(sizes[:k]),
+              "steady_samples_per_s": figures.throughput(sizes, ref_times, max(lo, 1),
+                                                         hi if hi > lo else len(sizes))}
+    out = []
+    for policy in o.policies:
+        after, after_times, fast_forward_s = _restart(run, policy, saved)
+        delivered = job + after
+        m = min(o.window, len(after))
+        out.append({
+            **common,
+            **figures.order_figures(reference, delivered),
+            "delivered_steps": len(delivered),
+            "first_batch_s": after_times[0] if after_times else None,
+            "fast_forward_s": fast_forward_s,
+            "state_bytes": (_state_bytes(o, saved) if saved is not None and policy == "stateful"
+                            else None),
+            "first_steps_samples_per_s": (sum(len(b) for b in after[:m]) / after_times[m - 1]
+                                          if m else None),
+            "diversity": {"after": figures.diversity(after[:m]),
+                          "same_steps": figures.diversity(reference[k:k + m]),
+                          "steady": figures.steady(reference, fill)},
+            "series": {"reference_entropy_bits": figures.series(reference),
+                       "resumed_entropy_bits": figures.series(delivered)},
+        })
+    return out
+
+
+def run_resume(path: str, opts: ResumeOptions,
+               progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+    """Measure a restart of every rank's loader on the export at `path`: the resume document."""
+    opts.check()
+    export = adapters.open_export(path)
+    shuffle = shuffle_of(export.layout)
+    units = tuple(export.units()[:opts.units])
+    plan = Plan(units, opts.seed, opts.ranks, opts.workers, opts.batch_size,
+                opts.buffer if shuffle != "sample" else 0, shuffle)
+    steps = batches_per_rank(plan, export, opts.epoch)
+    if opts.restart_at >= min(steps):
+        raise DsbenchError(f"--restart-at {opts.restart_at} is not inside the epoch: it has "
+                           f"{min(steps)} steps per rank (batch {opts.batch_size}, "
+                           f"{opts.ranks} ranks)", path=path)
+    per_rank = []
+    for rank in range(opts.ranks):
+        progress(f"rank {rank + 1}/{opts.ranks}: uninterrupted epoch, then a restart at step "
+                 f"{opts.restart_at} ({', '.join(opts.policies)})")
+        per_rank.append(_rank(_Run(str(export.path), plan, rank, opts), plan.fill_steps()))
+    policies = []
+    for i, policy in enumerate(opts.policies):
+        ranks = [r[i] for r in per_rank]
+        policies.append({"policy": policy, "ranks": ranks, "total": figures.total(ranks)})
+    notes = []
+    if any(r[0]["diversity"]["steady"]["steps"] == 0 for r in per_rank):
+        notes.append("no steady state: the epoch is too short for the shuffle buffer (every "
+                     "step is filling or draining it); steady figures are null")
+    if len(set(steps)) > 1:
+        notes.append(f"ranks deliver unequal epochs ({', '.join(map(str, steps))} steps): the "
+                     "units do not divide evenly between them")
+    settings = {**asdict(opts), "policies": list(opts.policies), "shuffle": shuffle,
+                "buffer": plan.buffer, "fill_steps": plan.fill_steps()}
+    return {"kind": "dsbench-resume", "schema_version": SCHEMA_VERSION,
+            "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "dsbench_version": __version__,
+            "export": {"path": str(export.path), "layout": export.layout, "units": len(units)},
+            "settings": settings, "policies": policies, "notes": notes}

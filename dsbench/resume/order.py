@@ -1,0 +1,164 @@
+"""The order a training job reads an export in, one epoch at a time, and the state that fixes it.
+
+An epoch's order is a pure function of (seed, epoch, rank, ranks, worker, workers):
+
+* the units (`Export.units()`: shards, or sample keys for per-sample files) are permuted by
+  (seed, epoch), the same permutation on every rank and worker;
+* rank r takes `order[r::ranks]` and its worker w takes `[w::workers]` of that (rank first, so
+  that ranks stay balanced whenever the units divide between them);
+* a worker reads its units in that order; with shards, samples pass through a shuffle buffer of
+  `buffer` samples from which a seeded generator picks one at random (swap with the last, pop),
+  and which is drained at the end. Per-sample files need no buffer: permuting the units is
+  permuting the samples.
+
+`SampleStream` is one worker's stream. Its `state()` is everything needed to continue exactly
+where it stands: the epoch, the read cursor (unit position, samples taken from that unit), the
+buffer as locators (unit position, offset) in buffer order, the generator's state, whether it
+ran dry. Restoring re-reads the buffered samples by locator, so no sample bytes are saved.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dsbench.adapters.base import Export, RawSample
+from dsbench.errors import DsbenchError
+
+SHUFFLE_SAMPLE = "sample"  # the units are samples: a permutation of the units shuffles samples
+SHUFFLE_SHARD = "shard+buffer"  # the units are shards: their order, then a shuffle buffer
+
+
+def shuffle_of(layout: str) -> str:
+    """The shuffling a layout allows without random access to single samples."""
+    return SHUFFLE_SAMPLE if layout == "files" else SHUFFLE_SHARD
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What fixes the order of an epoch, apart from the epoch itself."""
+
+    units: tuple[str, ...]
+    seed: int
+    ranks: int
+    workers: int
+    batch_size: int
+    buffer: int  # shuffle-buffer samples per worker; 0 with per-sample shuffling
+    shuffle: str
+
+    def slot(self, epoch: int, rank: int, worker: int) -> list[str]:
+        """The units worker `worker` of rank `rank` reads in `epoch`, in reading order."""
+        if not (0 <= rank < self.ranks and 0 <= worker < self.workers):
+            raise DsbenchError(f"rank {rank} worker {worker} is not in {self.ranks} x "
+                               f"{self.workers}")
+        perm = np.random.default_rng([self.seed, epoch]).permutation(len(self.units))
+        order = [self.units[int(i)] for i in perm]
+        return order[rank::self.ranks][worker::self.workers]
+
+    def fill_steps(self) -> int:
+        """Steps, from an epoch's start, until every worker's buffer has been full once."""
+        return self.workers * math.ceil(self.buffer / self.batch_size) if self.buffer else 0
+
+
+def batches_per_rank(plan: Plan, export: Export, epoch: int) -> list[int]:
+    """Batches each rank delivers in `epoch` (every worker ends with its own partial batch),
+    from the units' sample counts (tar headers, footers, listings), before anything runs."""
+    sizes: dict[str, int] = {}
+    out = []
+    for rank in range(plan.ranks):
+        steps = 0
+        for worker in range(plan.workers):
+            n = 0
+            for unit in plan.slot(epoch, rank, worker):
+                if unit not in sizes:
+                    sizes[unit] = export.unit_samples(unit)
+                n += sizes[unit]
+            steps += math.ceil(n / plan.batch_size)
+        out.append(steps)
+    return out
+
+
+def fresh_state(plan: Plan, epoch: int, rank: int, worker: int) -> dict[str, Any]:
+    rng = np.random.default_rng([plan.seed, epoch, rank, worker])
+    return {"epoch": epoch, "pos": 0, "offset": 0, "buffer": [], "done": False, "emitted": 0,
+            "rng": rng.bit_generator.state}
+
+
+class SampleStream:
+    """One worker's samples of one epoch, in order; `state()` continues it exactly."""
+
+    def __init__(self, export: Export, plan: Plan, rank: int, worker: int, epoch: int,
+                 state: dict[str, Any] | None = None) -> None:
+        st = dict(state) if state is not None else fresh_state(plan, epoch, rank, worker)
+        self.export, self.plan = export, plan
+        self.epoch: int = st["epoch"]
+        self.units = plan.slot(self.epoch, rank, worker)
+        self.pos: int = st["pos"]
+        self.offset: int = st["offset"]
+        self.done: bool = st["done"]
+        self.emitted: int = st["emitted"]
+        self.rng = np.random.default_rng()
+        self.rng.bit_generator.state = st["rng"]
+        # (locator, sample): the locator is what the state keeps of a buffered sample.
+        self.buffer: list[tuple[tuple[int, int], RawSample]] = self._reread(st["buffer"])
+        self.reader: Iterator[RawSample] | None = None
+
+    def _reread(self, locators: list[list[int]]) -> list[tuple[tuple[int, int], RawSample]]:
+        """The buffered samples again, read by locator: their units, in buffer order."""
+        wanted: dict[int, set[int]] = {}
+        for pos, off in locators:
+            wanted.setdefault(pos, set()).add(off)
+        found: dict[tuple[int, int], RawSample] = {}
+        for pos in sorted(wanted):
+            for off, raw in enumerate(self.export.read_units([self.units[pos]])):
+                if off in wanted[pos]:
+                    found[(pos, off)] = raw
+        try:
+            return [((p, o), found[(p, o)]) for p, o in locators]
+        except KeyError:
+            raise DsbenchError("the saved loader state names a sample the export no longer "
+                               "holds") from None
+
+    def _next_raw(self) -> tuple[tuple[int, int], RawSample] | None:
+        """The next sample from the units, advancing the cursor; None past the last unit."""
+        while self.pos < len(self.units):
+            if self.reader is None:
+                self.reader = iter(self.export.read_units([self.units[self.pos]]))
+                for _ in range(self.offset):  # resume inside a unit: skip what was taken
+                    next(self.reader, None)
+            raw = next(self.reader, None)
+            if raw is not None:
+                loc = (self.pos, self.offset)
+                self.offset += 1
+                return loc, raw
+            self.reader, self.pos, self.offset = None, self.pos + 1, 0
+        return None
+
+    def next(self) -> tuple[RawSample, str] | None:
+        """The next sample and its unit; None once this worker's epoch is over."""
+        if self.done:
+            return None
+        while len(self.buffer) < max(self.plan.buffer, 1):
+            got = self._next_raw()
+            if got is None:
+                break
+            self.buffer.append(got)
+        if not self.buffer:
+            self.done = True
+            return None
+        if self.plan.buffer:
+            i = int(self.rng.integers(len(self.buffer)))
+            self.buffer[i], self.buffer[-1] = self.buffer[-1], self.buffer[i]
+        (pos, _), raw = self.buffer.pop() if self.plan.buffer else self.buffer.pop(0)
+        self.emitted += 1
+        return raw, self.units[pos]
+
+    def state(self) -> dict[str, Any]:
+        """Plain data (JSON-able): where this stream stands now."""
+        return {"epoch": self.epoch, "pos": self.pos, "offset": self.offset,
+                "buffer": [list(loc) for loc, _ in self.buffer], "done": self.done,
+                "emitted": self.emitted, "rng": self.rng.bit_generator.state}

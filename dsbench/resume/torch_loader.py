@@ -1,0 +1,140 @@
+"""The same epoch through torch's DataLoader, or torchdata's StatefulDataLoader to save state.
+
+`OrderedSamples` is an IterableDataset over one rank's streams (order.SampleStream, one per
+torch worker) that torchdata sees as Stateful: each worker's `state_dict()` is its stream's
+state, which torchdata attaches to every batch the worker makes and keeps for the last batch it
+handed to the job (`snapshot_every_n_steps=1`, so that restoring replays no batch). Imported
+only for `--backend torch`, so that dsbench never imports torch otherwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import pickle
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+from dsbench import adapters, procs
+from dsbench.errors import DsbenchError
+from dsbench.loader.pipeline import Pipeline
+from dsbench.resume.order import Plan, SampleStream, fresh_state
+from dsbench.resume.work import Item, SampleWork
+
+STALL_S = 120.0
+
+
+class OrderedSamples(IterableDataset[tuple[Item, np.ndarray]]):
+    def __init__(self, path: str, plan: Plan, rank: int, epoch: int, pipeline: Pipeline,
+                 label: str | None) -> None:
+        self.path, self.plan, self.rank, self.epoch = path, plan, rank, epoch
+        self.pipeline, self.label = pipeline, label
+        self._pending: dict[str, Any] | None = None
+        self._stream: SampleStream | None = None
+        self._rng: np.random.Generator | None = None
+
+    def _worker(self) -> int:
+        info = get_worker_info()
+        return info.id if info is not None else 0
+
+    def __iter__(self) -> Iterator[tuple[Item, np.ndarray]]:
+        w = self._worker()
+        state, self._pending = self._pending, None
+        stream = SampleStream(adapters.open_export(self.path), self.plan, self.rank, w,
+                              self.epoch, state)
+        rng = np.random.default_rng([self.plan.seed, self.epoch, self.rank, w, 1])
+        if state is not None and "aug_rng" in state:
+            rng.bit_generator.state = state["aug_rng"]
+        self._stream, self._rng = stream, rng
+        work = SampleWork(self.pipeline, self.label, rng)
+        while (got := stream.next()) is not None:
+            yield work(*got)
+
+    # torchdata's Stateful protocol, called in the worker process.
+    def state_dict(self) -> dict[str, Any]:
+        if self._stream is None or self._rng is None:
+            return self._pending or fresh_state(self.plan, self.epoch, self.rank, self._worker())
+        return {**self._stream.state(), "aug_rng": self._rng.bit_generator.state}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._pending = state
+
+
+def collate_items(batch: list[tuple[Item, np.ndarray]]) -> dict[str, Any]:
+    """Pixels stacked by torch (into shared memory, as torch hands them over); the items kept."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # read-only Pillow arrays, only read here
+        images = torch.stack([torch.from_numpy(np.ascontiguousarray(px)) for _, px in batch])
+    return {"items": [item for item, _ in batch], "images": images}
+
+
+def stateful_available() -> bool:
+    try:
+        import torchdata.stateful_dataloader  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class TorchLoader:
+    """One rank's epoch through DataLoader (stateful=False) or StatefulDataLoader."""
+
+    def __init__(self, path: str, plan: Plan, rank: int, epoch: int, pipeline: Pipeline,
+                 label: str | None, prefetch: int, stateful: bool,
+                 state: dict[str, Any] | None = None) -> None:
+        dataset = OrderedSamples(path, plan, rank, epoch, pipeline, label)
+        kwargs: dict[str, Any] = dict(batch_size=plan.batch_size, num_workers=plan.workers,
+                                      prefetch_factor=prefetch, collate_fn=collate_items,
+                                      multiprocessing_context="spawn", timeout=STALL_S)
+        self.loader: Any
+        with warnings.catch_warnings():
+            # torchdata 0.11 calls a torch API that torch 2.13 deprecates; harmless here.
+            warnings.filterwarnings("ignore", message=".*set_vital.*")
+            if stateful:
+                from torchdata.stateful_dataloader import StatefulDataLoader
+
+                self.loader = StatefulDataLoader(dataset, snapshot_every_n_steps=1, **kwargs)
+                if state is not None:
+                    self.loader.load_state_dict(state)
+            else:
+                self.loader = DataLoader(dataset, **kwargs)
+            self.it: Any = iter(self.loader)
+
+    def next(self) -> list[Item] | None:
+        try:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=".*set_vital.*")
+                batch = next(self.it)
+        except StopIteration:
+            return None
+        except DsbenchError as exc:
+            # torch re-raises a worker's exception with its whole traceback as the message.
+            raise DsbenchError(str(exc).strip().splitlines()[-1].split(": ", 1)[-1]) from None
+        except RuntimeError as exc:
+            raise DsbenchError(f"torch DataLoader failed: {str(exc).splitlines()[0]}") from None
+        items: list[Item] = batch["items"]
+        return items
+
+    def state(self) -> dict[str, Any]:
+        state: dict[str, Any] = self.loader.state_dict()
+        return state
+
+    @staticmethod
+    def state_bytes(state: dict[str, Any]) -> int:
+        return len(pickle.dumps(state))  # what torch.save would write, near enough
+
+    def close(self) -> None:
+        with procs.uninterrupted():  # a second Ctrl-C must not cut this short
+            it, self.it = self.it, None
+            if it is None or not hasattr(it, "_shutdown_workers"):
+                return
+            with contextlib.suppress(RuntimeError):
+                it._shutdown_workers()
+            for w in getattr(it, "_workers", []):
+                if w.is_alive():
+                    w.terminate()
+                w.join(2.0)

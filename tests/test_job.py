@@ -61,8 +61,13 @@ def _check_records(doc: dict[str, Any], ranks: int, steps: int) -> None:
 
 
 def test_a_two_rank_job_with_torch_loaders_writes_a_valid_document_and_extrapolate_reads_it(
-        shards: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        shards: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "job.json"
+    # Run from a folder holding a data directory named dsbench (as /tmp/dsbench in the docs):
+    # the ranks must still import the package.
+    (tmp_path / "dsbench").mkdir()
+    monkeypatch.chdir(tmp_path)
     assert main(["job", str(shards), "--ranks", "2", "--workers", "1", "--batch-size", "8",
                  "--compute", "0.01", "--steps", "30", "--backend", "torch",
                  "--json", str(out)]) == 0

@@ -128,7 +128,10 @@ def launch(path: str, opts: JobOptions) -> dict[str, Any]:
             logs_specs=DefaultLogsSpecs(log_dir=str(tmp / "logs"), redirects=Std.ALL),
             shutdown_timeout=2)
         try:
-            elastic_launch(config, sys.executable)("-u", "-m", "dsbench.job.rank", str(cfg))
+            # -P: the working directory does not go first on sys.path, so a folder named
+            # dsbench there (a user's data, such as /tmp/dsbench) cannot stand in for the package.
+            elastic_launch(config, sys.executable)("-P", "-u", "-m", "dsbench.job.rank",
+                                                  str(cfg))
         except ChildFailedError as exc:
             raise DsbenchError(describe(exc.failures, opts.ranks)) from None
         except SignalException as exc:

@@ -84,6 +84,8 @@ def _loader(args: argparse.Namespace) -> LoaderCost:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.seed < 0:  # numpy's generator takes non-negative seeds only
+        raise DsbenchError(f"--seed must be an integer >= 0, got {args.seed}")
     cost = _loader(args)
     cluster, sources = cluster_from_args(
         args, _D, measured_batch=cost.measured_batch if cost.origin == "measured" else None)

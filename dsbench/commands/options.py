@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,24 @@ def json_target(args: argparse.Namespace) -> str | None:
     return target
 
 
+def check_outputs(args: argparse.Namespace) -> None:
+    """Every file the command will write (--json OUT, --save, --summary), checked before any
+    work, so that a measurement is never lost to an unwritable path nor half its output written;
+    naming one file twice is refused, since the second write would replace the first."""
+    target = getattr(args, "json", None)
+    paths = [target] if target not in (None, STDOUT, _BARE) else []
+    paths += list(getattr(args, "save", None) or ())
+    if getattr(args, "summary", None):
+        paths.append(args.summary)
+    seen: dict[str, str] = {}
+    for path in map(str, paths):
+        atomic.check_output(Path(path))
+        real = os.path.realpath(path)
+        if real in seen and not atomic.is_stream(Path(real)):
+            raise DsbenchError(f"named twice as an output (also as {seen[real]})", path=path)
+        seen[real] = path
+
+
 def emit(args: argparse.Namespace, doc: Any, report: Callable[[], str],
          write: Callable[[Path, Any], object] | None = None) -> None:
     """The document to --json's target and, unless that is standard output, the report."""
@@ -62,7 +81,7 @@ def emit(args: argparse.Namespace, doc: Any, report: Callable[[], str],
             write(path, doc)
         else:
             try:
-                atomic.write_text(path, json.dumps(doc, indent=1) + "\n")
+                atomic.write_output(path, (json.dumps(doc, indent=1) + "\n").encode())
             except OSError as exc:
                 raise DsbenchError(f"cannot write: {exc.strerror or exc}", path=path) from None
     fmt.out(report())

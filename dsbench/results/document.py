@@ -108,6 +108,7 @@ def _no_constant(name: str) -> float:
 
 def load_json(path: Path, what: str) -> Any:
     """A JSON file's content; one-line errors for a missing, unreadable or malformed file."""
+    atomic.check_input(path)
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -136,7 +137,7 @@ def write_result(path: str | Path, doc: BenchResult) -> Path:
     p = Path(path)
     validate(doc, p)
     try:
-        return atomic.write_text(p, json.dumps(doc, indent=1, allow_nan=False) + "\n",
-                                 fsync=True)
+        return atomic.write_output(p, (json.dumps(doc, indent=1, allow_nan=False) + "\n"
+                                       ).encode(), fsync=True)
     except OSError as exc:
         raise DsbenchError(f"cannot write result: {exc.strerror or exc}", path=p) from None

@@ -249,3 +249,78 @@ def test_a_huge_throughput_is_printed_not_a_traceback(
     for command in ("compare", "gate"):
         assert main([command, str(small), str(path)]) in (0, 1), command
         assert "e+308" in capsys.readouterr().out
+
+
+# ---- a field that changes between samples: one line naming file and sample, or counted ----
+
+BENCH = ["--seconds", "0.2", "--rounds", "1", "--batch-size", "2", "--warmup-batches", "1"]
+
+
+def _files_tree(root: Path, bad: str) -> tuple[Path, str]:
+    from layouts import jpeg
+    img = jpeg()
+    for i in range(6):
+        (root / f"{i:04d}.jpg").write_bytes(img)
+        (root / f"{i:04d}.json").write_text(json.dumps({"label": i, "emb": [0.5] * 8}))
+    bad_doc = {"missing": '{"emb": [0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5]}',
+               "inf": '{"label": 1e999, "emb": [0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5]}',
+               "length": '{"label": 3, "emb": [0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5]}',
+               "deep": "[" * 100_000 + "]" * 100_000}[bad]
+    (root / "0003.json").write_text(bad_doc)
+    return root / "0003.json", "0003"
+
+
+@pytest.mark.parametrize(("bad", "needle"), [("missing", "'json.label' is missing here"),
+                                             ("inf", "'json.label' is inf"),
+                                             ("length", "'json.emb' is list<float>[7] here"),
+                                             ("deep", "nested too deep")])
+def test_per_sample_json_that_differs_is_named(tmp_path: Path, bad: str, needle: str,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    path, key = _files_tree(tmp_path, bad)
+    assert main(["inspect", str(tmp_path)]) == 2
+    one_line(capsys, "inspect", f"{path} [sample {key}]", needle.split("list<")[0])
+    assert main(["bench", str(tmp_path), *BENCH]) == 2
+    one_line(capsys, "bench", f"{path} [sample {key}]")
+    assert main(["bench", str(tmp_path), *BENCH, "--on-error", "skip", "--json", "-"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["runs"][0]["skipped_samples"] >= 1
+
+
+def _columnar(root: Path, layout: str, change: str) -> Path:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from layouts import write_columnar
+    out = write_export(root, layout, 8, shard_samples=4,
+                       fields={"emb": {"type": "embedding", "dim": 8, "encoding": "list"}})
+    path = out / f"shard-000001.{layout}"
+    data = pa.BufferReader(path.read_bytes())
+    table = pq.read_table(data) if layout == "parquet" else pa.ipc.open_file(data).read_all()
+    if change == "column":
+        table = table.drop(["label"])
+    else:
+        name = "label" if change == "null" else "emb"
+        values = table.column(name).to_pylist()
+        values[1] = None if change == "null" else values[1][:5]
+        kind = table.schema.field(name).type
+        if pa.types.is_fixed_size_list(kind):
+            kind = pa.list_(kind.value_type)
+        table = table.set_column(table.schema.get_field_index(name), name,
+                                 pa.array(values, kind))
+    path.unlink()
+    write_columnar(path, table)
+    return path
+
+
+@pytest.mark.parametrize("layout", ["arrow", "parquet"])
+@pytest.mark.parametrize(("change", "needle"), [
+    ("column", "'label' is missing in this shard"),
+    ("null", "'label' is null here"),
+    ("length", "'emb' is a float array of 5 values here but a float array of 8 values")])
+def test_a_column_that_differs_is_named(tmp_path: Path, layout: str, change: str, needle: str,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    path = _columnar(tmp_path, layout, change)
+    assert main(["bench", str(path.parent), *BENCH]) == 2
+    one_line(capsys, "bench", str(path), needle)
+    if change == "column":  # from the footers: inspect says it too
+        assert main(["inspect", str(path.parent)]) == 2
+        one_line(capsys, "inspect", str(path), needle)

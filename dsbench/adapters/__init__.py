@@ -15,7 +15,7 @@ from dsbench.adapters.base import SUFFIXES, Adapter, Export, RawSample
 from dsbench.atomic import is_tmp
 from dsbench.errors import DsbenchError
 from dsbench.storage import files as store
-from dsbench.storage.files import Loc, location
+from dsbench.storage.files import Loc
 
 # Layout name -> its module. Imported when first used: a loader worker reading shards need not
 # pay for importing pyarrow, and it starts once per worker per round.
@@ -81,7 +81,7 @@ def _listing(files: list[str], layout: str) -> str:
 def detect(path: str | Loc) -> Adapter:
     """The adapter whose layout `path` holds; a one-line error when none, when the directory
     mixes layouts (reading one would silently leave the rest out), or the path is unusable."""
-    p = location(path)
+    p = store.named(path)
     if not store.exists(p):
         raise DsbenchError("no objects under this prefix" if store.is_remote(p) else
                            "no such file or directory", path=p)
@@ -110,8 +110,8 @@ def open_export(path: str | Loc, layout: str | None = None) -> Export:
     The export's `ignored` lists the files under it that its layout does not read, so that
     what was left out is said, never silent.
     """
-    adapter = get(layout) if layout else detect(path)
-    p = location(path)
+    p = store.named(path)
+    adapter = get(layout) if layout else detect(p)
     export = adapter.open(p)
     if store.is_dir(p):
         ignored: list[str] = []

@@ -256,6 +256,12 @@ class ColumnarExport(base.ReadsUnits):
             sample_bytes += apportion(size, weights.tolist())
             readable.append(p)
         self._survey_images(survey, readable, firsts)
+        # A column that some shards lack: each such shard is a problem, since its samples would
+        # reach the loader without the field (a re-export that dropped it midway).
+        paths = {self.name(p): p for p in self._files}
+        for n in self.plan.fields:
+            problems += [problem(paths.get(shard, shard), None, f"field {n!r} is missing in "
+                                 "this shard but present in others") for shard in self.missing[n]]
         samples = len(sample_bytes)
         survey.update({
             "samples": samples,

@@ -31,9 +31,15 @@ def location(text: str | os.PathLike[str] | Loc) -> Loc:
     if isinstance(text, RemotePath | Path):
         return text
     s = os.fspath(text)
-    if not s:  # Path("") would quietly mean the current directory
-        raise DsbenchError("an empty path names no file or directory")
     return RemotePath(s) if is_url(s) else Path(s)
+
+
+def named(text: str | os.PathLike[str] | Loc) -> Loc:
+    """The location of a path a person gave: an empty one is refused, since Path("") would
+    quietly mean the current directory."""
+    if not isinstance(text, RemotePath | Path) and not os.fspath(text):
+        raise DsbenchError("an empty path names no file or directory")
+    return location(text)
 
 
 def is_remote(p: Loc) -> bool:

@@ -324,3 +324,34 @@ def test_a_column_that_differs_is_named(tmp_path: Path, layout: str, change: str
     if change == "column":  # from the footers: inspect says it too
         assert main(["inspect", str(path.parent)]) == 2
         one_line(capsys, "inspect", str(path), needle)
+
+
+# ---- images: inspect holds headers to bench's limit; no Python reprs in messages ----
+
+def _image_tree(root: Path, bad: bytes) -> Path:
+    from layouts import jpeg
+    for i in range(4):
+        (root / f"{i:04d}.jpg").write_bytes(bad if i == 2 else jpeg())
+        (root / f"{i:04d}.cls").write_text("1")
+    return root / "0002.jpg"
+
+
+def _huge_header() -> bytes:
+    from layouts import jpeg
+    data = bytearray(jpeg())
+    sof = data.find(b"\xff\xc0")
+    data[sof + 5:sof + 9] = (65000).to_bytes(2, "big") * 2  # height, width
+    return bytes(data)
+
+
+@pytest.mark.parametrize(("make", "needle"), [
+    (_huge_header, "65000 x 65000 px"),
+    (lambda: os.urandom(600), "not an image Pillow can identify")])
+def test_a_bad_image_header_is_named_by_inspect_and_bench(
+        tmp_path: Path, make: object, needle: str, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _image_tree(tmp_path, make())  # type: ignore[operator]
+    assert main(["inspect", str(tmp_path)]) == 2
+    err = one_line(capsys, "inspect", f"{path} [sample 0002]", needle)
+    assert main(["bench", str(tmp_path), *BENCH]) == 2
+    err += one_line(capsys, "bench", f"{path} [sample 0002]", needle)
+    assert "object at 0x" not in err

@@ -251,6 +251,9 @@ class ColumnarExport(base.ReadsUnits):
             except Unreadable as exc:
                 problems.append(problem(self.name(p), None, str(exc)))
                 continue
+            broken = self._verify(p)
+            if broken:
+                problems.append(problem(str(p), None, broken))
             firsts[str(p)] = len(sample_bytes)
             # The footer and headers are shared by the shard's rows in proportion to their size.
             sample_bytes += apportion(size, weights.tolist())
@@ -274,6 +277,11 @@ class ColumnarExport(base.ReadsUnits):
             "bad_samples": sum(1 for p in problems if p["key"] is not None),
         })
         return survey
+
+    def _verify(self, path: Loc) -> str | None:
+        """What is wrong with a shard's data that its header did not show; None when nothing
+        is, or (the default) when the header already checked it."""
+        return None
 
     def _survey_images(self, survey: dict[str, Any], units: list[Loc],
                        firsts: dict[str, int]) -> None:

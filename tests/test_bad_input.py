@@ -355,3 +355,18 @@ def test_a_bad_image_header_is_named_by_inspect_and_bench(
     assert main(["bench", str(tmp_path), *BENCH]) == 2
     err += one_line(capsys, "bench", f"{path} [sample 0002]", needle)
     assert "object at 0x" not in err
+
+
+def test_a_refused_shared_memory_registration_leaves_no_segment(
+        shards: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # What a user whose resource tracker cannot start meets: the segment is made, then
+    # registering it fails with a broken pipe.
+    from multiprocessing import resource_tracker
+
+    def refuse(name: str, rtype: str) -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+    monkeypatch.setattr(resource_tracker, "register", refuse)
+    assert main(["bench", str(shards), *BENCH]) == 2
+    one_line(capsys, "bench", "resource tracker refused it (Broken pipe); it was removed")
+    assert not list(Path("/dev/shm").glob(f"dsbench-{os.getpid()}-*"))

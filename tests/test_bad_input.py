@@ -370,3 +370,20 @@ def test_a_refused_shared_memory_registration_leaves_no_segment(
     assert main(["bench", str(shards), *BENCH]) == 2
     one_line(capsys, "bench", "resource tracker refused it (Broken pipe); it was removed")
     assert not list(Path("/dev/shm").glob(f"dsbench-{os.getpid()}-*"))
+
+
+def test_a_corrupt_tar_header_is_not_called_a_truncation(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import tarfile
+    out = write_export(tmp_path, "wds", 4)
+    shard = out / "shard-000000.tar"
+    with tarfile.open(shard) as tf:
+        third = tf.getmembers()[2]  # the first member of sample 00000001
+    with open(shard, "r+b") as f:
+        f.seek(third.offset + 148)  # the header's checksum field
+        f.write(b"9999999\0")
+    for command, extra in (("inspect", []), ("bench", BENCH)):
+        assert main([command, str(out), *extra]) == 2
+        err = one_line(capsys, command, f"{shard} [sample 00000001]: corrupt tar header of "
+                                        f"member '{third.name}'")
+        assert "truncated" not in err

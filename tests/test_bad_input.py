@@ -387,3 +387,20 @@ def test_a_corrupt_tar_header_is_not_called_a_truncation(
         err = one_line(capsys, command, f"{shard} [sample 00000001]: corrupt tar header of "
                                         f"member '{third.name}'")
         assert "truncated" not in err
+
+
+@pytest.mark.parametrize("layout", ["wds", "arrow", "parquet"])
+def test_generate_rewrites_a_unit_cut_short_after_a_complete_run(tmp_path: Path,
+                                                                  layout: str) -> None:
+    from conftest import tiny_spec
+
+    from dsbench import adapters
+    from dsbench.export.generate import generate
+    out = write_export(tmp_path, layout, 8, shard_samples=4)
+    shard = sorted(out.glob("shard-*"))[1]
+    whole = shard.read_bytes()
+    shard.write_bytes(whole[:len(whole) // 2])
+    report = generate(tiny_spec(layout, shard_samples=4), out, samples=8, jobs=1)
+    assert (report.units_written, report.units_skipped) == (1, 1)
+    assert shard.read_bytes() == whole  # the same samples, written again whole
+    assert adapters.open_export(out).survey()["problems"] == []

@@ -404,3 +404,18 @@ def test_generate_rewrites_a_unit_cut_short_after_a_complete_run(tmp_path: Path,
     assert (report.units_written, report.units_skipped) == (1, 1)
     assert shard.read_bytes() == whole  # the same samples, written again whole
     assert adapters.open_export(out).survey()["problems"] == []
+
+
+@pytest.mark.parametrize(("change", "needle"), [
+    (lambda d: d["statistics"].update(level=7.5), "statistics.level: 7.5"),
+    (lambda d: d["statistics"].update(level=1e308), "statistics.level"),
+    (lambda d: d["runs"].append(d["runs"][0]), "runs[1]: a second run of 1 workers")])
+def test_a_result_valid_by_schema_but_absurd_is_refused(
+        tmp_path: Path, change: object, needle: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    doc = rd.document([rd.run(1)])
+    change(doc)  # type: ignore[operator]
+    path = tmp_path / "odd.json"
+    path.write_text(json.dumps(doc))
+    assert main(["extrapolate", str(path), "--steps", "200"]) == 2
+    one_line(capsys, "extrapolate", str(path), needle)

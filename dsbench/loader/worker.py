@@ -202,6 +202,7 @@ def _loop(spec: WorkerSpec, data: Connection, ctrl: Connection) -> None:
     # Files opened while opening the export (headers, footers) are set-up, once per worker;
     # reports count only the files opened to read samples.
     setup_opens = base.io_counters()[0]
+    procs.settle_heap()
     rng = np.random.default_rng([spec.seed, spec.worker])
     builder = BatchBuilder(spec.pipeline, lambda skip: endless(export, spec.worker,
                                                               spec.n_workers, skip), rng)

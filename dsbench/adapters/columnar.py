@@ -239,7 +239,7 @@ class ColumnarExport(base.ReadsUnits):
     def survey(self) -> dict[str, Any]:
         survey = new_survey(self.layout)
         problems = survey["problems"]
-        problems += [problem(self.name(location(u)), None, m) for u, m in self._broken.items()]
+        problems += [problem(u, None, m) for u, m in self._broken.items()]
         sample_bytes: list[int] = survey["sample_bytes"]
         firsts: dict[str, int] = {}
         readable: list[Loc] = []
@@ -249,7 +249,7 @@ class ColumnarExport(base.ReadsUnits):
             try:
                 weights, size = self._sizes(p)
             except Unreadable as exc:
-                problems.append(problem(self.name(p), None, str(exc)))
+                problems.append(problem(str(p), None, str(exc)))
                 continue
             broken = self._verify(p)
             if broken:
@@ -299,7 +299,7 @@ class ColumnarExport(base.ReadsUnits):
             try:
                 head = self._head(p, [c for c in columns if c in self._columns[str(p)]], want)
             except Unreadable as exc:
-                problems.append(problem(self.name(p), None, str(exc)))
+                problems.append(problem(str(p), None, str(exc)))
                 continue
             images = image_column(head.column(self.plan.image).combine_chunks(),
                                   self.plan.image_child)
@@ -312,7 +312,7 @@ class ColumnarExport(base.ReadsUnits):
                         raise ValueError("image is null")
                     add_image(survey, *probe_image(data))
                 except ValueError as exc:
-                    problems.append(problem(self.name(p), str(keys[j]), str(exc)))
+                    problems.append(problem(str(p), str(keys[j]), str(exc)))
         finish_image(survey)
         survey["image"]["codec"] = survey["image"]["codec"] or self.plan.codec or "unknown"
 

@@ -419,3 +419,15 @@ def test_a_result_valid_by_schema_but_absurd_is_refused(
     path.write_text(json.dumps(doc))
     assert main(["extrapolate", str(path), "--steps", "200"]) == 2
     one_line(capsys, "extrapolate", str(path), needle)
+
+
+def test_an_output_inside_an_input_is_refused(tmp_path: Path, shards: Path, result_file: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    shard = shards / "shard-000000.tar"
+    before = shard.read_bytes()
+    assert main(["bench", str(shards), "--json", str(shard)]) == 2
+    one_line(capsys, "bench", str(shard), "an input of this command")
+    assert shard.read_bytes() == before
+    assert main(["compare", str(result_file), str(result_file), "--json",
+                 str(result_file)]) == 2
+    one_line(capsys, "compare", str(result_file), "an input of this command")

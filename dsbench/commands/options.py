@@ -24,6 +24,7 @@ from dsbench.loader.options import BenchOptions
 from dsbench.model.costs import DIST_SYNTAX, Distribution
 from dsbench.model.node import ClusterSpec
 from dsbench.model.profiles import PROFILES, parse_storage
+from dsbench.storage.remote import is_url
 
 STDOUT = "-"
 # Comparing wants more rounds than describing one export: 10 paired rounds of 2 s detect a 10%
@@ -59,12 +60,19 @@ def check_outputs(args: argparse.Namespace) -> None:
     paths += list(getattr(args, "save", None) or ())
     if getattr(args, "summary", None):
         paths.append(args.summary)
+    # An output inside an export being read would replace one of its files (a shard with JSON).
+    inputs = [os.path.realpath(p) for p in (getattr(args, name, None) for name in
+                                             ("path", "base", "cand"))
+              if isinstance(p, str) and p and not is_url(p) and os.path.exists(p)]
     seen: dict[str, str] = {}
     for path in map(str, paths):
         atomic.check_output(Path(path))
         real = os.path.realpath(path)
         if real in seen and not atomic.is_stream(Path(real)):
             raise DsbenchError(f"named twice as an output (also as {seen[real]})", path=path)
+        if any(real == i or real.startswith(i + os.sep) for i in inputs):
+            raise DsbenchError("cannot write: it is an input of this command, or inside one",
+                               path=path)
         seen[real] = path
 
 

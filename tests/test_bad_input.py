@@ -321,9 +321,8 @@ def test_a_column_that_differs_is_named(tmp_path: Path, layout: str, change: str
     path = _columnar(tmp_path, layout, change)
     assert main(["bench", str(path.parent), *BENCH]) == 2
     one_line(capsys, "bench", str(path), needle)
-    if change == "column":  # from the footers: inspect says it too
-        assert main(["inspect", str(path.parent)]) == 2
-        one_line(capsys, "inspect", str(path), needle)
+    assert main(["inspect", str(path.parent)]) == 2
+    one_line(capsys, "inspect", str(path), needle)
 
 
 # ---- images: inspect holds headers to bench's limit; no Python reprs in messages ----

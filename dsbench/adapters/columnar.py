@@ -11,7 +11,9 @@ are read with one schema.
 
 A shard whose header cannot be read does not stop the others: it is reported by survey() and
 raised (or skipped, one SampleError for the shard) when read. Only when no shard is readable,
-or when the schemas disagree, is opening itself an error.
+or when the schemas disagree, is opening itself an error. survey() reads every shard's rows
+once, images not decoded, for what no footer shows: corrupt chunks, nulls among values, and
+embeddings whose length changes; a column some shards lack is a problem of each such shard.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from dsbench.adapters import base
 from dsbench.adapters.columns import (
@@ -243,6 +246,7 @@ class ColumnarExport(base.ReadsUnits):
         sample_bytes: list[int] = survey["sample_bytes"]
         firsts: dict[str, int] = {}
         readable: list[Loc] = []
+        seen: dict[str, Any] = {}  # field -> its float-vector length, or True: holds values
         for p in self._files:
             if str(p) in self._broken:
                 continue
@@ -251,9 +255,7 @@ class ColumnarExport(base.ReadsUnits):
             except Unreadable as exc:
                 problems.append(problem(str(p), None, str(exc)))
                 continue
-            broken = self._verify(p)
-            if broken:
-                problems.append(problem(str(p), None, broken))
+            self._check_rows(p, len(sample_bytes), seen, problems)
             firsts[str(p)] = len(sample_bytes)
             # The footer and headers are shared by the shard's rows in proportion to their size.
             sample_bytes += apportion(size, weights.tolist())
@@ -278,10 +280,26 @@ class ColumnarExport(base.ReadsUnits):
         })
         return survey
 
-    def _verify(self, path: Loc) -> str | None:
-        """What is wrong with a shard's data that its header did not show; None when nothing
-        is, or (the default) when the header already checked it."""
-        return None
+    def _check_rows(self, path: Loc, first: int, seen: dict[str, Any],
+                    problems: list[dict[str, Any]]) -> None:
+        """Read the shard's rows once (images not decoded) for what no header or footer shows:
+        a chunk that does not read (a corrupt page), a null where other rows hold a value, a
+        float vector (embedding) of another length than the first; each field's first one is
+        a problem, as the loader would fail at that sample."""
+        row = 0
+        for chunk in self._chunks(path):
+            if isinstance(chunk, BadChunk):
+                problems.append(problem(str(path), None, chunk.message))
+                return
+            keys = (chunk.column(self.plan.key).to_pylist() if self.plan.key in
+                    chunk.schema.names else range(first + row, first + row + chunk.num_rows))
+            for name in self.plan.fields:
+                if name in chunk.schema.names and name not in seen.get("\0", ()):
+                    why = _row_problem(name, chunk.column(name), seen)
+                    if why is not None:
+                        seen.setdefault("\0", set()).add(name)  # said once per field
+                        problems.append(problem(str(path), str(keys[why[0]]), why[1]))
+            row += chunk.num_rows
 
     def _survey_images(self, survey: dict[str, Any], units: list[Loc],
                        firsts: dict[str, int]) -> None:
@@ -315,6 +333,32 @@ class ColumnarExport(base.ReadsUnits):
                     problems.append(problem(str(p), str(keys[j]), str(exc)))
         finish_image(survey)
         survey["image"]["codec"] = survey["image"]["codec"] or self.plan.codec or "unknown"
+
+
+def _row_problem(name: str, col: pa.Array, seen: dict[str, Any]) -> tuple[int, str] | None:
+    """(row, message) of the first null after values (or values after nulls) or float vector
+    of another length in one column of one chunk; None when there is none."""
+    valid = col.is_valid().to_pylist()
+    if col.null_count and (seen.get(name) or col.null_count < len(col)):
+        return valid.index(False), (f"field {name!r} is null here but holds values in "
+                                    "other samples")
+    if col.null_count < len(col):
+        seen.setdefault(name, True)
+    kind = col.type
+    if not (pa.types.is_list(kind) or pa.types.is_large_list(kind)
+            or pa.types.is_fixed_size_list(kind)) or not pa.types.is_floating(kind.value_type):
+        return None
+    lengths = pc.list_value_length(col).to_pylist()
+    want = seen.get(name) if not isinstance(seen.get(name), bool) else None
+    for j, n in enumerate(lengths):
+        if n is None:
+            continue
+        if want is None:
+            want = seen[name] = n
+        elif n != want:
+            return j, (f"field {name!r} is a float array of {n} values here but a float array "
+                       f"of {want} values in earlier samples")
+    return None
 
 
 def _fail_rows(unit: str, chunk: BadChunk, first: int, skip: base.SkipHandler) -> None:

@@ -16,8 +16,9 @@ PSS shows it; smaller row groups lower it.
 
 survey(): a footer holds sizes per column chunk, not per row, so each row of a row group is
 given an equal share of the row group's compressed size (and of the footer). A footer cannot
-show a corrupt page either, so the survey also reads every row group once (images not
-decoded): `inspect` of a Parquet export costs about one read of it.
+show a corrupt page, a null or an embedding of another length either, so the survey also reads
+every row group once (columnar.py, images not decoded): `inspect` of a Parquet export costs
+about one read of it.
 """
 
 from __future__ import annotations
@@ -117,14 +118,6 @@ class ParquetExport(ColumnarExport):
             except (pa.ArrowException, OSError) as exc:
                 raise Unreadable(f"first rows are unreadable: {exc}") from None
         return schema.empty_table()
-
-    def _verify(self, path: Loc) -> str | None:
-        # A footer cannot show a corrupt page, so the survey decompresses every row group, one
-        # at a time (a row group's memory, as a loader worker holds), and decodes no image.
-        for chunk in self._chunks(path):
-            if isinstance(chunk, BadChunk):
-                return chunk.message
-        return None
 
     def _sizes(self, path: Loc) -> tuple[np.ndarray, int]:
         with _Opened(path) as o:

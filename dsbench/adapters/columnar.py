@@ -11,9 +11,10 @@ are read with one schema.
 
 A shard whose header cannot be read does not stop the others: it is reported by survey() and
 raised (or skipped, one SampleError for the shard) when read. Only when no shard is readable,
-or when the schemas disagree, is opening itself an error. survey() reads every shard's rows
-once, images not decoded, for what no footer shows: corrupt chunks, nulls among values, and
-embeddings whose length changes; a column some shards lack is a problem of each such shard.
+or when the schemas disagree, is opening itself an error. survey() reads the rows of the first
+shards (ROWS_CHECKED rows; images not decoded) for what no footer shows: corrupt chunks, nulls
+among values, embeddings whose length changes; a column some shards lack (from the footers:
+every shard) is a problem of each such shard.
 """
 
 from __future__ import annotations
@@ -49,6 +50,10 @@ from dsbench.storage.files import Loc, location
 
 IMAGES_CHECKED = 200  # image headers that survey() opens, spread over up to SURVEY_UNITS shards
 SURVEY_UNITS = 8
+# Rows of whole shards that survey() reads, in order, to check what footers do not show: as
+# many as bench's count pass reads, so that neither inspect nor bench's set-up reads a large
+# export whole (an object store's, least of all).
+ROWS_CHECKED, ROWS_CHECKED_REMOTE = 20_000, 2_000
 
 
 # ---- finding files ------------------------------------------------------------------------------
@@ -247,6 +252,7 @@ class ColumnarExport(base.ReadsUnits):
         firsts: dict[str, int] = {}
         readable: list[Loc] = []
         seen: dict[str, Any] = {}  # field -> its float-vector length, or True: holds values
+        rows_budget = ROWS_CHECKED_REMOTE if store.is_remote(self._root) else ROWS_CHECKED
         for p in self._files:
             if str(p) in self._broken:
                 continue
@@ -255,7 +261,8 @@ class ColumnarExport(base.ReadsUnits):
             except Unreadable as exc:
                 problems.append(problem(str(p), None, str(exc)))
                 continue
-            self._check_rows(p, len(sample_bytes), seen, problems)
+            if len(sample_bytes) < rows_budget:
+                self._check_rows(p, len(sample_bytes), seen, problems)
             firsts[str(p)] = len(sample_bytes)
             # The footer and headers are shared by the shard's rows in proportion to their size.
             sample_bytes += apportion(size, weights.tolist())

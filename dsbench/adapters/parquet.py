@@ -17,8 +17,7 @@ PSS shows it; smaller row groups lower it.
 survey(): a footer holds sizes per column chunk, not per row, so each row of a row group is
 given an equal share of the row group's compressed size (and of the footer). A footer cannot
 show a corrupt page, a null or an embedding of another length either, so the survey also reads
-every row group once (columnar.py, images not decoded): `inspect` of a Parquet export costs
-about one read of it.
+the row groups of the first shards (columnar.ROWS_CHECKED rows, images not decoded).
 """
 
 from __future__ import annotations

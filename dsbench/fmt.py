@@ -80,6 +80,8 @@ def out(text: str) -> None:
     """Print for people or machines on stdout. A reader that went away (`dsbench ... | head`)
     is not an error of ours: the rest of stdout goes nowhere, and the command still finishes,
     so an error found after the report is still said on stderr with its exit code."""
+    if sys.stdout is None:  # started with stdout closed (`>&-`): the report would vanish
+        raise DsbenchError("cannot write to standard output: it is closed")
     try:
         print(text, flush=True)
     except BrokenPipeError:

@@ -430,3 +430,11 @@ def test_an_output_inside_an_input_is_refused(tmp_path: Path, shards: Path, resu
     assert main(["compare", str(result_file), str(result_file), "--json",
                  str(result_file)]) == 2
     one_line(capsys, "compare", str(result_file), "an input of this command")
+
+
+def test_a_closed_standard_output_is_one_line() -> None:
+    proc = subprocess.run([*DSBENCH, *EXTRAPOLATE], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True, timeout=60,
+                          preexec_fn=lambda: os.close(1))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "standard output: it is closed" in proc.stderr

@@ -14,6 +14,7 @@ import threading
 from collections.abc import Sequence
 
 from dsbench import __version__
+from dsbench.commands.options import check_outputs
 from dsbench.errors import DsbenchError
 
 # Module names under dsbench.commands; each has HELP, add_arguments(parser) and run(args) -> int.
@@ -54,6 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     in_main_thread = threading.current_thread() is threading.main_thread()
     old = signal.signal(signal.SIGTERM, _terminate) if in_main_thread else None
     try:
+        check_outputs(args)
         return int(args.run(args))
     except DsbenchError as exc:
         print(f"dsbench {args.command}: error: {exc}", file=sys.stderr)

@@ -7,6 +7,8 @@ import os
 import sys
 from collections.abc import Sequence
 
+from dsbench.errors import DsbenchError
+
 _TIME_STEPS = ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns"))
 _BYTE_STEPS = ((1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "kB"), (1.0, "B"))
 
@@ -16,7 +18,9 @@ def sig(x: float, digits: int = 3) -> str:
     if x == 0 or not math.isfinite(x):
         return f"{x:g}" if x != 0 else "0"
     magnitude = math.floor(math.log10(abs(x)))
-    if abs(round(x, max(0, digits - 1 - magnitude))) >= 10.0 ** (magnitude + 1):
+    # 10.0 ** 309 overflows; nothing near the largest float rounds up past it anyway.
+    next_power = 10.0 ** (magnitude + 1) if magnitude < 308 else math.inf
+    if abs(round(x, max(0, digits - 1 - magnitude))) >= next_power:
         magnitude += 1  # 99.97 rounds to 100: three digits of 100, not "100.0"
     decimals = max(0, digits - 1 - magnitude)
     if magnitude >= 6 or magnitude < -6:
@@ -82,12 +86,22 @@ def out(text: str) -> None:
     """Print for people or machines on stdout. A reader that went away (`dsbench ... | head`)
     is not an error of ours: the rest of stdout goes nowhere, and the command still finishes,
     so an error found after the report is still said on stderr with its exit code."""
+    if sys.stdout is None:  # started with stdout closed (`>&-`): the report would vanish
+        raise DsbenchError("cannot write to standard output: it is closed")
     try:
         print(text, flush=True)
     except BrokenPipeError:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
+        _discard_stdout()
+    except OSError as exc:  # a full disk or device: the report is lost, which is an error
+        _discard_stdout()
+        raise DsbenchError(f"cannot write to standard output: {exc.strerror or exc}") from None
+
+
+def _discard_stdout() -> None:
+    # What is still buffered goes nowhere, so the flush at exit cannot fail a second time.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def progress(message: str) -> None:

@@ -421,12 +421,7 @@ def test_corrupt_data_is_a_sample_error_naming_file_and_rows(tmp_path: Path,
     assert all(path.name in str(e) for e in skipped)
 
 
-@pytest.mark.parametrize("layout", [
-    "arrow",
-    pytest.param("parquet", marks=pytest.mark.xfail(strict=True, reason=(
-        "package bug: the Parquet survey reads footers only, so a corrupt row group is in no "
-        "problem list and `dsbench inspect` exits 0 on a file that read() refuses"))),
-])
+@pytest.mark.parametrize("layout", COLUMNAR)
 def test_survey_names_the_file_with_corrupt_data(tmp_path: Path, layout: str) -> None:
     path, *_ = CORRUPTIONS[layout](tmp_path)
     problems = adapters.open_export(path).survey()["problems"]

@@ -36,10 +36,6 @@ DEMO = ["--cache", "{tmp}/cache", "--samples", "40", "--workers", "1", "--second
         "--rounds", "1", "--steps", "300", "--nodes", "2"]
 STEPS = ["--steps", "300"]
 
-BUG_BUDGET_OPTION = pytest.mark.xfail(strict=True, reason=(
-    "package bug: budget's capacity error names --cpu-s-per-sample, an option that does not "
-    "exist (the option is --cpu-per-sample)"))
-
 CASES: list[tuple[Any, ...]] = [
     # demo
     ("demo", [*DEMO, "--samples", "0"], "--samples must be at least 1"),
@@ -98,7 +94,7 @@ CASES: list[tuple[Any, ...]] = [
      "--gpus must be an integer >= 1"),
     ("budget", ["--gpus", "128"], "nothing to compute"),
     ("budget", ["--gpus", "128", "--compute", "0.25"],
-     "needs --batch-size, --cores-per-node, --cpu-per-sample", BUG_BUDGET_OPTION),
+     "needs --batch-size, --cores-per-node, --cpu-per-sample"),
     # compare
     ("compare", ["{result}", "{result}", "--gpu-batch", "0"],
      "--gpu-batch must be an integer >= 1"),

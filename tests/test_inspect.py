@@ -124,15 +124,18 @@ def test_partly_corrupt_wds_export_counts_the_cut_sample(
     assert "the last complete sample is 00000003" in s["problems"][0]["error"]
 
 
-def test_fields_missing_from_older_units_are_listed_not_bad(
+def test_fields_missing_from_some_units_are_bad_samples(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A field that changes between units is what a re-export that changed midway looks like:
+    # the first sample that differs is named, and the field still lists where it is missing.
     img = jpeg()
     write_tar(tmp_path / "shard-000000.tar", [("a.jpg", img), ("a.cls", b"1"),
                                               ("b.jpg", img), ("b.cls", b"2")])
     write_tar(tmp_path / "shard-000001.tar", [("c.jpg", img), ("c.cls", b"3"), ("c.txt", b"hi"),
                                               ("d.jpg", img), ("d.cls", b"4"), ("d.txt", b"yo")])
-    rc, s, _ = inspect_json(tmp_path, capsys)
-    assert rc == 0 and s["bad_samples"] == 0
+    rc, s, err = inspect_json(tmp_path, capsys)
+    assert rc == 2 and s["bad_samples"] == 1
+    assert f"{tmp_path / 'shard-000001.tar'} [sample c]: field 'txt'" in err
     assert s["fields"]["txt"]["missing_in"] == ["shard-000000.tar"]
     assert s["fields"]["cls"]["missing_in"] == []
 
@@ -142,8 +145,9 @@ def test_fields_missing_from_older_units_are_listed_not_bad(
         for k in ("0", "1"):
             (tree / d / f"{k}.jpg").write_bytes(img)
             (tree / d / f"{k}.json").write_text(json.dumps(doc))
-    rc, s, _ = inspect_json(tree, capsys)
-    assert rc == 0
+    rc, s, err = inspect_json(tree, capsys)
+    assert rc == 2
+    assert f"{tree / 'old' / '0.json'} [sample old/0]: field 'json.caption' is missing" in err
     assert s["fields"]["json.caption"]["missing_in"] == ["old"]
     assert s["fields"]["json.label"]["missing_in"] == []
 

@@ -8,12 +8,14 @@ exports whoever wrote them. May import: the foundation modules only.
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 
 from dsbench.adapters import base, members
 from dsbench.adapters.base import SUFFIXES, Adapter, Export, RawSample
+from dsbench.atomic import is_tmp
 from dsbench.errors import DsbenchError
 from dsbench.storage import files as store
-from dsbench.storage.files import Loc, location
+from dsbench.storage.files import Loc
 
 # Layout name -> its module. Imported when first used: a loader worker reading shards need not
 # pay for importing pyarrow, and it starts once per worker per round.
@@ -50,12 +52,24 @@ def _layout_of(rel: str, images: dict[str, str]) -> str:
     return _OTHER
 
 
-def census(root: Loc) -> dict[str, list[str]]:
-    """The files under a directory (relative paths) by the layout they belong to, by name."""
+def census(root: Loc, unread: list[str] | None = None) -> dict[str, list[str]]:
+    """The files under a directory (relative paths) by the layout they belong to, by name.
+
+    `unread` receives what no layout can read, as 'path (why)': entries that are not regular
+    files, and hidden ('.', '_') files or empty directories named like data (a `_shard.tar`
+    copy would otherwise go unmentioned); dsbench's own manifest and temporaries are not."""
     images = members.image_exts(root)
     out: dict[str, list[str]] = {}
-    for rel, _ in base.walk(root):
+    skipped: list[tuple[str, str]] = []
+    for rel, _ in base.walk(root, skipped):
         out.setdefault(_layout_of(rel, images), []).append(rel)
+    if unread is not None:
+        for rel, why in skipped:
+            name = rel.rstrip("/").rpartition("/")[2]
+            if why in (store.HIDDEN, store.EMPTY_DIR) and (
+                    is_tmp(Path(name)) or _layout_of(name.lstrip("._"), images) == _OTHER):
+                continue
+            unread.append(f"{rel} ({why})")
     return out
 
 
@@ -67,7 +81,7 @@ def _listing(files: list[str], layout: str) -> str:
 def detect(path: str | Loc) -> Adapter:
     """The adapter whose layout `path` holds; a one-line error when none, when the directory
     mixes layouts (reading one would silently leave the rest out), or the path is unusable."""
-    p = location(path)
+    p = store.named(path)
     if not store.exists(p):
         raise DsbenchError("no objects under this prefix" if store.is_remote(p) else
                            "no such file or directory", path=p)
@@ -96,13 +110,14 @@ def open_export(path: str | Loc, layout: str | None = None) -> Export:
     The export's `ignored` lists the files under it that its layout does not read, so that
     what was left out is said, never silent.
     """
-    adapter = get(layout) if layout else detect(path)
-    p = location(path)
+    p = store.named(path)
+    adapter = get(layout) if layout else detect(p)
     export = adapter.open(p)
     if store.is_dir(p):
-        found = census(p)
-        ignored = [f for name, names in found.items() if name != adapter.name
-                   and not (adapter.name == "files" and name == _OTHER) for f in names]
+        ignored: list[str] = []
+        found = census(p, ignored)
+        ignored += [f for name, names in found.items() if name != adapter.name
+                    and not (adapter.name == "files" and name == _OTHER) for f in names]
         if adapter.name == "files":
             ignored += [f for f in found.get(_OTHER, []) if members.split_name(f) is None]
         export.ignored = sorted(ignored)

@@ -11,7 +11,10 @@ are read with one schema.
 
 A shard whose header cannot be read does not stop the others: it is reported by survey() and
 raised (or skipped, one SampleError for the shard) when read. Only when no shard is readable,
-or when the schemas disagree, is opening itself an error.
+or when the schemas disagree, is opening itself an error. survey() reads the rows of the first
+shards (ROWS_CHECKED rows; images not decoded) for what no footer shows: corrupt chunks, nulls
+among values, embeddings whose length changes; a column some shards lack (from the footers:
+every shard) is a problem of each such shard.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from dsbench.adapters import base
 from dsbench.adapters.columns import (
@@ -46,6 +50,10 @@ from dsbench.storage.files import Loc, location
 
 IMAGES_CHECKED = 200  # image headers that survey() opens, spread over up to SURVEY_UNITS shards
 SURVEY_UNITS = 8
+# Rows of whole shards that survey() reads, in order, to check what footers do not show: as
+# many as bench's count pass reads, so that neither inspect nor bench's set-up reads a large
+# export whole (an object store's, least of all).
+ROWS_CHECKED, ROWS_CHECKED_REMOTE = 20_000, 2_000
 
 
 # ---- finding files ------------------------------------------------------------------------------
@@ -239,23 +247,33 @@ class ColumnarExport(base.ReadsUnits):
     def survey(self) -> dict[str, Any]:
         survey = new_survey(self.layout)
         problems = survey["problems"]
-        problems += [problem(self.name(location(u)), None, m) for u, m in self._broken.items()]
+        problems += [problem(u, None, m) for u, m in self._broken.items()]
         sample_bytes: list[int] = survey["sample_bytes"]
         firsts: dict[str, int] = {}
         readable: list[Loc] = []
+        seen: dict[str, Any] = {}  # field -> its float-vector length, or True: holds values
+        rows_budget = ROWS_CHECKED_REMOTE if store.is_remote(self._root) else ROWS_CHECKED
         for p in self._files:
             if str(p) in self._broken:
                 continue
             try:
                 weights, size = self._sizes(p)
             except Unreadable as exc:
-                problems.append(problem(self.name(p), None, str(exc)))
+                problems.append(problem(str(p), None, str(exc)))
                 continue
+            if len(sample_bytes) < rows_budget:
+                self._check_rows(p, len(sample_bytes), seen, problems)
             firsts[str(p)] = len(sample_bytes)
             # The footer and headers are shared by the shard's rows in proportion to their size.
             sample_bytes += apportion(size, weights.tolist())
             readable.append(p)
         self._survey_images(survey, readable, firsts)
+        # A column that some shards lack: each such shard is a problem, since its samples would
+        # reach the loader without the field (a re-export that dropped it midway).
+        paths = {self.name(p): p for p in self._files}
+        for n in self.plan.fields:
+            problems += [problem(paths.get(shard, shard), None, f"field {n!r} is missing in "
+                                 "this shard but present in others") for shard in self.missing[n]]
         samples = len(sample_bytes)
         survey.update({
             "samples": samples,
@@ -268,6 +286,27 @@ class ColumnarExport(base.ReadsUnits):
             "bad_samples": sum(1 for p in problems if p["key"] is not None),
         })
         return survey
+
+    def _check_rows(self, path: Loc, first: int, seen: dict[str, Any],
+                    problems: list[dict[str, Any]]) -> None:
+        """Read the shard's rows once (images not decoded) for what no header or footer shows:
+        a chunk that does not read (a corrupt page), a null where other rows hold a value, a
+        float vector (embedding) of another length than the first; each field's first one is
+        a problem, as the loader would fail at that sample."""
+        row = 0
+        for chunk in self._chunks(path):
+            if isinstance(chunk, BadChunk):
+                problems.append(problem(str(path), None, chunk.message))
+                return
+            keys = (chunk.column(self.plan.key).to_pylist() if self.plan.key in
+                    chunk.schema.names else range(first + row, first + row + chunk.num_rows))
+            for name in self.plan.fields:
+                if name in chunk.schema.names and name not in seen.get("\0", ()):
+                    why = _row_problem(name, chunk.column(name), seen)
+                    if why is not None:
+                        seen.setdefault("\0", set()).add(name)  # said once per field
+                        problems.append(problem(str(path), str(keys[why[0]]), why[1]))
+            row += chunk.num_rows
 
     def _survey_images(self, survey: dict[str, Any], units: list[Loc],
                        firsts: dict[str, int]) -> None:
@@ -285,7 +324,7 @@ class ColumnarExport(base.ReadsUnits):
             try:
                 head = self._head(p, [c for c in columns if c in self._columns[str(p)]], want)
             except Unreadable as exc:
-                problems.append(problem(self.name(p), None, str(exc)))
+                problems.append(problem(str(p), None, str(exc)))
                 continue
             images = image_column(head.column(self.plan.image).combine_chunks(),
                                   self.plan.image_child)
@@ -298,9 +337,35 @@ class ColumnarExport(base.ReadsUnits):
                         raise ValueError("image is null")
                     add_image(survey, *probe_image(data))
                 except ValueError as exc:
-                    problems.append(problem(self.name(p), str(keys[j]), str(exc)))
+                    problems.append(problem(str(p), str(keys[j]), str(exc)))
         finish_image(survey)
         survey["image"]["codec"] = survey["image"]["codec"] or self.plan.codec or "unknown"
+
+
+def _row_problem(name: str, col: pa.Array, seen: dict[str, Any]) -> tuple[int, str] | None:
+    """(row, message) of the first null after values (or values after nulls) or float vector
+    of another length in one column of one chunk; None when there is none."""
+    valid = col.is_valid().to_pylist()
+    if col.null_count and (seen.get(name) or col.null_count < len(col)):
+        return valid.index(False), (f"field {name!r} is null here but holds values in "
+                                    "other samples")
+    if col.null_count < len(col):
+        seen.setdefault(name, True)
+    kind = col.type
+    if not (pa.types.is_list(kind) or pa.types.is_large_list(kind)
+            or pa.types.is_fixed_size_list(kind)) or not pa.types.is_floating(kind.value_type):
+        return None
+    lengths = pc.list_value_length(col).to_pylist()
+    want = seen.get(name) if not isinstance(seen.get(name), bool) else None
+    for j, n in enumerate(lengths):
+        if n is None:
+            continue
+        if want is None:
+            want = seen[name] = n
+        elif n != want:
+            return j, (f"field {name!r} is a float array of {n} values here but a float array "
+                       f"of {want} values in earlier samples")
+    return None
 
 
 def _fail_rows(unit: str, chunk: BadChunk, first: int, skip: base.SkipHandler) -> None:

@@ -20,6 +20,8 @@ from dsbench.errors import DsbenchError, SampleError
 from dsbench.storage import files as store
 from dsbench.storage.files import Loc
 
+_OTHER_LAYOUTS = tuple(s for suffixes in base.SUFFIXES.values() for s in suffixes)
+
 
 def _directory(key: str) -> str:
     return key.rpartition("/")[0] or "."
@@ -119,7 +121,8 @@ class FilesAdapter:
         sizes: dict[tuple[str, str], int] = {}
         for rel, n in base.walk(path):
             parsed = members.split_name(rel)
-            if parsed is not None:
+            # Another layout's data file is not a sample member: open_export lists it as unread.
+            if parsed is not None and not rel.lower().endswith(_OTHER_LAYOUTS):
                 groups.setdefault(parsed[0], []).append(parsed[1])
                 sizes[parsed] = n
         if not groups:

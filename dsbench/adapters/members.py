@@ -12,6 +12,7 @@ It also surveys such samples for `inspect` (MemberSurvey).
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
@@ -213,6 +214,8 @@ def check_member(ext: str, data: bytes) -> tuple[str, Any]:
             value = json.loads(data)
         except (UnicodeDecodeError, ValueError) as exc:
             raise ValueError(f"invalid JSON in .{ext}: {exc}") from None
+        except RecursionError:
+            raise ValueError(f"invalid JSON in .{ext}: nested too deep") from None
         return ("json object" if isinstance(value, dict) else json_type(value) + " (json)"), value
     if enc == base.ENC_NPY:
         return "npy array", None
@@ -224,6 +227,16 @@ _TYPE_BY_ENCODING = {
     base.ENC_INT_TEXT: "int (ascii)", base.ENC_TEXT: "string (utf-8)", base.ENC_JSON: "json",
     base.ENC_F32: "float32 (raw)", base.ENC_NPY: "npy array", base.ENC_BYTES: "bytes",
 }
+
+
+_PLURAL = {"shard": "shards", "directory": "directories"}
+
+
+def _lengths_differ(old: str, new: str) -> bool:
+    """Float vectors (embeddings: list<float>[768], float32[768] (raw)) of different lengths;
+    integer lists (token ids, several labels) may vary in length."""
+    o, n = old.partition("["), new.partition("[")
+    return bool(o[1] and n[1]) and o[0] == n[0] and "float" in o[0] and o[2] != n[2]
 
 
 class MemberSurvey:
@@ -247,6 +260,7 @@ class MemberSurvey:
         self.inner_full: dict[str, dict[str, set[str]]] = {}  # container -> ext -> JSON keys
         self.types: dict[str, str] = {}
         self.inner_types: dict[tuple[str, str], str] = {}
+        self.inner_keys: dict[str, set[str]] = {}  # ext -> JSON keys of the first sample checked
         self._bad: set[tuple[str, str]] = set()
 
     def problem(self, container: str, file: str, key: str | None, error: str) -> None:
@@ -266,10 +280,11 @@ class MemberSurvey:
         full: set[str] | None = None
         inner: dict[str, set[str]] = {}
         checked = 0
+        earlier, here = set(self.exts), set()
         for key, members in groups.items():
             img = pick_image(members, self.images)
             exts = set(members) - {img}
-            self.exts |= exts
+            here |= exts
             full = exts if full is None else full & exts
             ok = (container, key) not in self._bad
             if img is None:
@@ -289,6 +304,19 @@ class MemberSurvey:
                 self._check(container, key, img, sorted(exts), file_of, open_member, inner)
         self.full[container] = full or set()
         self.inner_full[container] = inner
+        self.exts |= here
+        first = next(iter(groups), None)
+        if first is None or len(self.containers) == 1:
+            return
+        # A field that a whole container lacks, or has alone: the per-container check above
+        # cannot see it, and it is what a re-export that changed its fields midway looks like.
+        plural = _PLURAL.get(self.label, self.label)
+        for ext in sorted(earlier - here):
+            self.problem(container, file_of(first, None), first, f"field {ext!r}: no sample of "
+                         f"this {self.label} has a .{ext} member, which earlier {plural} have")
+        for ext in sorted(here - earlier):
+            self.problem(container, file_of(first, None), first, f"field {ext!r}: this "
+                         f"{self.label} has .{ext} members, which no earlier {self.label} has")
 
     def _check(self, container: str, key: str, img: str, exts: list[str],
                file_of: Callable[[str, str | None], str],
@@ -317,7 +345,15 @@ class MemberSurvey:
             self._typed(container, file_of(key, ext), key, ext, self.types, ext, kind)
             if isinstance(value, dict):
                 inner[ext] = inner[ext] & set(value) if ext in inner else set(value)
+                keys = self.inner_keys.setdefault(ext, set(value))
+                for k in sorted(keys ^ set(value))[:1]:
+                    where = "missing here but present" if k in keys else "here but not"
+                    self.problem(container, file_of(key, ext), key,
+                                 f"field {ext + '.' + k!r} is {where} in earlier samples")
                 for k, v in value.items():
+                    if isinstance(v, float) and not math.isfinite(v):
+                        self.problem(container, file_of(key, ext), key,
+                                     f"field {ext + '.' + k!r} is {v}, not a finite number")
                     self._typed(container, file_of(key, ext), key, f"{ext}.{k}",
                                 self.inner_types, (ext, k), json_type(v))
 
@@ -326,6 +362,9 @@ class MemberSurvey:
         """Record a field's type; the first sample whose type differs from the earlier ones'
         is a problem: a type that changes between samples is what a re-export bug looks like."""
         old = types.get(slot)
+        if old is not None and old != kind and _lengths_differ(old, kind):
+            self.problem(container, file, key, f"field {name!r} is {kind} here but {old} in "
+                                               "earlier samples")
         types[slot] = merge_type(old, kind)
         if old is not None and types[slot].startswith("mixed(") and not old.startswith("mixed("):
             self.problem(container, file, key, f"field {name!r} is {kind} here but {old} in "
@@ -342,7 +381,7 @@ class MemberSurvey:
             fields[f"{ext}.{k}"] = {"type": kind, "missing_in": [
                 c for c in self.containers if k not in self.inner_full[c].get(ext, set())]}
         s["fields"] = fields
-        plural = {"shard": "shards", "directory": "directories"}.get(self.label, self.label)
+        plural = _PLURAL.get(self.label, self.label)
         s["containers"] = {"name": plural, "count": len(self.containers)}
         s["bad_samples"] = len(self._bad)
         finish_image(s)

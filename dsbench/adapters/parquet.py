@@ -15,7 +15,9 @@ the same read whole or in batches of 128 rows). That is the layout's cost, and b
 PSS shows it; smaller row groups lower it.
 
 survey(): a footer holds sizes per column chunk, not per row, so each row of a row group is
-given an equal share of the row group's compressed size (and of the footer).
+given an equal share of the row group's compressed size (and of the footer). A footer cannot
+show a corrupt page, a null or an embedding of another length either, so the survey also reads
+the row groups of the first shards (columnar.ROWS_CHECKED rows, images not decoded).
 """
 
 from __future__ import annotations

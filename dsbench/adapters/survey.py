@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from typing import IO, Any
 
 import numpy as np
-from PIL import Image
+from PIL import Image, UnidentifiedImageError
 
-from dsbench import stats
+from dsbench import fmt, stats
 from dsbench.storage.files import Loc
 
 # At most this many images (and JSON documents) are opened to learn codecs, sizes and field
@@ -26,6 +26,10 @@ from dsbench.storage.files import Loc
 CHECK_LIMIT = 200
 # How many unit names and problems the summary lists (the counts are always complete).
 LIST_LIMIT = 20
+
+# Pillow's MAX_IMAGE_PIXELS (1024 x 1024 x 1024 // 4 // 3): bench's default --max-pixels, and
+# what inspect holds every image header to, so that the two agree on what a bad sample is.
+MAX_PIXELS = 89_478_485
 
 UNIT_NAMES = {"wds": "shards", "arrow": "shards", "parquet": "files", "files": "sample groups"}
 _PIL_CODECS = {"JPEG": "jpeg", "PNG": "png", "WEBP": "webp", "PPM": "ppm", "GIF": "gif"}
@@ -74,6 +78,19 @@ def spread(n: int, k: int = CHECK_LIMIT) -> list[int]:
     return sorted({int(i) for i in np.linspace(0, n - 1, k)})
 
 
+UNIDENTIFIED = "not an image Pillow can identify (an unknown format, or a corrupt header)"
+
+
+def open_image(data: bytes | IO[bytes]) -> Image.Image:
+    """Pillow's lazy open (the header only); its "cannot identify image file" names the
+    in-memory buffer's repr, which means nothing to a person: said in words instead."""
+    f = io.BytesIO(data) if isinstance(data, bytes | bytearray | memoryview) else data
+    try:
+        return Image.open(f)
+    except UnidentifiedImageError:
+        raise ValueError(UNIDENTIFIED) from None
+
+
 def probe_image(data: bytes | IO[bytes]) -> tuple[str, int, int]:
     """(codec, width, height) from an encoded image's header; ValueError when it is not one.
 
@@ -98,11 +115,16 @@ def probe_image(data: bytes | IO[bytes]) -> tuple[str, int, int]:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            im = Image.open(f)
+            im = open_image(f)
             codec = _PIL_CODECS.get(im.format or "", (im.format or "unknown").lower())
             width, height = im.size
     except Exception as exc:  # PIL raises many types for bad headers; all mean "not an image"
-        raise ValueError(f"not a readable image ({type(exc).__name__}: {exc})") from None
+        raise ValueError(UNIDENTIFIED if str(exc) == UNIDENTIFIED else
+                         f"not a readable image ({type(exc).__name__}: {exc})") from None
+    if width * height > MAX_PIXELS:
+        raise ValueError(f"image of {width} x {height} px ({fmt.sig(width * height / 1e6)} MP) "
+                         f"is over bench's default limit of {fmt.sig(MAX_PIXELS / 1e6)} MP "
+                         "(--max-pixels)")
     f.seek(-12, io.SEEK_END)
     tail = f.read(12)
     if codec == "jpeg" and not tail.endswith(b"\xff\xd9"):

@@ -21,7 +21,7 @@ import tarfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from tarfile import EOFHeaderError  # type: ignore[attr-defined]  # not in typeshed
+from tarfile import EOFHeaderError, InvalidHeaderError  # type: ignore[attr-defined]  # not in typeshed
 from typing import IO, Any
 
 from dsbench.adapters import base, members
@@ -34,6 +34,7 @@ _BLOCK = tarfile.BLOCKSIZE
 # Shards, plain or gzip-compressed as webdataset reads them too.
 SHARD_EXTS = base.SUFFIXES["wds"]
 _CLEAN_END = "dsbench_clean_end"
+_BAD_HEADER = "dsbench_bad_header"
 
 
 def _member_problem(m: tarfile.TarInfo) -> str | None:
@@ -70,10 +71,37 @@ class _Member(tarfile.TarInfo):
         except EOFHeaderError:
             setattr(tarfile, _CLEAN_END, True)
             raise
+        except InvalidHeaderError as exc:
+            # tarfile ends the listing here as if the archive ended: a corrupt header (a bad
+            # checksum) is not a truncation, and the members before it were read whole.
+            setattr(tarfile, _BAD_HEADER, (str(exc), getattr(exc, _BAD_HEADER, "")))
+            raise
+
+    @classmethod
+    def frombuf(cls, buf: bytes | bytearray, encoding: str, errors: str) -> _Member:
+        try:
+            return super().frombuf(buf, encoding, errors)
+        except InvalidHeaderError as exc:
+            # The name field of a header whose checksum is wrong is often intact: say it.
+            setattr(exc, _BAD_HEADER, buf[:100].split(b"\0", 1)[0].decode("utf-8", "replace"))
+            raise
 
 
 def _ended_cleanly(tf: tarfile.TarFile) -> bool:
     return bool(getattr(tf, _CLEAN_END, False))
+
+
+def _bad_header(tf: tarfile.TarFile) -> tuple[str, str | None] | None:
+    """(message, key of the member it names, if any) when reading stopped at a corrupt
+    header; None when it did not."""
+    bad = getattr(tf, _BAD_HEADER, None)
+    if bad is None:
+        return None
+    text, name = bad
+    parsed = members.split_name(name) if name else None
+    shown = f" of member {name!r}" if name else ""
+    return f"corrupt tar header{shown} ({text}): the shard is not read past it", (
+        parsed[0] if parsed else None)
 
 
 def _not_tar(exc: BaseException) -> str:
@@ -193,6 +221,15 @@ class WdsExport(base.ReadsUnits):
                 group[ext] = data.read() if data is not None else b""
             clean = _ended_cleanly(tf)
             broken = "no end-of-archive block after the last member"
+            bad = _bad_header(tf)
+            if bad is not None:
+                # The open sample's members were all read whole before the bad header.
+                if key is not None:
+                    sample = close_group()
+                    if sample is not None:
+                        yield sample
+                base.report(SampleError(bad[0], path=src, key=bad[1]), skip)
+                return
         except SampleError:
             raise  # a sample's own error, already reported
         except (tarfile.TarError, OSError, EOFError, DsbenchError) as exc:  # the shard broke
@@ -282,7 +319,10 @@ class WdsExport(base.ReadsUnits):
                         kept[k, ext] = data.read() if data is not None else b""
                     spans[k] = spans.get(k, 0) + _span(m)
                     last = k
-                if not _ended_cleanly(tf):
+                bad = _bad_header(tf)
+                if bad is not None:
+                    acc.problem(name, src, bad[1], bad[0])
+                elif not _ended_cleanly(tf):
                     broken = "no end-of-archive block after the last member"
             except (tarfile.TarError, OSError, EOFError) as exc:
                 broken, broken_inside = str(exc), True

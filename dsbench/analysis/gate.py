@@ -57,9 +57,12 @@ def load_thresholds(pyproject: Path | None, overrides: dict[str, Any]) -> Thresh
             data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
             raise DsbenchError(f"cannot read gate thresholds: {exc}", path=pyproject) from None
-        table = data.get("tool", {}).get("dsbench", {}).get("gate", {})
-        if not isinstance(table, dict):
-            raise DsbenchError("[tool.dsbench.gate] must be a table", path=pyproject)
+        table: Any = data
+        for depth, name in enumerate(("tool", "dsbench", "gate"), 1):
+            table = table.get(name, {})
+            if not isinstance(table, dict):
+                dotted = ".".join(("tool", "dsbench", "gate")[:depth])
+                raise DsbenchError(f"[{dotted}] must be a table, not {table!r}", path=pyproject)
         known = {f.name for f in dataclasses.fields(Thresholds)}
         for key, value in table.items():
             name = key.replace("-", "_")
@@ -67,11 +70,17 @@ def load_thresholds(pyproject: Path | None, overrides: dict[str, Any]) -> Thresh
                 raise DsbenchError(f"tool.dsbench.gate.{key}: unknown threshold (known: "
                                    f"{', '.join(sorted(known))})", path=pyproject)
             values[name] = value
-    values.update({k: v for k, v in overrides.items() if v is not None})
-    try:
-        return Thresholds(**values)
+    try:  # the file's values alone first, so that an error there names the file
+        Thresholds(**values)
     except DsbenchError as exc:
         raise DsbenchError(str(exc), path=pyproject) from None
+    given = {k: v for k, v in overrides.items() if v is not None}
+    try:
+        return Thresholds(**(values | given))
+    except DsbenchError as exc:  # an option's value: the option is at fault, not a file
+        name = str(exc).split()[2]
+        raise DsbenchError(str(exc).replace(f"gate threshold {name}",
+                                            "--" + name.replace("_", "-"), 1)) from None
 
 
 def _check(metric: dict[str, Any], limit: float, hard: bool, lower_limit: bool = False

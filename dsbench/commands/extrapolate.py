@@ -89,6 +89,8 @@ def _loader(args: argparse.Namespace) -> LoaderCost:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.seed < 0:  # numpy's generator takes non-negative seeds only
+        raise DsbenchError(f"--seed must be an integer >= 0, got {args.seed}")
     if args.result is not None and job_result.is_job(args.result):
         return _job(args)
     cost = _loader(args)

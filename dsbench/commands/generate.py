@@ -6,9 +6,10 @@ from __future__ import annotations
 import argparse
 
 from dsbench import fmt
+from dsbench.errors import DsbenchError
 from dsbench.export.generate import generate
 from dsbench.export.reexport import ReexportReport, reexport
-from dsbench.export.spec import load_spec
+from dsbench.export.spec import MAX_SAMPLES, load_spec
 
 HELP = ("write an export from a definition in formats/, with synthetic samples or an existing "
         "export's (--from) (resumable: re-run to complete it)")
@@ -58,6 +59,15 @@ def _summary(name: str, r: ReexportReport) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    # The options first: a bad one is said before the definition is read or a file written.
+    if args.samples is not None and args.samples < 1:
+        raise DsbenchError(f"--samples must be at least 1, got {args.samples}")
+    if args.samples is not None and args.samples > MAX_SAMPLES:
+        raise DsbenchError(f"--samples must be at most {MAX_SAMPLES}, got {args.samples}")
+    if args.jobs is not None and args.jobs < 1:
+        raise DsbenchError(f"--jobs must be at least 1, got {args.jobs}")
+    if args.seed < 0:
+        raise DsbenchError(f"--seed must be non-negative, got {args.seed}")
     spec = load_spec(args.definition)
     if args.source is not None:
         r = reexport(spec, args.out_dir, args.source, samples=args.samples, seed=args.seed,

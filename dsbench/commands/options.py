@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from dsbench.loader.options import BenchOptions
 from dsbench.model.costs import DIST_SYNTAX, Distribution
 from dsbench.model.node import ClusterSpec
 from dsbench.model.profiles import PROFILES, parse_storage
+from dsbench.storage.remote import is_url
 
 STDOUT = "-"
 # Comparing wants more rounds than describing one export: 10 paired rounds of 2 s detect a 10%
@@ -49,6 +51,31 @@ def json_target(args: argparse.Namespace) -> str | None:
     return target
 
 
+def check_outputs(args: argparse.Namespace) -> None:
+    """Every file the command will write (--json OUT, --save, --summary), checked before any
+    work, so that a measurement is never lost to an unwritable path nor half its output written;
+    naming one file twice is refused, since the second write would replace the first."""
+    target = getattr(args, "json", None)
+    paths = [target] if target not in (None, STDOUT, _BARE) else []
+    paths += list(getattr(args, "save", None) or ())
+    if getattr(args, "summary", None):
+        paths.append(args.summary)
+    # An output inside an export being read would replace one of its files (a shard with JSON).
+    inputs = [os.path.realpath(p) for p in (getattr(args, name, None) for name in
+                                             ("path", "base", "cand"))
+              if isinstance(p, str) and p and not is_url(p) and os.path.exists(p)]
+    seen: dict[str, str] = {}
+    for path in map(str, paths):
+        atomic.check_output(Path(path))
+        real = os.path.realpath(path)
+        if real in seen and not atomic.is_stream(Path(real)):
+            raise DsbenchError(f"named twice as an output (also as {seen[real]})", path=path)
+        if any(real == i or real.startswith(i + os.sep) for i in inputs):
+            raise DsbenchError("cannot write: it is an input of this command, or inside one",
+                               path=path)
+        seen[real] = path
+
+
 def emit(args: argparse.Namespace, doc: Any, report: Callable[[], str],
          write: Callable[[Path, Any], object] | None = None) -> None:
     """The document to --json's target and, unless that is standard output, the report."""
@@ -62,7 +89,7 @@ def emit(args: argparse.Namespace, doc: Any, report: Callable[[], str],
             write(path, doc)
         else:
             try:
-                atomic.write_text(path, json.dumps(doc, indent=1) + "\n")
+                atomic.write_output(path, (json.dumps(doc, indent=1) + "\n").encode())
             except OSError as exc:
                 raise DsbenchError(f"cannot write: {exc.strerror or exc}", path=path) from None
     fmt.out(report())

@@ -27,7 +27,7 @@ from dsbench.adapters.base import MANIFEST
 from dsbench.errors import DsbenchError
 from dsbench.export.spec import ExportSpec
 from dsbench.export.synth import make_samples
-from dsbench.export.write import WRITERS
+from dsbench.export.write import WRITERS, is_whole
 from dsbench.fmt import Progress
 
 
@@ -112,7 +112,7 @@ def missing_units(spec: ExportSpec, out: Path, samples: int) -> list[tuple[int, 
     """unit_ranges of the units not yet whole in `out`: what a (re-)run writes."""
     writer = WRITERS[spec.layout]
     return [r for r in unit_ranges(spec, samples)
-            if not all(p.exists() for p in writer.unit_paths(spec, out, r[0]))]
+            if not all(is_whole(p) for p in writer.unit_paths(spec, out, r[0]))]
 
 
 def _remove_temporaries(out_dir: Path) -> None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dsbench import atomic
 from dsbench.errors import DsbenchError
 
 LAYOUTS = ("files", "wds", "arrow", "parquet")
@@ -28,6 +29,9 @@ FORMATS_DIR = Path(__file__).parent / "formats"
 # A definition makes jpeg, png or raw images (CODECS); a re-export also copies WebP and PPM.
 IMAGE_EXT = {"jpeg": "jpg", "png": "png", "raw": "npy", "webp": "webp", "ppm": "ppm"}
 
+
+# The most samples an export may hold: in a definition and as generate --samples.
+MAX_SAMPLES = 10**9
 
 @dataclass(frozen=True)
 class ImageSpec:
@@ -205,7 +209,7 @@ def parse_spec(data: dict[str, Any], source: str) -> ExportSpec:
         name=name,
         layout=layout,
         description=description,
-        samples=_take_int(source, "samples", data.get("samples", 2000), 1, 10**9),
+        samples=_take_int(source, "samples", data.get("samples", 2000), 1, MAX_SAMPLES),
         shard_samples=_take_int(source, "shard_samples", data.get("shard_samples", 1000),
                                 1, 10**7),
         fields_as=_take_choice(source, "fields_as", data.get("fields_as", "members"), FIELDS_AS),
@@ -233,6 +237,7 @@ def parse_spec(data: dict[str, Any], source: str) -> ExportSpec:
 def load_spec(path: str | Path) -> ExportSpec:
     """Read and validate a definition file; every problem is a DsbenchError naming file and key."""
     p = Path(path)
+    atomic.check_input(p)
     try:
         text = p.read_bytes().decode("utf-8")
     except FileNotFoundError:

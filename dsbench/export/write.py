@@ -146,6 +146,28 @@ def _write_parquet(spec: ExportSpec, out_dir: Path, unit: int, samples: Samples)
                        **parquet_options(spec, batch.schema))
 
 
+# How each kind of file the writers make ends when whole: a cut keeps the head, not the end.
+_ENDINGS = {".tar": bytes(2 * tarfile.BLOCKSIZE), ".arrow": b"ARROW1", ".parquet": b"PAR1"}
+
+
+def is_whole(path: Path) -> bool:
+    """Whether a unit's file, already there, was written whole: a shard ends as its format
+    ends (tar's two zero blocks, Arrow's and Parquet's closing magic); a per-sample file is not
+    empty. Cheap (one short read), so a re-run checks every unit it would otherwise skip."""
+    try:
+        size = path.stat().st_size
+        ending = _ENDINGS.get(path.suffix)
+        if ending is None:
+            return size > 0
+        if size < len(ending):
+            return False
+        with open(path, "rb") as f:
+            f.seek(size - len(ending))
+            return f.read() == ending
+    except OSError:
+        return False
+
+
 WRITERS: dict[str, Writer] = {
     "wds": Writer("wds", _shard(".tar"), _write_tar),
     "files": Writer("files", _file_paths, _write_files),

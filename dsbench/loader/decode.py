@@ -17,10 +17,11 @@ from PIL import Image
 
 from dsbench import fmt
 from dsbench.adapters.base import RawSample
+from dsbench.adapters.survey import MAX_PIXELS, open_image
 from dsbench.errors import DsbenchError, SampleError
 
 DECODERS = ("pillow", "simplejpeg")
-DEFAULT_MAX_PIXELS = 89_478_485  # Pillow's MAX_IMAGE_PIXELS: 1024 x 1024 x 1024 // 4 // 3
+DEFAULT_MAX_PIXELS = MAX_PIXELS  # Pillow's MAX_IMAGE_PIXELS, which inspect applies too
 # dsbench checks the size itself, from the header, for every decoder alike; Pillow's own check
 # would only warn (twice on stderr) between this and twice this.
 Image.MAX_IMAGE_PIXELS = None
@@ -38,7 +39,7 @@ def _check_size(width: int, height: int, limit: int) -> None:
 
 
 def _pillow_decode(data: bytes, limit: int) -> Image.Image:
-    im = Image.open(io.BytesIO(data))  # the header only
+    im = open_image(data)  # the header only
     _check_size(*im.size, limit)
     if im.mode != "RGB":
         return im.convert("RGB")

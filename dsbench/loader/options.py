@@ -19,6 +19,9 @@ from dsbench.storage.files import Loc, is_remote, location
 BACKENDS = ("dsbench", "torch")
 
 
+# An emulated training step longer than an hour is a typo (and time.sleep overflows near 1e11).
+MAX_STEP_S = 3600
+
 @dataclass(frozen=True)
 class BenchOptions:
     """How to run the benchmark; validated here, so bad options fail before any process starts."""
@@ -61,8 +64,10 @@ class BenchOptions:
                 raise bad(name.replace("_", "-"), value, f"an integer >= {lo}")
         if not (math.isfinite(self.seconds) and self.seconds > 0):
             raise bad("seconds", self.seconds, "a positive number")
-        if not (math.isfinite(self.step_time_s) and self.step_time_s >= 0):
-            raise bad("step-time", self.step_time_s, "a non-negative number")
+        if not (math.isfinite(self.step_time_s) and 0 <= self.step_time_s <= MAX_STEP_S):
+            raise bad("step-time", self.step_time_s, f"a number of seconds in [0, {MAX_STEP_S}]")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise bad("seed", self.seed, "an integer >= 0")
         if self.stall_s is not None and not (math.isfinite(self.stall_s) and self.stall_s > 0):
             raise bad("stall-timeout", self.stall_s, "a positive number")
         if self.sweep_rounds is not None and (isinstance(self.sweep_rounds, bool) or not

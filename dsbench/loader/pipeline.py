@@ -90,12 +90,27 @@ def field_kind(value: Any) -> str | None:
     return type(value).__name__  # list (of records), dict
 
 
+# A key of `kinds` no field has: set once a whole sample was parsed, fixing the set of fields.
+_STARTED = "\0"
+
+
+def field_signature(value: Any) -> str | None:
+    """What must not change between samples of one field: its kind and, for an array of floats
+    (an embedding), its length. Integer arrays (token ids, multi-labels) may vary in length."""
+    kind = field_kind(value)
+    if isinstance(value, np.ndarray) and value.dtype.kind == "f":
+        return f"float array of {value.size} values"
+    return kind
+
+
 def parse_fields(raw: RawSample, kinds: dict[str, str] | None = None) -> dict[str, Any]:
     """Every non-image field of `raw`, parsed by its encoding.
 
-    With `kinds` (a reader's memory of earlier samples), a field whose kind differs from the
-    first sample's is a bad sample: the loader would otherwise collate the two silently as a
-    list, and a type that changes between samples is what a re-export bug looks like.
+    With `kinds` (a reader's memory of earlier samples), a field that changes between samples
+    is a bad sample: a different kind or embedding length, a field missing (or null) where
+    earlier samples had it, or one they lacked. The loader would otherwise collate them
+    silently as a list, and a type or shape that changes between samples is what a re-export
+    bug looks like. A JSON number that is not finite (1e999, NaN) is bad data too.
     """
     out: dict[str, Any] = {}
     for name, value in raw.fields.items():
@@ -105,6 +120,9 @@ def parse_fields(raw: RawSample, kinds: dict[str, str] | None = None) -> dict[st
         except _BAD_DATA as exc:
             raise SampleError(f"cannot parse field {name!r} ({encoding}): {exc}",
                               path=raw.source_of(name), key=raw.key) from None
+        except RecursionError:
+            raise SampleError(f"cannot parse field {name!r} ({encoding}): nested too deep",
+                              path=raw.source_of(name), key=raw.key) from None
         if encoding == base.ENC_JSON and isinstance(parsed, dict):
             # One JSON document holding all fields (`<key>.json`): one field per key.
             items = [(k if k not in out else f"{name}.{k}", _numeric(v))
@@ -113,14 +131,40 @@ def parse_fields(raw: RawSample, kinds: dict[str, str] | None = None) -> dict[st
             items = [(name, _numeric(parsed) if encoding == base.ENC_JSON else parsed)]
         for field_name, parsed_value in items:
             out[field_name] = parsed_value
-            kind = field_kind(parsed_value)
-            if kinds is None or kind is None:
-                continue
-            seen = kinds.setdefault(field_name, kind)
-            if kind != seen:
-                raise SampleError(f"field {field_name!r} is a {kind} here but a {seen} in "
-                                  "earlier samples", path=raw.source_of(name), key=raw.key)
+            if encoding == base.ENC_JSON and isinstance(parsed_value, float) and not \
+                    math.isfinite(parsed_value):
+                raise SampleError(f"field {field_name!r} is {parsed_value}, not a finite number",
+                                  path=raw.source_of(name), key=raw.key)
+            if kinds is not None:
+                _check_kind(raw, kinds, field_name, parsed_value, raw.source_of(name))
+    if kinds is not None:
+        missing = [n for n in kinds if n not in out and n != _STARTED]
+        if missing and _STARTED in kinds:
+            # The file that should have held it: the sample's JSON document, if it has one.
+            where = next((raw.source_of(n) for n in raw.fields
+                          if raw.encodings.get(n) == base.ENC_JSON), raw.source)
+            raise SampleError(f"field {missing[0]!r} is missing here but present in earlier "
+                              "samples", path=where, key=raw.key)
+        kinds[_STARTED] = ""
     return out
+
+
+def _check_kind(raw: RawSample, kinds: dict[str, str], name: str, value: Any, source: str
+                ) -> None:
+    # kinds[name] is "" while the field has held only empty lists, whose kind is unknown.
+    kind = field_signature(value)
+    if name not in kinds and _STARTED in kinds:
+        raise SampleError(f"field {name!r} is here but not in earlier samples", path=source,
+                          key=raw.key)
+    if value is None and kinds.get(name):
+        raise SampleError(f"field {name!r} is null here but a {kinds[name]} in earlier samples",
+                          path=source, key=raw.key)
+    seen = kinds.setdefault(name, kind or "")
+    if kind is not None and not seen:
+        kinds[name] = kind
+    elif kind is not None and kind != seen:
+        raise SampleError(f"field {name!r} is a {kind} here but a {seen} in earlier samples",
+                          path=source, key=raw.key)
 
 
 def resized_crop_params(width: int, height: int, rng: np.random.Generator,

@@ -53,7 +53,7 @@ from dsbench.results.stages import STAGES
 from dsbench.results.types import BenchResult, Round, Run
 from dsbench.storage import accounting, remote
 from dsbench.storage import files as store
-from dsbench.storage.files import Loc, location
+from dsbench.storage.files import Loc, named
 
 # PSS is read from /proc/<pid>/smaps_rollup, which costs about a millisecond per process: sample
 # it at the window's edges and at most this often inside it (its CPU is not charged to the run).
@@ -290,7 +290,7 @@ def prepare(path: Loc, opts: BenchOptions) -> tuple[dict[str, Any], Counts]:
     if mixed and opts.on_error == "raise":
         # Reading would not fail: the loader would collate the mixed values as a list.
         first = mixed[0]
-        raise DsbenchError(f"{first['error']} (the export's fields change type between "
+        raise DsbenchError(f"{first['error']} (the export's fields differ between "
                            "samples; --on-error skip measures without them)",
                            path=first["file"], key=first["key"])
     skipped: list[Any] = []
@@ -312,7 +312,7 @@ def run_benches(paths: Sequence[str | Path | Loc], opts: BenchOptions,
     Machine drift (a neighbour starting a job, thermal throttling) then lands on every export
     alike instead of on whichever happened to run last, so their ratios stay honest.
     """
-    ps = [location(p) for p in paths]
+    ps = [named(p) for p in paths]
     say = progress or (lambda _msg: None)
     check_memory(opts.pipeline(), opts.batch_size, opts.prefetch, max(opts.workers))
     prepared = [prepare(p, opts) for p in ps]

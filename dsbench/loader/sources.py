@@ -131,10 +131,12 @@ class ShmSource:
                 try:
                     shm = _Segment(name=f"{tag}-{w}", create=True, size=slots * slot_bytes)
                 except OSError as exc:
-                    _unlink_if_made(f"{tag}-{w}")
+                    why = exc.strerror or str(exc)
+                    if _unlink_if_made(f"{tag}-{w}"):
+                        why = (f"the segment was made, but Python's resource tracker refused it "
+                               f"({why}); it was removed")
                     raise DsbenchError(f"cannot allocate {fmt.nbytes(slots * slot_bytes)} of "
-                                       f"shared memory for loader worker {w}: "
-                                       f"{exc.strerror or exc}") from None
+                                       f"shared memory for loader worker {w}: {why}") from None
                 self.segments.append(shm)
                 data_recv, data_send = ctx.Pipe(duplex=False)
                 ctrl_recv, ctrl_send = ctx.Pipe(duplex=False)
@@ -274,13 +276,16 @@ class _Segment(SharedMemory):
             super().__del__()
 
 
-def _unlink_if_made(name: str) -> None:
-    """Remove a segment that was created before its creation failed (e.g. in registering it
-    with the resource tracker), so that a failed start leaves nothing in /dev/shm."""
-    with contextlib.suppress(OSError, ValueError):
-        made = SharedMemory(name=name)
-        made.close()
-        made.unlink()
+def _unlink_if_made(name: str) -> bool:
+    """Remove a segment that was created before its creation failed (in registering it with
+    the resource tracker), so that a failed start leaves nothing in /dev/shm; True if there was
+    one. Unlinked by its file (POSIX shared memory is /dev/shm on Linux, as /proc is): attaching
+    to it would ask the same tracker, and fail the same way."""
+    try:
+        os.unlink(f"/dev/shm/{name}")
+    except OSError:
+        return False
+    return True
 
 
 def _raise_worker_error(msg: tuple[Any, ...]) -> None:

@@ -29,7 +29,6 @@ from dsbench.loader.worker import (
     error_record,
     open_export,
     read_chars,
-    settle_heap,
 )
 from dsbench.results.stages import STAGES
 from dsbench.storage.files import Loc
@@ -85,7 +84,7 @@ def _make_torch_samples() -> type:
             worker, n_workers = (info.id, info.num_workers) if info else (0, 1)
             export = open_export(self.path, self.opener)
             _torch_setup_opens = base.io_counters()[0]  # set-up, as in worker.py: not counted
-            settle_heap()
+            procs.settle_heap()
             builder = BatchBuilder(self.pipeline, lambda skip: endless(export, worker,
                                                                       n_workers, skip),
                                    np.random.default_rng([self.seed, worker]))

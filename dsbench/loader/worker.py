@@ -18,7 +18,6 @@ The main process's handles on its workers are in loaders.py.
 
 from __future__ import annotations
 
-import gc
 import os
 import pickle
 import resource
@@ -85,15 +84,6 @@ class WorkerSpec:
 
 def open_export(path: str, opener: Opener | None) -> Export:
     return opener(path) if opener is not None else adapters.open_export(path)
-
-
-def settle_heap() -> None:
-    """One full garbage collection when a worker's set-up is done. Start-up leaves a heap of
-    long-lived objects (every module imported, torch's among them), and the collector's first
-    full passes over it, about 0.1 s of CPU each with torch imported, would otherwise land in
-    the first measured batches. After one here, the next full pass waits for the heap to grow
-    by a quarter (CPython's rule), as it does in a long-running job."""
-    gc.collect()
 
 
 def endless(export: Export, worker: int, n_workers: int,
@@ -212,7 +202,7 @@ def _loop(spec: WorkerSpec, data: Connection, ctrl: Connection) -> None:
     # Files opened while opening the export (headers, footers) are set-up, once per worker;
     # reports count only the files opened to read samples.
     setup_opens = base.io_counters()[0]
-    settle_heap()
+    procs.settle_heap()
     rng = np.random.default_rng([spec.seed, spec.worker])
     builder = BatchBuilder(spec.pipeline, lambda skip: endless(export, spec.worker,
                                                               spec.n_workers, skip), rng)

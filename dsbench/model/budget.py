@@ -83,6 +83,9 @@ class Job:
 
 
 CAPACITY_NEEDS = ("batch_size", "compute_s", "cores_per_node", "cpu_s_per_sample")
+# The option that states each (the field names are the model's, not the command line's).
+CAPACITY_OPTIONS = {"batch_size": "--batch-size", "compute_s": "--compute",
+                    "cores_per_node": "--cores-per-node", "cpu_s_per_sample": "--cpu-per-sample"}
 OBSERVED_NEEDS = ("mean_step_s", "gpu_util")
 
 
@@ -91,7 +94,7 @@ def capacity(job: Job) -> dict[str, float]:
     missing = [n for n in CAPACITY_NEEDS if getattr(job, n) is None]
     if missing:
         raise DsbenchError("capacity arithmetic needs " + ", ".join(
-            "--" + n.removesuffix("_s").replace("_", "-") for n in missing))
+            CAPACITY_OPTIONS[n] for n in missing))
     assert job.batch_size and job.compute_s and job.cpu_s_per_sample
     needed = job.gpus_per_node * job.batch_size / job.compute_s
     available = job.free_cores / job.cpu_s_per_sample

@@ -22,6 +22,9 @@ from dsbench.errors import DsbenchError
 DIST_SYNTAX = "SECONDS, normal:MEAN,SD or lognormal:MEAN,SD (seconds), e.g. normal:0.25,0.01"
 
 
+# A coefficient of variation past this is no distribution of CPU times anyone measured.
+MAX_CV = 1000.0
+
 @dataclass(frozen=True)
 class Distribution:
     """A positive duration: constant, normal (clipped at 0) or lognormal, by mean and sd."""
@@ -89,6 +92,9 @@ class LoaderCost:
             v = getattr(self, name)
             if not (math.isfinite(v) and v >= 0):
                 raise DsbenchError(f"{name} must be a finite number >= 0, not {v}", path=self.path)
+        if self.cpu_cv > MAX_CV:  # squared in the lognormal's parameters, it would overflow
+            raise DsbenchError(f"the CPU coefficient of variation must be at most {MAX_CV:g}, "
+                               f"not {self.cpu_cv:g}", path=self.path)
         if self.cpu_s_per_sample <= 0:
             raise DsbenchError("CPU per sample must be > 0", path=self.path)
         if self.measured_batch < 1:

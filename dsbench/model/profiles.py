@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dsbench import fmt
+from dsbench import atomic, fmt
 from dsbench.errors import DsbenchError
 from dsbench.results import schema
 
@@ -171,6 +171,7 @@ def load_probe(path: str | Path) -> StorageProfile:
     are kept in `note`, so the gap is visible.
     """
     path = Path(path)
+    atomic.check_input(path)
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:

@@ -72,7 +72,18 @@ UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _from_1}
 def validate(doc: Any, source: object = "result") -> BenchResult:
     """Check a current-version document; a DsbenchError naming `source` and the bad key."""
     schema.validate(doc, "bench", source)
+    # What a schema cannot say: a confidence level is a fraction below 1, and a worker count
+    # is measured once (its rounds are inside its run), so comparisons pair runs unambiguously.
+    level = doc["statistics"]["level"]
+    if not 0 < level < 1:
+        raise DsbenchError(f"statistics.level: {level} is not a confidence level between 0 "
+                           "and 1", path=source)
+    seen: dict[int, int] = {}
     for i, run in enumerate(doc["runs"]):
+        first = seen.setdefault(run["workers"], i)
+        if first != i:
+            raise DsbenchError(f"runs[{i}]: a second run of {run['workers']} workers (the "
+                               f"first is runs[{first}])", path=source)
         for key in PAIRS:
             lo, hi = run[key]
             if lo > hi:
@@ -108,6 +119,7 @@ def _no_constant(name: str) -> float:
 
 def load_json(path: Path, what: str) -> Any:
     """A JSON file's content; one-line errors for a missing, unreadable or malformed file."""
+    atomic.check_input(path)
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -136,7 +148,7 @@ def write_result(path: str | Path, doc: BenchResult) -> Path:
     p = Path(path)
     validate(doc, p)
     try:
-        return atomic.write_text(p, json.dumps(doc, indent=1, allow_nan=False) + "\n",
-                                 fsync=True)
+        return atomic.write_output(p, (json.dumps(doc, indent=1, allow_nan=False) + "\n"
+                                       ).encode(), fsync=True)
     except OSError as exc:
         raise DsbenchError(f"cannot write result: {exc.strerror or exc}", path=p) from None

@@ -34,6 +34,14 @@ def location(text: str | os.PathLike[str] | Loc) -> Loc:
     return RemotePath(s) if is_url(s) else Path(s)
 
 
+def named(text: str | os.PathLike[str] | Loc) -> Loc:
+    """The location of a path a person gave: an empty one is refused, since Path("") would
+    quietly mean the current directory."""
+    if not isinstance(text, RemotePath | Path) and not os.fspath(text):
+        raise DsbenchError("an empty path names no file or directory")
+    return location(text)
+
+
 def is_remote(p: Loc) -> bool:
     return isinstance(p, RemotePath)
 
@@ -61,25 +69,67 @@ def is_ignored(name: str) -> bool:
 
 # --- what is there ------------------------------------------------------------------------------
 
-def walk(root: Loc) -> Iterator[tuple[str, int]]:
-    """(relative posix path, size) of every file under `root`, in name order, depth first."""
+# What walk(..., skipped) says of an entry it does not yield.
+HIDDEN = "hidden: its name starts with '.' or '_'"
+EMPTY_DIR = "an empty directory"
+
+
+def walk(root: Loc, skipped: list[tuple[str, str]] | None = None) -> Iterator[tuple[str, int]]:
+    """(relative posix path, size) of every regular file under `root`, in name order, depth
+    first. Each entry it does not yield (hidden name, not a regular file, dangling or looping
+    link, link to a directory, empty directory) is added to `skipped` as (path, why), so that a
+    caller can say what was not read; a directory that cannot be listed is a DsbenchError."""
     if isinstance(root, RemotePath):
         for rel, size in remote.listing(root):
             if not any(is_ignored(part) for part in rel.split("/")):
                 yield rel, size
+            elif skipped is not None:
+                skipped.append((rel, HIDDEN))
         return
+    note = skipped.append if skipped is not None else (lambda entry: None)
     stack = [(root, "")]
     while stack:
         directory, prefix = stack.pop()
-        with os.scandir(directory) as it:
-            entries = sorted((e for e in it if not is_ignored(e.name)), key=lambda e: e.name)
+        try:
+            with os.scandir(directory) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as exc:
+            raise DsbenchError(f"cannot list this directory: {exc.strerror or exc}",
+                               path=directory) from None
+        if not entries and prefix:
+            note((prefix, EMPTY_DIR))
         subdirs = []
         for e in entries:
-            if e.is_dir(follow_symlinks=False):
-                subdirs.append((Path(e.path), f"{prefix}{e.name}/"))
-            elif e.is_file():
-                yield prefix + e.name, e.stat().st_size
+            rel = prefix + e.name
+            if is_ignored(e.name):
+                note((rel, HIDDEN))
+                continue
+            why = _unread(e)
+            if why == "":
+                subdirs.append((Path(e.path), f"{rel}/"))
+            elif why is None:
+                yield rel, e.stat().st_size
+            else:
+                note((rel, why))
         stack.extend(reversed(subdirs))
+
+
+def _unread(e: os.DirEntry[str]) -> str | None:
+    """None for a regular file walk yields, '' for a directory it enters, else why neither:
+    links to directories are not followed (a loop would never end), and nothing that is not a
+    regular file is opened (a FIFO named like a shard would block forever)."""
+    try:
+        if e.is_dir(follow_symlinks=False):
+            return ""
+        if e.is_file():
+            return None
+        if e.is_dir():
+            return "a symbolic link to a directory, not followed"
+        if e.is_symlink():
+            return "a dangling symbolic link"
+        return "not a regular file"
+    except OSError as exc:  # a link loop, or a target that cannot be examined
+        return f"cannot be examined: {exc.strerror or exc}"
 
 
 def is_dir(p: Loc) -> bool:

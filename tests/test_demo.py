@@ -95,7 +95,20 @@ def test_tail_curves_hold_the_p99_and_it_grows_from_64_to_128_ranks() -> None:
         # p99, which becomes a stalled step (the 1 s stall and 150 ms of compute).
         assert t64["p99_s"] < 1.0
         assert t128["p99_s"] == pytest.approx(1.15, abs=0.01)
-    assert "0.638% of steps at 64 GPUs and 1.27% at 128" in verdict.tail_text(doc, "after")
+    said = verdict.tail_text(doc, "after")
+    assert "0.638% of steps at 64 GPUs and 1.27% at 128" in said
+    assert "past 1% of steps it sets the p99" in said
+
+
+def test_a_tail_that_does_not_grow_is_not_said_to() -> None:
+    # Input-bound bursts already make the p99 2.2 s; a 1 s stall on a 0.4 s step cannot set it.
+    tails = {"after": {"64": {"p99_s": 2.17, "mean_s": 0.395},
+                       "128": {"p99_s": 2.16, "mean_s": 0.396}}}
+    doc = {"tails": tails, "cluster_spec": {"stall_prob": 1e-4, "stall_s": 1.0}}
+    said = verdict.tail_text(doc, "after")
+    assert "sets the p99" not in said
+    assert "a stalled step (395 ms + 1.00 s) is shorter than the p99" in said
+    assert "the tail hardly moves with ranks" in said
 
 
 @pytest.mark.parametrize(("compute", "regime", "after_files", "after_rounds"), [

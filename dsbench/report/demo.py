@@ -29,7 +29,8 @@ from dsbench import fmt
 from dsbench.adapters.base import MANIFEST
 from dsbench.analysis.compare import compare
 from dsbench.errors import DsbenchError
-from dsbench.export.generate import generate
+from dsbench.export.generate import GenerateReport, generate
+from dsbench.export.reexport import ReexportReport, reexport
 from dsbench.export.spec import FORMATS_DIR, ExportSpec, load_spec
 from dsbench.job import share
 from dsbench.job.launch import launch
@@ -110,17 +111,28 @@ def check_workers(workers: tuple[int, ...], samples: int) -> None:
                                f"{max(workers) * spec.shard_samples} or fewer workers")
 
 
+# The candidate is after's own samples re-laid in Arrow shards (`generate --from`): the way a
+# team tries a layout on its data, every field carried, images byte for byte.
+CANDIDATE_FROM = {"arrow": "after"}
+
+
 def prepare_exports(cache: Path, samples: int, progress: Progress) -> dict[str, Path]:
-    """Each demo export, generated unless the cache already holds it complete."""
-    paths = {}
+    """Each demo export, generated (or re-laid) unless the cache already holds it complete."""
+    paths: dict[str, Path] = {}
     for name in EXPORTS:
         # The sample count is in the directory name: another --samples gets its own export.
-        out = cache / f"{name}-{samples}"
-        progress(f"demo: {'reusing' if _complete(out) else 'generating'} {name} "
+        source = CANDIDATE_FROM.get(name)
+        out = cache / (f"{name}-{samples}" + (f"-from-{source}" if source else ""))
+        verb = f"re-laying {source} as" if source else "generating"
+        progress(f"demo: {'reusing' if _complete(out) else verb} {name} "
                  f"({samples} samples) in {out}")
         # Always through generate: it refuses a directory holding another export and skips
         # the complete units of this one, so a reuse costs milliseconds.
-        report = generate(definition(name), out, samples=samples)
+        if source:
+            report: GenerateReport | ReexportReport = reexport(
+                definition(name), out, str(paths[source]), samples=samples)
+        else:
+            report = generate(definition(name), out, samples=samples)
         if report.units_written:
             progress(f"demo: {name} written in {fmt.seconds(report.wall_s)}")
         paths[name] = out

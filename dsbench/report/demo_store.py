@@ -33,9 +33,9 @@ from dsbench.storage import remote
 from dsbench.storage.probe import ProbeOptions, probe
 from dsbench.storage.server import LocalS3
 
-STORE_SAMPLES = 500  # of after, uploaded as 2 objects each
+STORE_SAMPLES = 300  # of after, uploaded as 2 objects each
 STORE_ROUNDS = 5
-COUNT_SAMPLES = 400  # after's requests counted over this many samples: 800 GETs
+COUNT_SAMPLES = 200  # after's requests counted over this many samples: 400 GETs
 BUCKET = "dsbench-demo"
 # The server probed for the cluster model: 100 first bytes (mostly after's small objects, as
 # the files are sampled by a hash of their names) and streaming with 1 and 4 readers, ~2 s.

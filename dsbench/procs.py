@@ -7,6 +7,8 @@
   is delivered when the block ends.
 * `settle_heap()`, called by a loader worker once it is set up, so that garbage collection of
   its start-up objects is not charged to whichever batch happens to trigger it.
+* `reap(processes)` ends processes that were asked to stop: a grace period, then SIGTERM, then
+  SIGKILL.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from multiprocessing.process import BaseProcess
 
 _PR_SET_PDEATHSIG = 1
 _HELD = (signal.SIGINT, signal.SIGTERM)
@@ -59,3 +63,18 @@ def settle_heap() -> None:
     next full pass waits for the heap to grow by a quarter (CPython's rule), as in a
     long-running job; nothing is frozen, so a job's later collections are still paid."""
     gc.collect()
+
+
+def reap(processes: Sequence[BaseProcess], grace_s: float = 5.0) -> None:
+    """Wait up to `grace_s` in all for processes asked to stop, then terminate, then kill what
+    is left: none of them outlives the call."""
+    deadline = time.monotonic() + grace_s
+    for proc in processes:
+        proc.join(max(0.0, deadline - time.monotonic()))
+    for proc in processes:
+        if proc.exitcode is None:
+            proc.terminate()
+            proc.join(2.0)
+        if proc.exitcode is None:
+            proc.kill()
+            proc.join()

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import psutil
 
-from dsbench import fmt, stats
+from dsbench import fmt, procs, stats
 from dsbench.adapters.survey import summarize
 from dsbench.errors import DsbenchError
 from dsbench.loader import worker
@@ -127,6 +127,8 @@ def _measure(source: ShmSource | TorchSource, opts: BenchOptions, n_workers: int
     reports: list[BatchReport] = []
     excluded_cpu = 0.0
     next_pss = time.perf_counter() + PSS_INTERVAL_S
+    # The main process's CPU is in the window too: settle its heap first, as each worker did.
+    procs.settle_heap()
     cpu0, host0 = _self_cpu(), host_busy_s()
     t0 = time.perf_counter()
     while True:

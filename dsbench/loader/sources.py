@@ -242,16 +242,7 @@ class ShmSource:
             for c in self.ctrl:
                 with contextlib.suppress(OSError):
                     c.send_bytes(b"%d" % STOP)
-            deadline = time.monotonic() + 5.0
-            for proc in self.procs:
-                proc.join(max(0.0, deadline - time.monotonic()))
-            for proc in self.procs:
-                if proc.exitcode is None:
-                    proc.terminate()
-                    proc.join(2.0)
-                if proc.exitcode is None:
-                    proc.kill()
-                    proc.join()
+            procs.reap(self.procs)
             for c in [*self.data, *self.ctrl]:
                 c.close()
             for shm in self.segments:

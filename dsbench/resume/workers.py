@@ -164,16 +164,7 @@ class DsbenchLoader:
             for c in self.conns:
                 with contextlib.suppress(OSError):
                     c.send(STOP)
-            deadline = time.monotonic() + 5.0
-            for proc in self.procs:
-                proc.join(max(0.0, deadline - time.monotonic()))
-            for proc in self.procs:
-                if proc.exitcode is None:
-                    proc.terminate()
-                    proc.join(2.0)
-                if proc.exitcode is None:
-                    proc.kill()
-                    proc.join()
+            procs.reap(self.procs)
             for c in self.conns:
                 c.close()
             self.procs, self.conns = [], []

@@ -225,6 +225,20 @@ def test_a_failure_names_the_rank_that_died_not_the_peers_it_took_along() -> Non
                                     "ranks stopped"
 
 
+def test_a_rank_that_died_before_torch_could_record_why_is_described_from_its_log(
+        tmp_path: Path) -> None:
+    # An import that fails kills the rank before torch's error file exists: the reason is
+    # the last line the rank wrote to its log.
+    log = tmp_path / "run1" / "attempt_0" / "1" / "stderr.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("Traceback (most recent call last):\n  ...\nModuleNotFoundError: No module "
+                   "named 'dsbench.job'\n")
+    failures = {1: _failure(11, 1), 0: _failure(10, PEER_LOST)}
+    assert describe(failures, 2, tmp_path) == (
+        "rank 1 (pid 11) exited with code 1 (ModuleNotFoundError: No module named "
+        "'dsbench.job'); the other 1 rank stopped")
+
+
 def _record(rank: int, wait: list[float], busy: list[float], coll: list[float]
             ) -> dict[str, Any]:
     steps = [w + b + c for w, b, c in zip(wait, busy, coll, strict=True)]

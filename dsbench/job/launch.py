@@ -75,21 +75,30 @@ def _last_line(path: Path) -> str | None:
     return lines[-1].strip() if lines else None
 
 
-def describe(failures: Mapping[int, Any], ranks: int) -> str:
+def _rank_log(failure: Any, rank: int, logs: Path | None) -> Path | None:
+    """The rank's stderr log: beside the error file torch assigned it, or, when the rank died
+    before torch's error handling was set up (an import that failed), found under `logs`
+    (LOGS/RUN/attempt_N/LOCAL_RANK/stderr.log; one node, so the local rank is the rank)."""
+    if failure.error_file and Path(failure.error_file).parent.is_dir():
+        return Path(failure.error_file).parent / "stderr.log"
+    if logs is None:
+        return None
+    return next(iter(sorted(logs.glob(f"*/attempt_*/{rank}/stderr.log"))), None)
+
+
+def describe(failures: Mapping[int, Any], ranks: int, logs: Path | None = None) -> str:
     """One line: which rank failed first and how, and how many others were stopped."""
     items = list(failures.items())
     root_rank, root = next(((r, f) for r, f in items if f.exitcode != PEER_LOST), items[0])
+    log = _rank_log(root, root_rank, logs)
+    said = _last_line(log) if log else None
     if root.exitcode < 0:
         how = f"was killed by {root.signal_name()}"
     elif root.exitcode == RANK_ERROR:
-        log = Path(root.error_file).parent / "stderr.log" if root.error_file else None
-        said = _last_line(log) if log else None
         prefix = f"dsbench job: error: rank {root_rank}: "
         how = f"failed: {said.removeprefix(prefix)}" if said and said.startswith(prefix) \
             else f"exited with code {root.exitcode}"
     else:
-        log = Path(root.error_file).parent / "stderr.log" if root.error_file else None
-        said = _last_line(log) if log else None
         how = f"exited with code {root.exitcode}" + (f" ({said[:200]})" if said else "")
     others = ranks - 1
     stopped = f"; the other {others} rank{'s' if others != 1 else ''} stopped" if others else ""
@@ -133,7 +142,7 @@ def launch(path: str, opts: JobOptions) -> dict[str, Any]:
             elastic_launch(config, sys.executable)("-P", "-u", "-m", "dsbench.job.rank",
                                                   str(cfg))
         except ChildFailedError as exc:
-            raise DsbenchError(describe(exc.failures, opts.ranks)) from None
+            raise DsbenchError(describe(exc.failures, opts.ranks, tmp / "logs")) from None
         except SignalException as exc:
             raise Interrupted(int(exc.sigval)) from None
         try:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from leftovers import left_behind
 
 from dsbench.cli import main
 from dsbench.export.generate import generate
@@ -97,23 +98,6 @@ def _workers(proc: subprocess.Popen[str], n: int, timeout: float = 30.0) -> list
     raise AssertionError("workers did not start")
 
 
-def _left_behind(session: int) -> list[str]:
-    """Processes still in the session, or its shared-memory segments, after a grace period."""
-    deadline = time.monotonic() + 5.0
-    while True:
-        procs = []
-        for p in psutil.process_iter(["pid", "cmdline"]):
-            try:
-                if os.getsid(p.pid) == session:
-                    procs.append(" ".join(p.info["cmdline"] or []))
-            except (ProcessLookupError, PermissionError):
-                pass
-        segments = [s.name for s in Path("/dev/shm").glob(f"dsbench-{session}-*")]
-        if (not procs and not segments) or time.monotonic() > deadline:
-            return procs + segments
-        time.sleep(0.1)
-
-
 def test_a_killed_worker_fails_the_run_quickly_and_cleanly(export: Path) -> None:
     proc = _start(export)
     try:
@@ -129,7 +113,7 @@ def test_a_killed_worker_fails_the_run_quickly_and_cleanly(export: Path) -> None
     assert proc.returncode == 2
     assert took < 5.0
     assert "killed by signal SIGKILL" in err and err.strip().count("\n") == 0, err
-    assert _left_behind(proc.pid) == []
+    assert left_behind(proc.pid) == []
 
 
 def test_ctrl_c_stops_every_worker_and_leaves_nothing(export: Path) -> None:
@@ -147,4 +131,4 @@ def test_ctrl_c_stops_every_worker_and_leaves_nothing(export: Path) -> None:
     assert proc.returncode == 130
     assert "interrupted" in err and "Traceback" not in err, err
     assert took < 10.0
-    assert _left_behind(proc.pid) == []
+    assert left_behind(proc.pid) == []

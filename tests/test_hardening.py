@@ -19,6 +19,7 @@ import psutil
 import pytest
 import resultdocs as rd
 from conftest import write_export
+from leftovers import left_behind
 from PIL import Image
 
 from dsbench.adapters import base
@@ -41,23 +42,6 @@ def one_line_error(capsys: pytest.CaptureFixture[str], *needles: str) -> str:
 def run(argv: list[str], timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*DSBENCH, *argv], capture_output=True, text=True, timeout=timeout,
                           start_new_session=True)
-
-
-def left_behind(session: int) -> list[str]:
-    """Processes of the session, its shared memory and its temporaries, after a grace period."""
-    deadline = time.monotonic() + 5.0
-    while True:
-        procs = []
-        for p in psutil.process_iter(["pid", "cmdline"]):
-            try:
-                if os.getsid(p.pid) == session:
-                    procs.append(" ".join(p.info["cmdline"] or []))
-            except (ProcessLookupError, PermissionError):
-                pass
-        segments = [s.name for s in Path("/dev/shm").glob(f"dsbench-{session}-*")]
-        if (not procs and not segments) or time.monotonic() > deadline:
-            return procs + segments
-        time.sleep(0.1)
 
 
 # --- files that cannot be read or written -----------------------------------------------------

@@ -10,11 +10,14 @@ local or remote alike (dsbench.storage.files.Loc).
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any, Protocol, TypeVar
+
+import numpy as np
 
 from dsbench.errors import DsbenchError, SampleError
 from dsbench.storage import accounting, files
@@ -44,6 +47,27 @@ EXT_ENCODINGS: dict[str, str] = {
 IMAGE_EXTS: dict[str, str] = {
     "jpg": "jpeg", "jpeg": "jpeg", "png": "png", "ppm": "ppm", "webp": "webp",
 }
+
+
+
+def decode_stored(encoding: str | None, value: Any) -> Any:
+    """A field's value from the form its encoding stores it in: the one decoding shared by the
+    loader's fields stage and by re-exports. ENC_VALUE (already a value), ENC_BYTES and unknown
+    encodings come back as they are. Bad data raises ValueError (UnicodeDecodeError and
+    JSONDecodeError among them), TypeError, OSError or RecursionError (JSON nested too deep)."""
+    if encoding == ENC_INT_TEXT:
+        return int(bytes(value) if isinstance(value, memoryview) else value)
+    if encoding == ENC_TEXT:
+        return bytes(value).decode("utf-8") if isinstance(value, bytes | bytearray | memoryview) \
+            else str(value)
+    if encoding == ENC_JSON:
+        return json.loads(value)
+    if encoding == ENC_F32:
+        return np.frombuffer(value, dtype="<f4")
+    if encoding == ENC_NPY:
+        return np.load(io.BytesIO(value), allow_pickle=False)
+    return value
+
 
 ON_ERROR = ("raise", "skip")
 

@@ -25,7 +25,6 @@ A value that does not convert is a SampleError naming the file and sample.
 
 from __future__ import annotations
 
-import io
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -148,19 +147,11 @@ def _parsed(raw: base.RawSample, src: SourceField, docs: dict[str, Any]) -> Any:
     value = raw.fields[src.raw]
     encoding = raw.encodings.get(src.raw)
     try:
-        if encoding == base.ENC_INT_TEXT:
-            return int(bytes(value).decode("ascii").strip())
-        if encoding == base.ENC_TEXT:
-            return bytes(value).decode("utf-8") if isinstance(value, bytes | bytearray) else value
-        if encoding == base.ENC_JSON:
-            return json.loads(value)
-        if encoding == base.ENC_F32:
-            return np.frombuffer(value, dtype="<f4")
-        if encoding == base.ENC_NPY:
-            return np.load(io.BytesIO(value), allow_pickle=False)
-    except (ValueError, TypeError, UnicodeDecodeError, OSError) as exc:
+        return base.decode_stored(encoding, value)
+    except (ValueError, TypeError, OSError) as exc:
         raise _fail(raw, src, f"cannot parse it ({encoding}): {exc}") from None
-    return value
+    except RecursionError:
+        raise _fail(raw, src, f"cannot parse it ({encoding}): nested too deep") from None
 
 
 def _as_int(v: Any) -> int | None:

@@ -21,8 +21,6 @@ adapter starts (pyarrow's) are charged to the stage that caused them.
 from __future__ import annotations
 
 import functools
-import io
-import json
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -57,20 +55,10 @@ def _numeric(value: Any) -> Any:
 
 
 def _parse(encoding: str | None, value: Any) -> Any:
-    if encoding == base.ENC_INT_TEXT:
-        return int(value)
-    if encoding == base.ENC_TEXT:
-        return bytes(value).decode("utf-8") if isinstance(value, bytes | bytearray | memoryview) \
-            else str(value)
-    if encoding == base.ENC_JSON:
-        return json.loads(value)
-    if encoding == base.ENC_F32:
-        return np.frombuffer(value, dtype="<f4")
-    if encoding == base.ENC_NPY:
-        return np.load(io.BytesIO(value), allow_pickle=False)
     if encoding == base.ENC_VALUE:
         return _numeric(value)
-    return value  # unknown member extension: opaque bytes, passed on as stored
+    # Unknown member extensions come back as opaque bytes, passed on as stored.
+    return base.decode_stored(encoding, value)
 
 
 def field_kind(value: Any) -> str | None:

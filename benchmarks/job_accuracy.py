@@ -42,18 +42,24 @@ def main(export: str, out_dir: str) -> None:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     print("| configuration | ranks | mean step measured / model (ratio) | utilization measured "
-          "/ model (ratio) | p99 step measured / model (ratio) | load 1 min |")
-    print("|---|---|---|---|---|---|")
+          "/ model (ratio) | p99 step measured / model (ratio) | time-sharing measured / "
+          "model | from CPU: mean, p99 (ratios) | load 1 min |")
+    print("|---|---|---|---|---|---|---|---|")
     for name, args in CONFIGS.items():
         for ranks in (1, 2, 4):
             d = job(export, out / f"{name}-{ranks}.json",
                     [*args, "--ranks", str(ranks), "--steps", "300"])
             m, r = d["model"]["prediction"], d["model"]["ratios"]
+            ts = d["model"]["time_sharing"]
+            via = d["model"]["from_cpu"]
             st = d["step_time_s"]
             print(f"| {name} | {ranks} | {ms(st['mean'])} / {ms(m['step_time_s']['mean'])} "
                   f"({r['mean']:.3f}) | {100 * d['gpu_util']:.1f}% / "
                   f"{100 * m['gpu_util']:.1f}% ({r['gpu_util']:.3f}) | {ms(st['p99'])} / "
                   f"{ms(m['step_time_s']['p99'])} ({r['p99']:.3f}) | "
+                  f"{ts['measured']:.2f}x / {ts['model']:.2f}x | "
+                  f"{ms(via['step_time_s']['mean'])}, {ms(via['step_time_s']['p99'])} "
+                  f"({via['ratios']['mean']:.3f}, {via['ratios']['p99']:.3f}) | "
                   f"{d['load_before']:.2f} → {d['machine']['load_avg_1m']:.2f} |", flush=True)
     d = job(export, out / "stalls.json", [*STALLS, "--ranks-sweep", "1,2,4,8", "--steps", "500"])
     print()

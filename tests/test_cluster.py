@@ -56,6 +56,25 @@ def test_compute_bound_limit_gives_full_utilization_and_compute_plus_allreduce(
     assert res.gpu_util[0] == pytest.approx(0.2 / (0.2 + allreduce), rel=0.01)
 
 
+def test_a_drawn_all_reduce_and_hand_over_add_to_every_step_as_drawn() -> None:
+    cost = LoaderCost.stated(1e-4, 0.5)
+    cl = one_gpu(nodes=2, workers_per_gpu=2, compute=Distribution("const", 0.2),
+                 allreduce_s=0.05)
+    fixed = simulate(cost, cl, rng(), steps=500).stats(cl.ranks)
+    # A sampler that always draws the fixed value is the fixed value.
+    same = simulate(cost, cl, rng(), steps=500,
+                    allreduce=lambda g, shape: np.full(shape, 0.05)).stats(cl.ranks)
+    assert same == fixed
+    # The hand-over delays each rank's compute: a step is compute + hand-over + all-reduce;
+    # an all-reduce of 10 ms in half the steps and 90 ms in the others has that mean.
+    both = simulate(cost, cl, rng(), steps=2000,
+                    allreduce=lambda g, shape: np.where(g.random(shape) < 0.5, 0.01, 0.09),
+                    handover=lambda g, shape: np.full(shape, 0.003)).stats(cl.ranks)
+    assert both["p50"] in (pytest.approx(0.213), pytest.approx(0.293))
+    assert both["mean"] == pytest.approx(0.2 + 0.003 + 0.05, rel=0.02)
+    assert both["max"] == pytest.approx(0.293)
+
+
 @pytest.mark.parametrize(("workers", "prefetch"), [(1, 1), (4, 2), (8, 1), (8, 4)])
 def test_data_bound_limit_mean_step_is_batch_cost_over_workers(workers: int,
                                                               prefetch: int) -> None:

@@ -54,6 +54,11 @@ def _check_records(doc: dict[str, Any], ranks: int, steps: int) -> None:
         for parts in zip(r["wait_s"], r["compute_s"], r["collective_s"], r["step_s"],
                          strict=True):
             assert abs(sum(parts[:3]) - parts[3]) < 1e-5
+        # The hand-over is the part of the wait after the batch was built: never more.
+        assert all(0 <= h <= w + 1e-6 for h, w in zip(r["handover_s"], r["wait_s"],
+                                                      strict=True))
+    loader = doc["loader"]
+    assert len(loader["batch_wall_s"]) == len(loader["batch_cpu_s"]) == counted * ranks
     st = doc["step_time_s"]
     assert 0 < st["p50"] <= st["p99"] <= st["max"]
     assert 0 < doc["gpu_util"] <= 1
@@ -248,7 +253,9 @@ def _record(rank: int, wait: list[float], busy: list[float], coll: list[float]
             "backend": "gloo", "start_s": starts, "wait_s": wait, "busy_s": busy,
             "stall_s": [0.0] * len(wait), "compute_drawn_s": busy, "collective_s": coll,
             "step_s": steps, "idle_collective_s": [0.001], "batch_cpu_s": [0.01] * 8,
+            "batch_wall_s": [0.02] * 8, "handover_s": [min(w, 0.0005) for w in wait],
             "samples": 32, "window_s": sum(steps), "rank_cpu_s": 0.01, "workers_cpu_s": 0.08,
+            "origin_s": 100.0,
             "host_busy_s": 0.2}
 
 
@@ -266,6 +273,68 @@ def test_the_slowest_rank_is_the_one_that_waited_least_at_the_collective() -> No
     # Lost to data: 30 ms in each of rank 1's late steps, of 81 ms.
     assert doc["data_wait_share"] == pytest.approx(5 * 0.030 / (5 * 0.081 + 4 * 0.051))
     assert doc["gpu_util"] == pytest.approx(9 * 0.05 / (5 * 0.081 + 4 * 0.051))
+
+
+def test_the_model_resamples_the_measured_all_reduce_and_hand_over_not_their_means() -> None:
+    opts = JobOptions(ranks=2, workers=1, prefetch=1, batch_size=4, steps=202,
+                      compute=Distribution("const", 0.05))
+    n = 202
+    # The all-reduce takes 1 ms, but 60 ms in one step of 50: its mean (2.2 ms) would give
+    # a model without a tail, the measured steps give the model's p99 the 60 ms.
+    coll = [0.06 if i % 50 == 7 else 0.001 for i in range(n)]
+    docs = result.build("x", opts, [_record(r, [0.0] * n, [0.05] * n, coll) for r in (0, 1)],
+                        "cpu")
+    pred = docs["model"]["prediction"]["step_time_s"]
+    assert pred["p50"] == pytest.approx(0.05 + 0.001, abs=1e-3)
+    assert pred["p99"] == pytest.approx(0.05 + 0.06, abs=2e-3)
+    assert docs["model"]["inputs"]["allreduce_per_step_s"]["max"] == pytest.approx(0.06)
+    # The batches took twice their CPU: the time-sharing the model's own is checked against.
+    assert docs["model"]["time_sharing"]["measured"] == pytest.approx(2.0)
+
+
+def test_the_model_takes_each_batchs_measured_build_time_and_older_documents_their_cpu(
+        ) -> None:
+    from dsbench.job import predict
+
+    opts = JobOptions(ranks=2, workers=1, prefetch=1, batch_size=4, steps=202,
+                      compute=Distribution("const", 0.005))
+    n = 202
+    records = [_record(r, [0.0] * n, [0.005] * n, [0.001] * n) for r in (0, 1)]
+    for r in records:
+        # 10 ms of CPU per batch; one batch in 25 lost its core and took 200 ms.
+        r["batch_cpu_s"] = [0.01] * (n - 1)
+        r["batch_wall_s"] = [0.2 if i % 25 == 3 else 0.01 for i in range(n - 1)]
+    doc = result.build("x", opts, records, "cpu")
+    walls = doc["model"]["prediction"]["step_time_s"]
+    assert walls["p50"] == pytest.approx(0.01 + 0.001, abs=2e-3)  # input-bound: a batch's build
+    assert walls["p99"] >= 0.15  # 8% of steps wait on a 200 ms batch of one rank or the other
+    del doc["loader"]["batch_wall_s"]
+    cpu = predict.predict(doc)["prediction"]["step_time_s"]
+    assert cpu["p99"] < 0.05  # the CPU route: every batch 10 ms of CPU, no tail
+
+
+@pytest.mark.parametrize("hosts", [("h", "h"), ("h1", "h2")])
+def test_on_one_clock_the_all_reduce_ends_at_the_first_departure_and_later_ones_delay_a_rank(
+        hosts: tuple[str, str]) -> None:
+    opts = JobOptions(ranks=2, workers=1, prefetch=1, batch_size=4, steps=100,
+                      compute=Distribution("const", 0.05))
+    n = 100
+    # Rank 1 leaves every all-reduce 10 ms after rank 0, so it also arrives 10 ms later; the
+    # all-reduce itself takes 1 ms. Each rank spends 11 ms in it; a step is 61 ms.
+    records = [_record(r, [0.0] * n, [0.05] * n, [0.011] * n) for r in (0, 1)]
+    records[1]["origin_s"] += 0.010
+    for r, host in zip(records, hosts, strict=True):
+        r["host"] = host
+    doc = result.build("x", opts, records, "cpu")
+    inputs = doc["model"]["inputs"]
+    if hosts[0] == hosts[1]:
+        assert inputs["allreduce_per_step_s"]["mean"] == pytest.approx(0.001, abs=1e-6)
+        assert inputs["departure_s"]["max"] == pytest.approx(0.010, abs=1e-6)
+    else:  # no common clock: the last rank's time in it, and the ranks leave together
+        assert inputs["allreduce_per_step_s"]["mean"] == pytest.approx(0.011, abs=1e-6)
+        assert inputs["departure_s"] is None
+    assert doc["model"]["prediction"]["step_time_s"]["mean"] == pytest.approx(0.061, abs=1e-4)
+    assert doc["data_wait_share"] == pytest.approx(0.0, abs=1e-4)
 
 
 def test_a_launch_removes_the_directories_of_launchers_killed_outright(

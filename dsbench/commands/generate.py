@@ -7,7 +7,7 @@ import argparse
 
 from dsbench import fmt
 from dsbench.errors import DsbenchError
-from dsbench.export.generate import generate
+from dsbench.export.generate import GenerateReport, generate
 from dsbench.export.reexport import ReexportReport, reexport
 from dsbench.export.spec import MAX_SAMPLES, load_spec
 
@@ -43,12 +43,16 @@ def _units(written: int, skipped: int) -> str:
     return f"{written} unit{'' if written == 1 else 's'} written, {skipped} already complete"
 
 
+def _written(name: str, r: GenerateReport) -> str:
+    return (f"{name}: {r.samples} samples in {r.out_dir} "
+            f"({_units(r.units_written, r.units_skipped)}) in {fmt.seconds(r.wall_s)}"
+            f"{_per_core(r.samples_written, r.cpu_s)}")
+
+
 def _summary(name: str, r: ReexportReport) -> list[str]:
     carried = [f"{n} (from {src.stored_as})" if src.stored_as != n else n
                for n, src in r.fields.carried]
-    lines = [f"{name}: {r.samples} samples in {r.out_dir} "
-             f"({_units(r.units_written, r.units_skipped)}) in {fmt.seconds(r.wall_s)}"
-             f"{_per_core(r.samples_written, r.cpu_s)}",
+    lines = [_written(name, r),
              f"  source: {r.source} ({r.layout}), {r.subset}",
              f"  images: copied byte for byte as stored ({r.codec}); the definition's image "
              "settings (codec, quality, sizes) are not applied",
@@ -74,9 +78,6 @@ def run(args: argparse.Namespace) -> int:
                      jobs=args.jobs)
         fmt.out("\n".join(_summary(spec.name, r)))
         return 0
-    report = generate(spec, args.out_dir, samples=args.samples, seed=args.seed, jobs=args.jobs)
-    line = (f"{spec.name}: {report.samples} samples in {report.out_dir} "
-            f"({_units(report.units_written, report.units_skipped)}) "
-            f"in {fmt.seconds(report.wall_s)}")
-    fmt.out(line + _per_core(report.samples_written, report.cpu_s))
+    fmt.out(_written(spec.name, generate(spec, args.out_dir, samples=args.samples,
+                                         seed=args.seed, jobs=args.jobs)))
     return 0

@@ -33,6 +33,8 @@ from dsbench.fmt import Progress
 
 @dataclass(frozen=True)
 class GenerateReport:
+    """What one run of generate wrote (or found complete), and what it cost."""
+
     out_dir: Path
     samples: int
     samples_written: int

@@ -39,6 +39,7 @@ from dsbench.adapters import base
 from dsbench.errors import DsbenchError, SampleError
 from dsbench.export.carry import FieldPlan, carried_values, plan_fields, source_fields
 from dsbench.export.generate import (
+    GenerateReport,
     cpu_with_children,
     manifest,
     missing_units,
@@ -57,19 +58,14 @@ Range = tuple[int, int, int]  # an output unit: (unit, first sample, one past th
 
 
 @dataclass(frozen=True)
-class ReexportReport:
-    out_dir: Path
+class ReexportReport(GenerateReport):
+    """A re-export's run, and where its samples came from."""
+
     source: str
     layout: str  # the source's
     codec: str  # the images', as stored in the source
     subset: str
     fields: FieldPlan
-    samples: int
-    samples_written: int
-    units_written: int
-    units_skipped: int
-    wall_s: float
-    cpu_s: float
 
 
 @dataclass(frozen=True)
@@ -271,6 +267,7 @@ def reexport(spec: ExportSpec, out_dir: str | Path, source: str, samples: int | 
     finally:
         bar.close()
     write_manifest(out, manifest(spec, n, seed, complete=True, source=provenance))
-    return ReexportReport(out, where, export.layout, spec.image.codec, subset, fields, n,
-                          bar.total, len(todo), len(unit_ranges(spec, n)) - len(todo),
-                          time.perf_counter() - t0, cpu_with_children() - cpu0)
+    return ReexportReport(out, n, bar.total, len(todo), len(unit_ranges(spec, n)) - len(todo),
+                          time.perf_counter() - t0, cpu_with_children() - cpu0, source=where,
+                          layout=export.layout, codec=spec.image.codec, subset=subset,
+                          fields=fields)

@@ -136,6 +136,7 @@ def _measure(source: ShmSource | TorchSource, opts: JobOptions, ident: Identity,
     dist.barrier()
 
     times = np.empty((n, 4))  # t0..t3 of every step
+    ready = np.empty(n)  # when each step's batch was built
     reports: list[BatchReport] = []
     cpu0, host0 = _self_cpu(), host_busy_s()
     held: BatchReport | None = None
@@ -154,6 +155,7 @@ def _measure(source: ShmSource | TorchSource, opts: JobOptions, ident: Identity,
         all_reduce()
         t3 = time.perf_counter()
         times[s] = (t0, t1, t2, t3)
+        ready[s] = report.ready_s
         reports.append(report)
     if held is not None:
         source.release(held)
@@ -172,13 +174,20 @@ def _measure(source: ShmSource | TorchSource, opts: JobOptions, ident: Identity,
         # Relative to this rank's first step: clocks of different hosts are not comparable,
         # and the steps are already aligned by the collective that ends each of them.
         "start_s": (times[:, 0] - times[0, 0]).tolist(),
+        # The first step's start on CLOCK_MONOTONIC: comparable between the ranks of one host
+        # only, where it places every step's times on one clock.
+        "origin_s": float(times[0, 0]),
         "wait_s": (times[:, 1] - times[:, 0]).tolist(),
+        # From when the batch was both asked for and built to when the rank had it: the
+        # hand-over's own cost (the pipe, and the rank waiting for a core), not the loader's.
+        "handover_s": np.maximum(times[:, 1] - np.maximum(times[:, 0], ready), 0.0).tolist(),
         "busy_s": (times[:, 2] - times[:, 1]).tolist(),
         "stall_s": stall.tolist(), "compute_drawn_s": compute.tolist(),
         "collective_s": (times[:, 3] - times[:, 2]).tolist(),
         "step_s": (times[:, 3] - times[:, 0]).tolist(),
         "idle_collective_s": idle.tolist(),
         "batch_cpu_s": [r.batch_cpu_s for r in counted],
+        "batch_wall_s": [r.batch_wall_s for r in counted],
         "samples": sum(len(r.keys) for r in counted),
         "window_s": window, "rank_cpu_s": rank_cpu, "workers_cpu_s": workers_cpu,
         # Everything the host's cores did meanwhile (other ranks, other programs, the kernel).

@@ -71,6 +71,16 @@ def build(path: str, opts: JobOptions, records: Sequence[dict[str, Any]], device
     # collective's own cost in that step, under the step's load.
     own = coll.min(axis=1)
     lost = np.maximum(step - busy.max(axis=1) - own, 0.0)
+    clock = predict.one_clock(records)
+    if clock is not None:
+        # On one clock, as the model counts it: a step's length (first departure to first
+        # departure) less what it would be had every batch been there when its rank came for
+        # it, from when the rank left the previous all-reduce.
+        arrived, left = clock
+        out = left.min(axis=0)
+        reduce = np.maximum(out - arrived.max(axis=0), 0.0)[w:]
+        came = (left[:, w - 1:-1] - out[w - 1:-1]).T
+        lost = np.maximum(np.diff(out)[w - 1:] - (came + busy).max(axis=1) - reduce, 0.0)
     st = stats.distribution(step)
     slowest = coll.argmin(axis=1) if ranks > 1 else np.zeros(len(step), dtype=int)
     late = collections.Counter(int(i) for i in slowest)
@@ -110,6 +120,7 @@ def build(path: str, opts: JobOptions, records: Sequence[dict[str, Any]], device
         "step_time_s": st, "gpu_util": float(compute.sum() / (ranks * step.sum())),
         "data_wait_share": float(lost.sum() / step.sum()),
         "wait_for_data_s": stats.distribution(wait.ravel()),
+        "handover_s": stats.distribution(_per_step(records, "handover_s")[w:].ravel()),
         "compute_s": stats.distribution(compute.ravel()),
         "compute_overshoot_s": float(compute.mean() - np.mean(
             [r["compute_drawn_s"][w:] for r in records])),
@@ -132,6 +143,7 @@ def build(path: str, opts: JobOptions, records: Sequence[dict[str, Any]], device
                    "samples_per_s": samples / float(step.sum()),
                    "cpu_s_per_sample": sum(batches) / samples,
                    "batch_cpu_s": _rounded(batches),
+                   "batch_wall_s": _rounded([b for r in records for b in r["batch_wall_s"]]),
                    "rank_cpu_share": float(np.mean([r["rank_cpu_s"] / r["window_s"]
                                                     for r in records]))},
         "other_cores": float(np.mean(others)),
@@ -139,6 +151,7 @@ def build(path: str, opts: JobOptions, records: Sequence[dict[str, Any]], device
                  "cores": cores},
         "per_rank": [{"rank": r["rank"], "node": r["node"], "local_rank": r["local_rank"],
                       "host": r["host"], "pid": r["pid"], "wait_s": _rounded(r["wait_s"]),
+                      "handover_s": _rounded(r["handover_s"]), "origin_s": r["origin_s"],
                       "compute_s": _rounded(r["busy_s"]), "stall_s": _rounded(r["stall_s"]),
                       "collective_s": _rounded(r["collective_s"]),
                       "step_s": _rounded(r["step_s"])} for r in records],

@@ -54,14 +54,15 @@ def torch_collate(items: list[tuple[Any, ...]]) -> dict[str, Any]:
     for name, value in fields.items():
         if isinstance(value, np.ndarray):
             fields[name] = torch.from_numpy(value)
-    c1 = time.process_time()
+    c1, w1 = time.process_time(), time.perf_counter()
     stages = [sum(it[4][i] for it in items) for i in range(len(STAGES))]
     stages[STAGES.index("collate")] += c1 - c0
     last = items[-1]
     errors = [e for it in items for e in it[6]]
     opens, mapped = base.io_counters()
     report = BatchReport(last[0], -1, -1, [it[1] for it in items], stages,
-                         c1 - _torch_last_cpu, cpu_now(), read_chars(),
+                         c1 - _torch_last_cpu, w1 - items[0][7], w1, cpu_now(),
+                         read_chars(),
                          opens - _torch_setup_opens, mapped, last[5],
                          errors, None)
     _torch_last_cpu = c1
@@ -72,7 +73,8 @@ def _make_torch_samples() -> type:
     from torch.utils.data import IterableDataset, get_worker_info
 
     class TorchSamples(IterableDataset):
-        """Yields (worker, key, pixels, fields, stage CPU s, skipped so far, new errors)."""
+        """Yields (worker, key, pixels, fields, stage CPU s, skipped so far, new errors,
+        perf_counter when the sample was begun)."""
 
         def __init__(self, path: str, pipeline: Pipeline, seed: int,
                      opener: Opener | None = None) -> None:
@@ -91,12 +93,15 @@ def _make_torch_samples() -> type:
             reported = 0
             _torch_last_cpu = time.process_time()
             while True:
+                # A batch's wall time runs from its first sample's start: before it, the
+                # worker may be waiting for the loader to ask for the batch.
+                began = time.perf_counter()
                 t = [0.0] * len(STAGES)
                 key, pixels, fields = builder.next_sample(t)
                 new = builder.skipped[reported:ERRORS_KEPT]
                 reported += len(new)
                 yield (worker, key, pixels, fields, t, len(builder.skipped),
-                       [error_record(e) for e in new])
+                       [error_record(e) for e in new], began)
 
     TorchSamples.__module__ = __name__
     TorchSamples.__qualname__ = "TorchSamples"

@@ -56,6 +56,8 @@ class BatchReport(NamedTuple):
     keys: list[str]
     stages: list[float]  # CPU s of this batch per stage, in pipeline.STAGES order
     batch_cpu_s: float  # CPU s to build this batch, on the worker's process clock
+    batch_wall_s: float  # wall s to build it: its CPU plus any wait for a core or for I/O
+    ready_s: float  # perf_counter (CLOCK_MONOTONIC, host-wide) when it was built
     cpu_s: float  # cumulative getrusage(RUSAGE_SELF) user + system
     read_chars: int  # cumulative, control-pipe bytes excluded
     opens: int  # cumulative files opened to read samples (base.io_counters, set-up excluded)
@@ -230,19 +232,19 @@ def _loop(spec: WorkerSpec, data: Connection, ctrl: Connection) -> None:
             images = np.ndarray(shape, dtype=transform.out_dtype, buffer=buf,
                                 offset=base_off)
             times = StageTimes()
-            c0 = time.process_time()
+            w0, c0 = time.perf_counter(), time.process_time()
             keys, fields = builder.build(images, times)
             c1 = time.process_time()
             extras = pack_fields(fields, buf, base_off + spec.image_bytes,
                                  spec.slot_bytes - spec.image_bytes)
-            c2 = time.process_time()
+            c2, w2 = time.process_time(), time.perf_counter()
             times.seconds[STAGES.index("collate")] += c2 - c1
             del images
             new = builder.skipped[reported_errors:ERRORS_KEPT]
             reported_errors += len(new)
             opens, mapped = base.io_counters()
             data.send(BatchReport(
-                spec.worker, seq, slot, keys, times.seconds, c2 - c0, cpu_now(),
+                spec.worker, seq, slot, keys, times.seconds, c2 - c0, w2 - w0, w2, cpu_now(),
                 read_chars() - ctrl_bytes, opens - setup_opens, mapped,
                 len(builder.skipped), [error_record(e) for e in new], extras))
             seq += 1

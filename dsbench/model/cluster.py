@@ -20,7 +20,9 @@ Assumptions (docs/model.md gives the equations and limits):
    exactly by mean-value analysis: a transfer is slower the busier the link), on top of what was
    measured locally; inside a worker reads and CPU work do not overlap.
 6. GPU compute per step is drawn independently per rank and step; a stall (probability q, length
-   T) is independent per rank and step; the all-reduce is a fixed time after the slowest rank.
+   T) is independent per rank and step; the all-reduce is a fixed time after the slowest rank
+   (for a measured job, dsbench.job.predict draws it, the hand-over, the ranks' departures and
+   the batches' build times from the job's own steps instead).
 7. All workers start together, as at every epoch start without persistent workers.
 8. Demand per node = gpus_per_node x batch / (mean compute + all-reduce): what GPUs that never
    wait for data consume.
@@ -63,11 +65,19 @@ def check_steps(cluster: ClusterSpec, steps: int, jobs: Sequence[int]) -> None:
 
 def simulate(cost: LoaderCost, cluster: ClusterSpec, rng: np.random.Generator, *,
              steps: int = DEFAULT_STEPS, ranks: Sequence[int] | None = None,
-             loader: bool = True, timeline_bucket_s: float = 1.0) -> sim.SimResult:
+             loader: bool = True, timeline_bucket_s: float = 1.0,
+             allreduce: sim.Sampler | None = None, handover: sim.Sampler | None = None,
+             departure: sim.Sampler | None = None, batches: sim.Sampler | None = None
+             ) -> sim.SimResult:
     """Monte-Carlo of the job (and of the same job at other rank counts, `ranks`).
 
     `loader=False` replaces the loader with one that is never late: the utilization ceiling that
-    compute jitter, stalls and the all-reduce leave.
+    compute jitter, stalls and the all-reduce leave. `allreduce` draws each step's all-reduce in
+    place of the cluster's fixed `allreduce_s` (a measured job's own, per step); `handover` the
+    time a rank takes to have a batch that is ready and `departure` how much later than the
+    first a rank leaves each all-reduce (a measured job's own; else none);
+    `batches` the wall time a worker takes per batch, in place of CPU x time-sharing (a
+    measured job's own, taken at the load the simulated job puts on the node).
     """
     jobs = tuple(ranks) if ranks else (cluster.ranks,)
     check_steps(cluster, steps, jobs)
@@ -78,13 +88,16 @@ def simulate(cost: LoaderCost, cluster: ClusterSpec, rng: np.random.Generator, *
     def batch_wall(g: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
         if not loader:
             return np.zeros(shape)
+        if batches is not None:
+            return batches(g, shape)
         return cost.sample_batch_cpu(g, shape, batch) * factor + io_s
 
     return sim.run(batch_wall, cluster.compute.sample, workers=cluster.workers_per_gpu,
                    prefetch=cluster.prefetch, jobs=jobs, steps=steps, rng=rng,
-                   allreduce_s=cluster.allreduce_s, stall_prob=cluster.stall_prob,
-                   stall_s=cluster.stall_s, timeline_job=cluster.ranks,
-                   timeline_bucket_s=timeline_bucket_s)
+                   allreduce_s=cluster.allreduce_s if allreduce is None else allreduce,
+                   handover=handover, departure=departure, stall_prob=cluster.stall_prob,
+                   stall_s=cluster.stall_s,
+                   timeline_job=cluster.ranks, timeline_bucket_s=timeline_bucket_s)
 
 
 def extrapolate(source: Mapping[str, Any] | LoaderCost, cluster: ClusterSpec,

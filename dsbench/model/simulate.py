@@ -7,8 +7,8 @@ rank takes batches strictly in order. Per step every rank takes its next batch (
 not built yet), computes, may stall, and all ranks of the job meet at the all-reduce:
 
     finish[k] = max(finish[k - W], taken[k - W x prefetch]) + cost[k]      (per rank)
-    taken[s]  = max(step_start[s], finish[s])
-    step_end[s] = max over ranks (taken[s] + compute[s] + stall[s]) + allreduce
+    taken[s]  = max(step_start[s] + departure[s], finish[s]) + handover[s]
+    step_end[s] = max over ranks (taken[s] + compute[s] + stall[s]) + allreduce[s]
 
 The loop runs over steps; each step is a handful of numpy operations over every rank of every
 simulated job at once. Several jobs (rank counts) run side by side in one pass: rank j of every
@@ -59,14 +59,22 @@ class SimResult:
 
 
 def run(sample_cost: Sampler, sample_compute: Sampler, *, workers: int, prefetch: int,
-        jobs: Sequence[int], steps: int, rng: np.random.Generator, allreduce_s: float = 0.0,
+        jobs: Sequence[int], steps: int, rng: np.random.Generator,
+        allreduce_s: float | Sampler = 0.0, handover: Sampler | None = None,
+        departure: Sampler | None = None,
         stall_prob: float = 0.0, stall_s: float = 0.0,
         timeline_job: int | None = None, timeline_bucket_s: float = 1.0) -> SimResult:
     """Simulate `steps` steps of each job in `jobs` (rank counts), all in one vectorised pass.
 
     `sample_cost` gives the wall seconds one worker takes to build a batch, `sample_compute` the GPU
-    seconds of a step. The first `workers x prefetch` steps (the loader's start, when every
-    outstanding batch was handed out at once) are simulated but not counted.
+    seconds of a step. `allreduce_s` is a fixed time after the slowest rank, or a Sampler drawn
+    once per step (shape (steps, 1): every job's step s gets the same draw, as the rank draws
+    are common to the jobs too). `handover` draws, per rank and step, the time a rank takes to
+    have a batch that is built and asked for (none when not given); `departure`, per rank and
+    step, how long after the first rank to leave the previous all-reduce this one left it (its
+    step starts then; none when not given). The first
+    `workers x prefetch` steps (the loader's start, when every outstanding batch was handed out
+    at once) are simulated but not counted.
     """
     sizes = sorted(set(int(n) for n in jobs))
     tl_ranks = sizes[-1] if timeline_job is None else int(timeline_job)
@@ -97,6 +105,12 @@ def run(sample_cost: Sampler, sample_compute: Sampler, *, workers: int, prefetch
         n = min(_CHUNK, steps - s0)
         cost = sample_cost(rng, (n, max_ranks))[:, col]
         compute = sample_compute(rng, (n, max_ranks))[:, col]
+        reduce = allreduce_s(rng, (n, 1)) if callable(allreduce_s) \
+            else np.full((n, 1), allreduce_s)
+        hand = np.zeros((n, total)) if handover is None \
+            else handover(rng, (n, max_ranks))[:, col]
+        leave = np.zeros((n, total)) if departure is None \
+            else departure(rng, (n, max_ranks))[:, col]
         arrive = compute
         if stall_prob > 0:
             stalled = rng.random((n, max_ranks)) < stall_prob
@@ -107,17 +121,18 @@ def run(sample_cost: Sampler, sample_compute: Sampler, *, workers: int, prefetch
             done = np.maximum(finish[w], handed[slot])
             done += cost[i]
             finish[w] = done
-            taken = np.maximum(done, 0.0)
+            taken = np.maximum(done, leave[i]) + hand[i]
             taken_buf[i] = taken
             end = np.maximum.reduceat(taken + arrive[i], starts)
-            end += allreduce_s
+            end += reduce[i]
             step_end[s] = end
             handed[slot] = taken  # batch s + window is handed out when batch s is taken
             rebase = end[job_of]
             finish -= rebase
             handed -= rebase
-        # Time each step lost to data: its length minus the step a never-late loader gives.
-        ideal = np.maximum.reduceat(arrive, starts, axis=1) + allreduce_s
+        # Time each step lost to data: its length minus the step a never-late loader (and a
+        # free hand-over) gives.
+        ideal = np.maximum.reduceat(arrive + leave, starts, axis=1) + reduce
         lost[s0:s0 + n] = step_end[s0:s0 + n] - ideal
         compute_sum[s0:s0 + n] = np.add.reduceat(compute, starts, axis=1)
         tl_taken[s0:s0 + n] = taken_buf[:n, tl_cols]

@@ -19,6 +19,10 @@ def _ratio(x: float | None) -> str:
     return "-" if x is None else f"{x:.3f}"
 
 
+def _mean_p99(d: dict[str, float]) -> str:
+    return f"mean {fmt.seconds(d['mean'])}, p99 {fmt.seconds(d['p99'])}"
+
+
 def model_table(doc: dict[str, Any]) -> list[str]:
     """Measured, modelled and model / measured, one figure per row."""
     m, pred = doc["model"], doc["model"]["prediction"]
@@ -39,13 +43,36 @@ def model_table(doc: dict[str, Any]) -> list[str]:
     lines += ["  " + ln for ln in fmt.table(["figure", "measured", "model", "model/measured"],
                                             rows).splitlines()]
     cpu = inputs["loader"]["cpu_s_per_sample"]
-    lines.append(f"  model inputs, measured: loader CPU {fmt.seconds(cpu, 'sample')}; cores the "
-                 f"loaders do not get {fmt.sig(inputs['trainer_cores_per_rank'])} per rank (its "
-                 f"own process {fmt.sig(doc['loader']['rank_cpu_share'])}, other programs "
-                 f"{fmt.sig(doc['other_cores'])} cores in all); all-reduce "
-                 f"{fmt.seconds(inputs['allreduce_s'])}; sleep overshoot "
-                 f"{fmt.seconds(inputs['compute_overshoot_s'])}; "
+    per_step, hand, walls, leave = (inputs.get(k) for k in (
+        "allreduce_per_step_s", "handover_s", "batch_wall_s", "departure_s"))
+    parts = [f"a batch's build {_mean_p99(walls)}, of CPU {fmt.seconds(cpu, 'sample')}" if walls
+             else f"loader CPU {fmt.seconds(cpu, 'sample')}"]
+    if hand:
+        parts.append(f"hand-over {_mean_p99(hand)}")
+    parts.append(f"all-reduce {_mean_p99(per_step)}" if per_step
+                 else f"all-reduce {fmt.seconds(inputs['allreduce_s'])}")
+    if leave:
+        parts.append(f"leaving it after the first rank {_mean_p99(leave)}")
+    parts.append(f"sleep overshoot {fmt.seconds(inputs['compute_overshoot_s'])}")
+    lines.append("  model inputs, measured" + (" (drawn from its batches and steps)" if per_step
+                                                else "") + ": " + "; ".join(parts))
+    lines.append(f"  cores the loaders do not get: {fmt.sig(inputs['trainer_cores_per_rank'])} "
+                 f"per rank (its own process {fmt.sig(doc['loader']['rank_cpu_share'])}, other "
+                 f"programs {fmt.sig(doc['other_cores'])} cores in all), of "
                  f"{inputs['cluster']['cores_per_node']} cores per node")
+    shared = m.get("time_sharing", {})
+    if shared.get("measured") is not None:
+        lines.append(f"  time-sharing, checked: a batch took {shared['measured']:.2f}x its CPU "
+                     f"(wall / CPU, measured); the model, extrapolating from CPU, "
+                     f"{shared['model']:.2f}x (contention x workers / free cores)")
+        via = m.get("from_cpu")
+        if via:
+            r = via["ratios"]
+            lines.append(f"  the model from CPU instead of the build times: mean step "
+                         f"{fmt.seconds(via['step_time_s']['mean'])} ({_ratio(r['mean'])}), "
+                         f"p99 {fmt.seconds(via['step_time_s']['p99'])} ({_ratio(r['p99'])}), "
+                         f"utilization {fmt.percent(via['gpu_util'])} "
+                         f"({_ratio(r['gpu_util'])}) of the measured")
     return lines
 
 
@@ -117,7 +144,8 @@ def render(doc: dict[str, Any]) -> str:
 def render_job_check(doc: dict[str, Any]) -> str:
     """`dsbench extrapolate JOB.json`: the model beside a saved job's measurement."""
     cfg = doc["config"]["options"]
-    head = (f"dsbench extrapolate: the job of {doc['created_utc']} ({doc['ranks']} ranks x "
-            f"{cfg['workers']} workers, batch {cfg['batch_size']}, {doc['steps']} steps "
+    head = (f"dsbench extrapolate: the job of {doc['created_utc']} "
+            f"({fmt.plural(doc['ranks'], 'rank')} x {fmt.plural(cfg['workers'], 'worker')}, "
+            f"batch {cfg['batch_size']}, {doc['steps']} steps "
             f"measured on {doc['machine'].get('hostname', 'its machine')})")
     return "\n".join([head, "", *model_table(doc)])

@@ -222,8 +222,16 @@ def job_check_text(check: dict[str, Any] | None) -> str:
             f"{check['load_avg_1m']:.2g}), gave mean step {r['mean']:.2f}x "
             f"({fmt.seconds(m['mean_s'])} measured), GPU utilization {r['gpu_util']:.2f}x "
             f"({fmt.percent(m['gpu_util'])}), p99 {r['p99']:.2f}x "
-            f"({fmt.seconds(m['p99_s'])}) of the measured; not checked here: "
+            f"({fmt.seconds(m['p99_s'])}) of the measured{_shared(check)}; not checked here: "
             "the cluster's scale, its storage latency and its stalls")
+
+
+def _shared(check: dict[str, Any]) -> str:
+    ts = check.get("time_sharing")
+    if not ts or ts.get("measured") is None:
+        return ""
+    return (f", its batches taking {ts['measured']:.2f}x their CPU where the model has "
+            f"{ts['model']:.2f}x")
 
 
 def store_lines(store: dict[str, Any] | None) -> list[str]:

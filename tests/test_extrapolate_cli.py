@@ -81,6 +81,19 @@ def test_stated_cost_instead_of_a_result(capsys: pytest.CaptureFixture[str]) -> 
     assert doc["node"]["latency_s"] == pytest.approx(2 * 2e-3)  # type: ignore[index]
 
 
+def test_one_rank_count_in_the_table_is_said_once_and_grows_from_one_rank(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["extrapolate", "--cpu-per-sample", "0.0001", "--compute", "normal:0.25,0.01",
+                 "--stall-prob", "0.01", "--stall-time", "1", "--scaling", "8", "--nodes", "1",
+                 "--steps", "2000"]) == 0
+    text = capsys.readouterr().out
+    tail = next(line for line in text.splitlines() if "waits for the slowest rank" in line)
+    assert tail.count("at 8 ranks") == 1
+    # A 1 s stall in 1% of one rank's steps holds up about 8% of a 8-rank job's steps: that
+    # is growth from one rank, not a tail that "hardly grows".
+    assert "The tail grows with the number of ranks" in tail and "hardly" not in tail
+
+
 def test_override_of_a_measured_figure_is_marked_stated(
         result: Path, capsys: pytest.CaptureFixture[str]) -> None:
     doc = run_json(capsys, str(result), *FAST, "--files-per-sample", "0.001")

@@ -60,6 +60,26 @@ def test_cpu_over_the_limit_only_by_noise_warns_and_does_not_fail() -> None:
     assert _status(_gate(quiet, clear), "cpu_s_per_sample") == "fail"
 
 
+def test_timings_measured_apart_under_different_load_only_warn_and_counts_still_fail() -> None:
+    def side(cpu: list[float], files: float, load: float) -> dict[str, Any]:
+        return document([run(cpu=cpu, files_per_sample=files)],
+                        machine=dict(MACHINE, load_avg_1m=load))
+
+    quiet, slower = [0.0049, 0.0050, 0.0051], [0.0070, 0.0071, 0.0072]
+    # 2 cores: a load average of 0.3 against 2.5 is more than half a process per core apart.
+    comparison = compare.compare(side(quiet, 0.001, 0.3), side(slower, 0.002, 2.5))
+    g = gate.evaluate(comparison, gate.Thresholds())
+    cpu = next(c for c in g["checks"] if c["metric"] == "cpu_s_per_sample")
+    assert cpu["status"] == "warn" and "different load" in cpu["why"]
+    assert _status(g, "files_per_sample") == "fail"  # a count: the machine's load is no excuse
+    from dsbench.report.comparison import render
+    assert "warning: measured apart under different load" in render(comparison)
+    # The same figures at the same load: the CPU's rise is the export's, and fails.
+    same = gate.evaluate(compare.compare(side(quiet, 0.001, 0.3), side(slower, 0.001, 0.5)),
+                         gate.Thresholds())
+    assert _status(same, "cpu_s_per_sample") == "fail"
+
+
 def test_throughput_is_soft_unless_strict() -> None:
     base = document([run(sps=[400, 405, 395])])
     slow = document([run(sps=[300, 305, 295])])

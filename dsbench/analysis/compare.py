@@ -98,6 +98,24 @@ def is_paired(base: BenchResult, cand: BenchResult) -> bool:
     return base.get("run_id") is not None and base.get("run_id") == cand.get("run_id")
 
 
+# Results measured apart whose machine load differs by this many runnable processes per core
+# cannot have a timing change put down to the export: the machine changed too.
+DRIFT_PER_CORE = 0.5
+
+
+def load_drift(base: BenchResult, cand: BenchResult) -> dict[str, Any] | None:
+    """For results measured apart: the 1-min load average each saw and whether they differ by
+    DRIFT_PER_CORE or more per core (None when paired or a side did not record it)."""
+    if is_paired(base, cand):
+        return None
+    a, b = base["machine"].get("load_avg_1m"), cand["machine"].get("load_avg_1m")
+    cores = base["machine"].get("usable_cores") or 1
+    if not isinstance(a, int | float) or not isinstance(b, int | float):
+        return None
+    return {"base": float(a), "cand": float(b), "cores": cores,
+            "differs": abs(a - b) >= DRIFT_PER_CORE * cores}
+
+
 def counts_note(doc: BenchResult) -> tuple[bool, bool]:
     """(counted over whole units, and over every unit) for a document's files and bytes."""
     counts = doc.get("counts") or {}
@@ -238,6 +256,7 @@ def compare(base: BenchResult, cand: BenchResult, *,
         "base": {"path": base["config"]["path"], "layout": base["export"].get("layout")},
         "cand": {"path": cand["config"]["path"], "layout": cand["export"].get("layout")},
         "comparable": not reasons, "not_comparable_reasons": reasons, "paired": paired,
+        "load_drift": load_drift(base, cand),
         "method": ("paired t on per-round log ratios (one interleaved run)" if paired else
                    "Welch t on log values (measured apart: assumes both saw the same machine)"),
         "runs": [], "cluster": cluster,

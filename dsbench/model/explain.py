@@ -127,12 +127,17 @@ def scaling_mechanism(rows: list[dict[str, Any]], reference_s: float, alone: flo
                    "the steps do not vary,")
                 + " so adding ranks changes nothing. Per-rank jitter (--stall-prob, a --compute "
                   "distribution, a loader that is barely ahead) is what a larger job pays for.")
+    # One rank count in the table (--scaling 64) is said once, not as its own range.
+    counts = (f"at {last['ranks']} ranks {fmt.percent(last['slow_step_fraction'])} of steps do"
+              if first is last else
+              f"at {first['ranks']} ranks {fmt.percent(first['slow_step_fraction'])} of steps "
+              f"do, at {last['ranks']} ranks {fmt.percent(last['slow_step_fraction'])}")
     text = (f"{base} A rank alone exceeds {fmt.seconds(reference_s)} "
-            f"(its own p99) in {fmt.percent(alone)} of steps; at {first['ranks']} ranks "
-            f"{fmt.percent(first['slow_step_fraction'])} of steps do, at {last['ranks']} ranks "
-            f"{fmt.percent(last['slow_step_fraction'])} (independent ranks would give "
-            f"{fmt.percent(last['independent_fraction'])}).")
-    if last["slow_step_fraction"] >= 1.5 * max(first["slow_step_fraction"], alone):
+            f"(its own p99) in {fmt.percent(alone)} of steps; {counts} (independent ranks "
+            f"would give {fmt.percent(last['independent_fraction'])}).")
+    # Growth is against the smallest job in the table, or one rank when the table has one row.
+    smaller = alone if first is last else max(first["slow_step_fraction"], alone)
+    if last["slow_step_fraction"] >= 1.5 * smaller:
         text += " The tail grows with the number of ranks, not with the work per rank."
         if last["slow_step_fraction"] < 0.8 * last["independent_fraction"]:
             text += (" It grows less than for independent ranks because the barrier couples "

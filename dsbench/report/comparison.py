@@ -65,6 +65,18 @@ def cluster_rows(cluster: dict[str, dict[str, Any]]) -> list[list[str]]:
 CLUSTER_HEADERS = ["export", "job", "mean step", "p50 step", "p99 step", "GPU util", "verdict"]
 
 
+def drift_warning(comparison: dict[str, Any]) -> str:
+    """One line when results measured apart saw the machine under different load."""
+    d = comparison.get("load_drift")
+    if not d or not d["differs"]:
+        return ""
+    return (f"warning: measured apart under different load (1-min load average "
+            f"{fmt.sig(d['base'])} for the base, {fmt.sig(d['cand'])} for the candidate, on "
+            f"{fmt.plural(d['cores'], 'core')}): the timing ratios hold the machine's change "
+            "too, and the gate only warns on them; counts are exact regardless. Measure both "
+            "in one run (dsbench compare PATH PATH)")
+
+
 def render(comparison: dict[str, Any], markdown: bool = False) -> str:
     """The whole comparison: header, per worker count a metric table and the attribution."""
     base, cand = comparison["base"], comparison["cand"]
@@ -72,6 +84,9 @@ def render(comparison: dict[str, Any], markdown: bool = False) -> str:
             f"({cand['layout']})"
     out = [f"### dsbench compare\n\n{title}\n" if markdown else title]
     out.append(f"intervals: 95%, {comparison['method']}")
+    warning = drift_warning(comparison)
+    if warning:
+        out.append(warning)
     if not comparison["comparable"]:
         out.append("x NOT COMPARABLE: " + "; ".join(comparison["not_comparable_reasons"]))
         return "\n".join(out)

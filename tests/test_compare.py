@@ -168,6 +168,18 @@ def test_compare_cli_on_result_files_json(tmp_path: Path, capsys) -> None:
     assert out["runs"][0]["metrics"][0]["change"] == "worse"
 
 
+def test_compare_cli_refuses_results_of_other_machines_in_one_line_with_exit_2(
+        tmp_path: Path, capsys) -> None:
+    a = write_result(tmp_path, "a.json", document([run()]))
+    b = write_result(tmp_path, "b.json",
+                     document([run()], machine=dict(MACHINE, cpu_model="Other CPU")))
+    assert main(["compare", a, b, "--json", "-", "--no-cluster"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""  # no comparison to be taken for one that found nothing
+    assert captured.err.count("\n") == 1
+    assert "not comparable" in captured.err and "cpu_model" in captured.err and a in captured.err
+
+
 def test_an_export_measured_twice_has_the_same_counts(measured: dict[str, Any]) -> None:
     cmp = compare.compare(measured["before"], measured["before_again"])
     assert cmp["comparable"] and cmp["paired"]  # one interleaved run: paired rounds

@@ -14,6 +14,7 @@ from dsbench.commands.options import (
     emit,
     window_options,
 )
+from dsbench.errors import DsbenchError
 from dsbench.model.node import ClusterSpec
 from dsbench.report.comparison import render
 
@@ -35,5 +36,11 @@ def run(args: argparse.Namespace) -> int:
         [args.base, args.cand], window_options(args), save=args.save, progress=fmt.progress,
         cluster=None if args.no_cluster else lambda batch: cluster_from_args(
             args, ClusterSpec(), measured_batch=batch)[0])
+    if not comparison["comparable"]:
+        # As the gate says it: ratios of results measured on other machines or with other
+        # options would be printed as findings, and a script reading --json must not take
+        # an empty comparison for one that found nothing.
+        raise DsbenchError(f"{args.base} vs {args.cand}: results are not comparable: "
+                           + "; ".join(comparison["not_comparable_reasons"]))
     emit(args, comparison, lambda: render(comparison, markdown=args.markdown))
     return 0

@@ -337,6 +337,24 @@ def test_on_one_clock_the_all_reduce_ends_at_the_first_departure_and_later_ones_
     assert doc["data_wait_share"] == pytest.approx(0.0, abs=1e-4)
 
 
+@pytest.mark.parametrize(("cut", "named"), [
+    (lambda d: d["per_rank"][1]["handover_s"].pop(), "per_rank[1].handover_s"),
+    (lambda d: d["per_rank"][0]["step_s"].pop(), "per_rank[0].step_s"),
+    (lambda d: d["loader"]["batch_wall_s"].pop(), "loader.batch_wall_s")])
+def test_extrapolate_refuses_a_job_document_whose_records_do_not_line_up(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], cut: Any, named: str) -> None:
+    opts = JobOptions(ranks=2, workers=1, prefetch=1, batch_size=4, steps=20,
+                      compute=Distribution("const", 0.05))
+    doc = result.build("x", opts, [_record(r, [0.0] * 20, [0.05] * 20, [0.001] * 20)
+                                   for r in (0, 1)], "cpu")
+    cut(doc)
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps(doc))  # valid by the schema: only the lengths disagree
+    assert main(["extrapolate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and named in err and str(path) in err
+
+
 def test_a_launch_removes_the_directories_of_launchers_killed_outright(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from dsbench.job import launch

@@ -190,4 +190,25 @@ def read(path: str | Path) -> dict[str, Any]:
         raise DsbenchError(f"job result schema_version {doc.get('schema_version')!r}; this "
                            f"dsbench reads {SCHEMA_VERSION}", path=p)
     validate(doc, "job", p)
+    _check_lengths(doc, p)
     return doc
+
+
+def _check_lengths(doc: dict[str, Any], path: Path) -> None:
+    """What the schema cannot say: every rank's records cover the same steps, and the loader's
+    per-batch lists are as long as each other and split evenly over the ranks."""
+    steps = doc["warmup_steps"] + doc["steps"]
+    if len(doc["per_rank"]) != doc["ranks"]:
+        raise DsbenchError(f"per_rank holds {len(doc['per_rank'])} ranks, not {doc['ranks']}",
+                           path=path)
+    for i, r in enumerate(doc["per_rank"]):
+        for key in ("wait_s", "handover_s", "compute_s", "stall_s", "collective_s", "step_s"):
+            if key in r and len(r[key]) != steps:
+                raise DsbenchError(f"per_rank[{i}].{key} holds {len(r[key])} steps, not "
+                                   f"{steps} (warmup_steps + steps)", path=path)
+    loader = doc["loader"]
+    cpu, wall = loader["batch_cpu_s"], loader.get("batch_wall_s")
+    if wall is not None and (len(wall) != len(cpu) or len(wall) % doc["ranks"]):
+        raise DsbenchError(f"loader.batch_wall_s holds {len(wall)} batches: as many as "
+                           f"batch_cpu_s ({len(cpu)}), the same for each of {doc['ranks']} "
+                           "ranks", path=path)

@@ -27,7 +27,8 @@ model's time-sharing, the all-reduce per step, no hand-over, departures together
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import functools
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -36,6 +37,7 @@ from dsbench import stats
 from dsbench.model import cluster as cluster_model
 from dsbench.model.costs import Distribution, LoaderCost
 from dsbench.model.node import ClusterSpec, node_rates
+from dsbench.model.simulate import Sampler
 
 MODEL_STEPS = 20_000
 # A rank's own process may not take so many cores that none are left for loader workers.
@@ -113,8 +115,7 @@ def collective_per_step(doc: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray 
     return reduce[w:], (left - first_out)[:, w:]
 
 
-def row_resampler(per_rank: np.ndarray) -> Callable[[np.random.Generator, tuple[int, int]],
-                                                    np.ndarray]:
+def row_resampler(per_rank: np.ndarray) -> Sampler:
     """Draws whole measured steps: simulated rank j gets measured rank j mod R's value of a
     step drawn at random, so the ranks of a step keep their measured order."""
     ranks, n = per_rank.shape
@@ -134,8 +135,7 @@ def batch_walls(doc: Mapping[str, Any]) -> np.ndarray | None:
     return np.asarray(wall, dtype=float).reshape(len(doc["per_rank"]), -1)
 
 
-def replayer(per_rank: np.ndarray) -> Callable[[np.random.Generator, tuple[int, int]],
-                                                np.ndarray]:
+def replayer(per_rank: np.ndarray) -> Sampler:
     """Draws a measured rank's batches in the order they came, from a random point (per
     simulated rank j, measured rank j mod R): a slow spell, a worker short of a core for
     several batches, keeps its length, which a prefetch of two absorbs less than one slow
@@ -157,8 +157,7 @@ def handover_per_step(doc: Mapping[str, Any]) -> np.ndarray | None:
     return np.array([r["handover_s"][w:] for r in doc["per_rank"]], dtype=float).ravel()
 
 
-def resampler(values: np.ndarray) -> Callable[[np.random.Generator, tuple[int, int]],
-                                                   np.ndarray]:
+def resampler(values: np.ndarray) -> Sampler:
     """Draws from the measured values, with replacement."""
     def draw(g: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
         return values[g.integers(0, values.size, shape)]
@@ -173,21 +172,21 @@ def predict(doc: Mapping[str, Any], *, seed: int = 0, steps: int = MODEL_STEPS
     (reduce, departures), hand = collective_per_step(doc), handover_per_step(doc)
     spec = spec.replace(allreduce_s=float(reduce.mean()))
     walls = batch_walls(doc)
-    measured_costs: dict[str, Any] = {
-        "allreduce": resampler(reduce),
-        "handover": None if hand is None else resampler(hand),
-        "departure": None if departures is None else row_resampler(departures),
-        "batches": None if walls is None else replayer(walls)}
-    sim = cluster_model.simulate(cost, spec, np.random.default_rng(seed), steps=steps,
-                                 timeline_bucket_s=bucket, **measured_costs)
+    replay = None if walls is None else replayer(walls)
+    # The cluster model with the job's own costs of the hand-over and the collective.
+    simulate = functools.partial(
+        cluster_model.simulate, allreduce=resampler(reduce),
+        handover=None if hand is None else resampler(hand),
+        departure=None if departures is None else row_resampler(departures))
+    sim = simulate(cost, spec, np.random.default_rng(seed), steps=steps,
+                   timeline_bucket_s=bucket, batches=replay)
     x = sim.step_s[:, 0]
     st = stats.distribution(x)
     q = spec.stall_prob
     typical = st["p50"]
     if q > 0:  # the same job without stalls gives the typical step
-        calm = cluster_model.simulate(cost, spec.replace(stall_prob=0.0, stall_s=0.0),
-                                      np.random.default_rng(seed), steps=steps,
-                                      **measured_costs)
+        calm = simulate(cost, spec.replace(stall_prob=0.0, stall_s=0.0),
+                        np.random.default_rng(seed), steps=steps, batches=replay)
         typical = float(np.median(calm.step_s[:, 0]))
     model: dict[str, Any] = {"step_time_s": st, "gpu_util": float(sim.gpu_util[0]),
              "data_wait_share": float(sim.data_wait_share[0]),
@@ -201,8 +200,7 @@ def predict(doc: Mapping[str, Any], *, seed: int = 0, steps: int = MODEL_STEPS
     if walls is not None:
         # The same job with each batch's CPU stretched by the model's time-sharing, as the
         # extrapolator has it at any other load: how far that route is from the measurement.
-        via_cpu = cluster_model.simulate(cost, spec, np.random.default_rng(seed), steps=steps,
-                                         **(measured_costs | {"batches": None}))
+        via_cpu = simulate(cost, spec, np.random.default_rng(seed), steps=steps)
         cst = stats.distribution(via_cpu.step_s[:, 0])
         from_cpu = {"step_time_s": cst, "gpu_util": float(via_cpu.gpu_util[0]),
                      "ratios": {"mean": _ratio(cst["mean"], measured["mean"]),

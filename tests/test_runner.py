@@ -314,9 +314,15 @@ def test_torch_backend_measures_the_same_figures(files_export: Path) -> None:
     assert theirs["samples"] == ours["samples"] == 48
     assert theirs["files_per_sample"] == ours["files_per_sample"] == 2.0
     assert theirs["bytes_per_sample"] == pytest.approx(ours["bytes_per_sample"], rel=1e-3)
-    # The same pipeline per sample: CPU within a factor of 2 either way (torch's DataLoader
-    # adds its own collation and queueing, and 48 samples are a rough measure).
-    assert 0.5 < theirs["cpu_s_per_sample"] / ours["cpu_s_per_sample"] < 2.0
+    # The same pipeline per sample: its stages but collate (the same code) within a factor of
+    # 2 either way; the whole CPU within 3, as torch's DataLoader adds its own collation into
+    # shared memory and its queues (on these 64 x 48 images 1.4x to 2x ours on a quiet 2-core
+    # machine), and 48 samples are a rough measure.
+    def pipeline(run: dict[str, Any]) -> float:
+        return sum(v for k, v in run["stages"].items() if k != "collate")
+
+    assert 0.5 < pipeline(theirs) / pipeline(ours) < 2.0
+    assert 0.5 < theirs["cpu_s_per_sample"] / ours["cpu_s_per_sample"] < 3.0
     assert theirs["cpu_s_per_sample"] > sum(theirs["stages"].values()) > 0
     assert len(theirs["batch_cpu_s"]) == len(ours["batch_cpu_s"]) == 16
     assert not _stray()

@@ -17,6 +17,7 @@ from conftest import tiny_spec
 from layouts import assert_one_line_error, write_tar
 
 from dsbench.adapters import base, open_export
+from dsbench.adapters.base import MANIFEST
 from dsbench.cli import main
 from dsbench.errors import DsbenchError
 from dsbench.export.carry import SourceField, plan_fields, source_fields
@@ -254,6 +255,25 @@ def test_refusals_are_one_line_and_write_nothing(
     _refused([_definition(tmp_path, "wds", embedding), out, "--from", str(sources["files"])],
              capsys, "00000000.json [sample 000000/00000000]", "holds 8 numbers", "dim = 4")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_source_of_two_layouts_is_read_as_the_one_named_and_the_rest_said(
+        sources: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import shutil
+
+    mixed = tmp_path / "mixed"
+    shutil.copytree(sources["wds"], mixed)
+    shutil.copytree(sources["files"], mixed / "more")  # 7 samples as .jpg + .json files
+    (mixed / MANIFEST).unlink()  # not one export any more: its layout is detected
+    d, out = _definition(tmp_path), tmp_path / "out"
+    _refused([d, str(out), "--from", str(mixed)], capsys, "mixed layouts", "--layout")
+    _refused([d, str(out), "--layout", "wds"], capsys, "--layout", "--from")
+    assert not out.exists()
+    assert main(["generate", d, str(out), "--from", str(mixed), "--layout", "wds"]) == 0
+    text = capsys.readouterr().out
+    assert [s.key for s in samples(out)] == [s.key for s in samples(sources["wds"])]
+    assert "(wds), all 12 samples" in text
+    assert "not read: 14 files under the source that wds does not read" in text
 
 
 def test_a_bad_source_sample_stops_with_one_line_naming_it(

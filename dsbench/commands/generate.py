@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from dsbench import fmt
+from dsbench.adapters import FORMATS
 from dsbench.errors import DsbenchError
 from dsbench.export.generate import GenerateReport, generate
 from dsbench.export.reexport import ReexportReport, reexport
@@ -22,6 +23,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="re-lay the samples of this export (any layout dsbench reads, a path "
                         "or a URL) as the definition says: images copied byte for byte, the "
                         "fields it has carried, the others synthesised (docs/reexport.md)")
+    p.add_argument("--layout", choices=sorted(FORMATS), default=None,
+                   help="with --from: read the source as this layout instead of detecting it "
+                        "(a directory holding two layouts); the export written has the "
+                        "definition's")
     p.add_argument("--samples", type=int, default=None,
                    help="number of samples (default: the definition's `samples`; with --from, "
                         "all of the source's, and N takes the first N in its unit order)")
@@ -59,6 +64,9 @@ def _summary(name: str, r: ReexportReport) -> list[str]:
              f"  carried: {_names(carried)}",
              f"  synthesised (not in the source): {_names(r.fields.synthesised)}",
              f"  dropped (not in the definition): {_names(r.fields.dropped)}"]
+    if r.ignored:
+        lines.append(f"  not read: {fmt.plural(len(r.ignored), 'file')} under the source that "
+                     f"{r.layout} does not read, e.g. {r.ignored[0]}")
     return lines
 
 
@@ -72,10 +80,13 @@ def run(args: argparse.Namespace) -> int:
         raise DsbenchError(f"--jobs must be at least 1, got {args.jobs}")
     if args.seed < 0:
         raise DsbenchError(f"--seed must be non-negative, got {args.seed}")
+    if args.layout is not None and args.source is None:
+        raise DsbenchError("--layout names the layout of a --from source; without --from the "
+                           "export written has the definition's layout")
     spec = load_spec(args.definition)
     if args.source is not None:
         r = reexport(spec, args.out_dir, args.source, samples=args.samples, seed=args.seed,
-                     jobs=args.jobs)
+                     jobs=args.jobs, layout=args.layout)
         fmt.out("\n".join(_summary(spec.name, r)))
         return 0
     fmt.out(_written(spec.name, generate(spec, args.out_dir, samples=args.samples,

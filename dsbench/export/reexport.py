@@ -66,6 +66,7 @@ class ReexportReport(GenerateReport):
     codec: str  # the images', as stored in the source
     subset: str
     fields: FieldPlan
+    ignored: tuple[str, ...] = ()  # files under the source its layout does not read
 
 
 @dataclass(frozen=True)
@@ -202,9 +203,11 @@ def _where(source: str) -> str:
 
 
 def reexport(spec: ExportSpec, out_dir: str | Path, source: str, samples: int | None = None,
-             seed: int = 0, jobs: int | None = None) -> ReexportReport:
+             seed: int = 0, jobs: int | None = None, layout: str | None = None
+             ) -> ReexportReport:
     """Write (or complete) in `out_dir` the samples of the export at `source`, laid out as
-    `spec` says (the module docstring has the rules)."""
+    `spec` says (the module docstring has the rules); `layout` reads the source as that
+    layout instead of detecting it."""
     out = Path(out_dir)
     if samples is not None and samples < 1:
         raise DsbenchError(f"--samples must be at least 1, got {samples}")
@@ -215,7 +218,7 @@ def reexport(spec: ExportSpec, out_dir: str | Path, source: str, samples: int | 
     if not remote and Path(out).resolve().is_relative_to(where):
         raise DsbenchError("the output directory is inside the source export; choose one "
                            "outside it", path=out)
-    export = adapters.open_export(source)
+    export = adapters.open_export(source, layout)
     first = _first_sample(export, source)
     if first.codec not in IMAGE_EXT:
         raise DsbenchError(f"the images are {first.codec}: a re-export copies them as stored "
@@ -270,4 +273,4 @@ def reexport(spec: ExportSpec, out_dir: str | Path, source: str, samples: int | 
     return ReexportReport(out, n, bar.total, len(todo), len(unit_ranges(spec, n)) - len(todo),
                           time.perf_counter() - t0, cpu_with_children() - cpu0, source=where,
                           layout=export.layout, codec=spec.image.codec, subset=subset,
-                          fields=fields)
+                          fields=fields, ignored=tuple(export.ignored))

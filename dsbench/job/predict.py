@@ -136,15 +136,17 @@ def batch_walls(doc: Mapping[str, Any]) -> np.ndarray | None:
 
 
 def replayer(per_rank: np.ndarray) -> Sampler:
-    """Draws a measured rank's batches in the order they came, from a random point (per
-    simulated rank j, measured rank j mod R): a slow spell, a worker short of a core for
-    several batches, keeps its length, which a prefetch of two absorbs less than one slow
-    batch. Drawing them independently gave a mean step 5% short at 4 ranks on 2 cores."""
+    """Replays the measured batches in the order they came, every rank its own (simulated rank
+    j, measured rank j mod R), all from one random point per draw: a slow spell (a worker short
+    of a core for several batches) keeps its length, which a prefetch of two absorbs less than
+    one slow batch, and the ranks keep their measured relation to each other. Batches drawn
+    independently gave a mean step 5% short at 4 ranks on 2 cores; ranks replayed from
+    separate points, up to 6% long at 2 ranks (docs/job.md)."""
     ranks, n = per_rank.shape
 
     def draw(g: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
         steps, cols = shape
-        start = g.integers(0, n, (1, cols))
+        start = int(g.integers(0, n))
         return per_rank[(np.arange(cols) % ranks)[None, :], (start + np.arange(steps)[:, None]) % n]
     return draw
 

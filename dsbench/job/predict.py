@@ -51,8 +51,9 @@ def slow_threshold(typical_s: float, stall_s: float) -> float:
     return typical_s + stall_s / 2 if stall_s > 0 else 1.5 * typical_s
 
 
-def job_inputs(doc: Mapping[str, Any]) -> tuple[LoaderCost, ClusterSpec]:
-    """The model's loader cost and cluster for the job that `doc` describes."""
+def job_inputs(doc: Mapping[str, Any], allreduce_s: float) -> tuple[LoaderCost, ClusterSpec]:
+    """The model's loader cost and cluster for the job that `doc` describes, whose all-reduce
+    took `allreduce_s` on average (collective_per_step)."""
     opts, launch, loader = doc["config"]["options"], doc["launch"], doc["loader"]
     cpu = tuple(float(b) for b in loader["batch_cpu_s"])
     batch = int(opts["batch_size"])
@@ -72,7 +73,7 @@ def job_inputs(doc: Mapping[str, Any]) -> tuple[LoaderCost, ClusterSpec]:
                        trainer_cores_per_gpu=trainer, workers_per_gpu=int(opts["workers"]),
                        prefetch=int(opts["prefetch"]), batch_size=batch,
                        compute=Distribution(c["kind"], c["mean_s"] + overshoot, c["sd_s"]),
-                       allreduce_s=float(doc["collective"]["last_arrival_s"]["mean"]),
+                       allreduce_s=allreduce_s,
                        stall_prob=float(opts["stall_prob"]), stall_s=float(opts["stall_s"]))
     return cost, spec
 
@@ -85,14 +86,18 @@ def time_sharing(loader: Mapping[str, Any]) -> float | None:
     return sum(wall) / cpu if wall and cpu > 0 else None
 
 
-def one_clock(per_rank: Sequence[Mapping[str, Any]]) -> tuple[np.ndarray, np.ndarray] | None:
-    """When every rank ran on one host: when each rank reached each step's all-reduce and when
-    it left it, (ranks, steps) each, on that host's clock; else None (no common clock)."""
+def on_one_clock(per_rank: Sequence[Mapping[str, Any]]
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """When every rank ran on one host (one clock), per step, all steps: the all-reduce's own
+    cost (from the last rank's arrival to the first rank's departure), when the first rank
+    left it, and how much later than that each rank left it ((ranks, steps)); else None."""
     if len({r["host"] for r in per_rank}) > 1 or not all("origin_s" in r for r in per_rank):
         return None
     steps = np.array([r["step_s"] for r in per_rank], dtype=float)
     left = np.array([r["origin_s"] for r in per_rank])[:, None] + np.cumsum(steps, axis=1)
-    return left - np.array([r["collective_s"] for r in per_rank], dtype=float), left
+    arrived = left - np.array([r["collective_s"] for r in per_rank], dtype=float)
+    first_out = left.min(axis=0)
+    return np.maximum(first_out - arrived.max(axis=0), 0.0), first_out, left - first_out
 
 
 def collective_per_step(doc: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray | None]:
@@ -105,14 +110,12 @@ def collective_per_step(doc: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray 
     to arrive spent in it, and the departures are taken as simultaneous."""
     w = int(doc["warmup_steps"])
     per = doc["per_rank"]
-    clock = one_clock(per)
+    clock = on_one_clock(per)
     if clock is None:
         coll = np.array([r["collective_s"] for r in per], dtype=float)
         return coll[:, w:].min(axis=0), None
-    arrived, left = clock
-    first_out = left.min(axis=0)
-    reduce = np.maximum(first_out - arrived.max(axis=0), 0.0)
-    return reduce[w:], (left - first_out)[:, w:]
+    reduce, _, later = clock
+    return reduce[w:], later[:, w:]
 
 
 def row_resampler(per_rank: np.ndarray) -> Sampler:
@@ -169,10 +172,9 @@ def resampler(values: np.ndarray) -> Sampler:
 def predict(doc: Mapping[str, Any], *, seed: int = 0, steps: int = MODEL_STEPS
             ) -> dict[str, Any]:
     """The model's figures for the job in `doc`, beside the measured ones, with their ratios."""
-    cost, spec = job_inputs(doc)
-    bucket = float(doc["timeline"]["bucket_s"])
     (reduce, departures), hand = collective_per_step(doc), handover_per_step(doc)
-    spec = spec.replace(allreduce_s=float(reduce.mean()))
+    cost, spec = job_inputs(doc, float(reduce.mean()))
+    bucket = float(doc["timeline"]["bucket_s"])
     walls = batch_walls(doc)
     replay = None if walls is None else replayer(walls)
     # The cluster model with the job's own costs of the hand-over and the collective.

@@ -71,16 +71,14 @@ def build(path: str, opts: JobOptions, records: Sequence[dict[str, Any]], device
     # collective's own cost in that step, under the step's load.
     own = coll.min(axis=1)
     lost = np.maximum(step - busy.max(axis=1) - own, 0.0)
-    clock = predict.one_clock(records)
+    clock = predict.on_one_clock(records)
     if clock is not None:
         # On one clock, as the model counts it: a step's length (first departure to first
         # departure) less what it would be had every batch been there when its rank came for
         # it, from when the rank left the previous all-reduce.
-        arrived, left = clock
-        out = left.min(axis=0)
-        reduce = np.maximum(out - arrived.max(axis=0), 0.0)[w:]
-        came = (left[:, w - 1:-1] - out[w - 1:-1]).T
-        lost = np.maximum(np.diff(out)[w - 1:] - (came + busy).max(axis=1) - reduce, 0.0)
+        reduce, out, later = clock
+        came = later[:, w - 1:-1].T
+        lost = np.maximum(np.diff(out)[w - 1:] - (came + busy).max(axis=1) - reduce[w:], 0.0)
     st = stats.distribution(step)
     slowest = coll.argmin(axis=1) if ranks > 1 else np.zeros(len(step), dtype=int)
     late = collections.Counter(int(i) for i in slowest)

@@ -107,10 +107,9 @@ def run(sample_cost: Sampler, sample_compute: Sampler, *, workers: int, prefetch
         compute = sample_compute(rng, (n, max_ranks))[:, col]
         reduce = allreduce_s(rng, (n, 1)) if callable(allreduce_s) \
             else np.full((n, 1), allreduce_s)
-        hand = np.zeros((n, total)) if handover is None \
-            else handover(rng, (n, max_ranks))[:, col]
-        leave = np.zeros((n, total)) if departure is None \
-            else departure(rng, (n, max_ranks))[:, col]
+        # None when not given: the extrapolator's loop pays nothing for them.
+        hand = None if handover is None else handover(rng, (n, max_ranks))[:, col]
+        leave = None if departure is None else departure(rng, (n, max_ranks))[:, col]
         arrive = compute
         if stall_prob > 0:
             stalled = rng.random((n, max_ranks)) < stall_prob
@@ -121,7 +120,9 @@ def run(sample_cost: Sampler, sample_compute: Sampler, *, workers: int, prefetch
             done = np.maximum(finish[w], handed[slot])
             done += cost[i]
             finish[w] = done
-            taken = np.maximum(done, leave[i]) + hand[i]
+            taken = np.maximum(done, 0.0 if leave is None else leave[i])
+            if hand is not None:
+                taken += hand[i]
             taken_buf[i] = taken
             end = np.maximum.reduceat(taken + arrive[i], starts)
             end += reduce[i]
@@ -132,7 +133,8 @@ def run(sample_cost: Sampler, sample_compute: Sampler, *, workers: int, prefetch
             handed -= rebase
         # Time each step lost to data: its length minus the step a never-late loader (and a
         # free hand-over) gives.
-        ideal = np.maximum.reduceat(arrive + leave, starts, axis=1) + reduce
+        ideal = np.maximum.reduceat(arrive if leave is None else arrive + leave, starts,
+                                    axis=1) + reduce
         lost[s0:s0 + n] = step_end[s0:s0 + n] - ideal
         compute_sum[s0:s0 + n] = np.add.reduceat(compute, starts, axis=1)
         tl_taken[s0:s0 + n] = taken_buf[:n, tl_cols]

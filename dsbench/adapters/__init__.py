@@ -3,6 +3,12 @@
 In: a path. Out: an `Export` (base.py) that yields raw samples (`RawSample`: encoded bytes and
 fields as stored) for a worker's share, and surveys itself for `inspect` (survey.py). Reads
 exports whoever wrote them. May import: the foundation modules only.
+
+Detection asks the adapters in turn. Formats with a signature at the export's root (an index
+or metadata file, a directory of versions) answer first, each by its own `detect()`; then the
+files under a directory are sorted by name into the layouts told by file names (`census`), and
+a directory holding more than one of those is refused; last, a file's (or a directory's first
+files') magic bytes decide. A new format is a module and a registry line.
 """
 
 from __future__ import annotations
@@ -20,7 +26,18 @@ from dsbench.storage.files import Loc
 # Layout name -> its module. Imported when first used: a loader worker reading shards need not
 # pay for importing pyarrow, and it starts once per worker per round.
 FORMATS = {"wds": "dsbench.adapters.wds", "files": "dsbench.adapters.files",
-           "arrow": "dsbench.adapters.arrow", "parquet": "dsbench.adapters.parquet"}
+           "arrow": "dsbench.adapters.arrow", "parquet": "dsbench.adapters.parquet",
+           "mds": "dsbench.adapters.mds", "litdata": "dsbench.adapters.litdata",
+           "hf": "dsbench.adapters.hf", "lance": "dsbench.adapters.lance",
+           "tfrecord": "dsbench.adapters.tfrecord"}
+# Formats a directory is told by at its root (MDS's and litdata's index.json, `datasets`'
+# dataset_info.json and state.json or Parquet footers holding its features, Lance's
+# _versions/): asked first, in this order. Each such export lists what it does not read.
+SIGNED = ("mds", "litdata", "hf", "lance")
+# Formats told by their data files' names; a directory may hold only one of them.
+NAMED = ("wds", "files", "arrow", "parquet", "tfrecord")
+# The order in which magic bytes are tried when names do not tell.
+BY_MAGIC = ("arrow", "parquet", "tfrecord", "wds", "files")
 
 __all__ = ["FORMATS", "NAMES", "Adapter", "Export", "RawSample", "census", "detect", "get",
            "open_export"]
@@ -33,17 +50,18 @@ def get(layout: str) -> Adapter:
     return adapter
 
 
-# What each layout's files are called in messages (one, several).
+# What each named layout's files are called in messages (one, several).
 NAMES = {"wds": ("WebDataset shard", "WebDataset shards"),
          "arrow": ("Arrow IPC file", "Arrow IPC files"),
          "parquet": ("Parquet file", "Parquet files"),
+         "tfrecord": ("TFRecord file", "TFRecord files"),
          "files": ("per-sample image file", "per-sample image files")}
 _OTHER = ""  # a field member of a per-sample layout, or a file no layout reads (README.md)
 
 
 def _layout_of(rel: str, images: dict[str, str]) -> str:
     low = rel.lower()
-    for layout in ("wds", "arrow", "parquet"):
+    for layout in ("wds", "arrow", "parquet", "tfrecord"):
         if low.endswith(SUFFIXES[layout]):
             return layout
     parsed = members.split_name(rel)
@@ -85,9 +103,12 @@ def detect(path: str | Loc) -> Adapter:
     if not store.exists(p):
         raise DsbenchError("no objects under this prefix" if store.is_remote(p) else
                            "no such file or directory", path=p)
+    for name in SIGNED:
+        if get(name).detect(p):
+            return get(name)
     if store.is_dir(p):
         found = census(p)
-        layouts = [name for name in FORMATS if name in found]
+        layouts = [name for name in NAMED if name in found]
         if len(layouts) > 1:
             parts = [_listing(found[name], name) for name in layouts]
             raise DsbenchError(f"mixed layouts: {'; '.join(parts)}: read one of them with "
@@ -95,25 +116,28 @@ def detect(path: str | Loc) -> Adapter:
         if layouts:
             return get(layouts[0])
     # A file, or a directory whose data files have no telling name: their magic bytes decide.
-    for name in ("arrow", "parquet", "wds", "files"):
+    for name in BY_MAGIC:
         if get(name).detect(p):
             return get(name)
     if store.is_dir(p) and next(store.walk(p), None) is None:
         raise DsbenchError("empty directory: no export here", path=p)
-    raise DsbenchError("unknown layout: not WebDataset shards, per-sample files, Arrow IPC "
-                       "or Parquet", path=p)
+    raise DsbenchError(f"unknown layout: not one of {', '.join(FORMATS)} (the signatures "
+                       "looked for are in docs/formats.md)", path=p)
 
 
-def open_export(path: str | Loc, layout: str | None = None) -> Export:
-    """Open an export for reading, detecting its layout unless one is given.
+def open_export(path: str | Loc, layout: str | None = None,
+                image_field: str | None = None) -> Export:
+    """Open an export for reading, detecting its layout unless one is given; `image_field`
+    names the column (or member extension) holding the image where the format's own schema
+    leaves a choice.
 
     The export's `ignored` lists the files under it that its layout does not read, so that
     what was left out is said, never silent.
     """
     p = store.named(path)
     adapter = get(layout) if layout else detect(p)
-    export = adapter.open(p)
-    if store.is_dir(p):
+    export = adapter.open(p, image_field=image_field)
+    if store.is_dir(p) and adapter.name in NAMED:
         ignored: list[str] = []
         found = census(p, ignored)
         ignored += [f for name, names in found.items() if name != adapter.name

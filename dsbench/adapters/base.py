@@ -73,7 +73,7 @@ ON_ERROR = ("raise", "skip")
 
 # File name endings that tell a layout's data files (the per-sample layout goes by its images).
 SUFFIXES = {"wds": (".tar", ".tar.gz", ".tgz"), "arrow": (".arrow", ".feather", ".ipc", ".arrows"),
-            "parquet": (".parquet",)}
+            "parquet": (".parquet",), "tfrecord": (".tfrecord", ".tfrecords", ".tfrec")}
 
 # Per-process counters; a loader worker reads them before and after its measured window.
 _opens = 0
@@ -191,8 +191,10 @@ class Adapter(Protocol):
         """True when `path` looks like an export of this layout (cheap: names and magic bytes)."""
         ...
 
-    def open(self, path: Loc) -> Export:
-        """Open an export for reading; a DsbenchError naming the file when it cannot be read."""
+    def open(self, path: Loc, image_field: str | None = None) -> Export:
+        """Open an export for reading; a DsbenchError naming the file when it cannot be read.
+        `image_field` names the column (member extension, feature) holding the image where
+        the format leaves a choice; None lets the format's schema, then the names, decide."""
         ...
 
 
@@ -219,6 +221,12 @@ def report(err: SampleError, skip: SkipHandler) -> None:
     if skip is None:
         raise err
     skip(err)
+
+
+def unread(root: Loc, read: set[str], own: tuple[str, ...] = ()) -> list[str]:
+    """The files under an export's `root` (relative paths) that its reader does not read: not
+    among `read`, nor among the format's own metadata files `own` (an index), nor hidden."""
+    return [rel for rel, _ in walk(root) if rel not in read and rel not in own]
 
 
 def worker_share(units: Sequence[T], worker: int, n_workers: int) -> Sequence[T]:

@@ -109,7 +109,8 @@ def data_files(path: Loc, exts: tuple[str, ...], what: str) -> dict[Loc, int]:
 class ColumnarExport(base.ReadsUnits):
     layout = ""
 
-    def __init__(self, path: Loc, found: dict[Loc, int]) -> None:
+    def __init__(self, path: Loc, found: dict[Loc, int], image_field: str | None = None,
+                 image: tuple[str, str | None] | None = None) -> None:
         self.path = path
         self.ignored: list[str] = []
         self._root = store.directory_of(path)
@@ -132,7 +133,7 @@ class ColumnarExport(base.ReadsUnits):
             unit, message = next(iter(self._broken.items()))
             raise DsbenchError(message, path=unit)
         self.schema, self.missing = unify(path, schemas)
-        self.plan = make_plan(self.schema, self._probe, path)
+        self.plan = make_plan(self.schema, self._probe, path, image_field, image)
         lacking = self.missing[self.plan.image]
         if lacking:
             raise DsbenchError(f"no image column {self.plan.image!r} in {', '.join(lacking[:3])}"
@@ -381,11 +382,11 @@ class ColumnarAdapter:
     """The Adapter of a columnar file format: its data files found by extension or magic."""
 
     def __init__(self, name: str, exts: tuple[str, ...], magic: Callable[[bytes], bool],
-                 what: str, export: Callable[[Loc, dict[Loc, int]], ColumnarExport]) -> None:
+                 what: str, export: Callable[..., ColumnarExport]) -> None:
         self.name, self.exts, self.magic, self.what, self.export = name, exts, magic, what, export
 
     def detect(self, path: Loc) -> bool:
         return detect_files(path, self.exts, self.magic)
 
-    def open(self, path: Loc) -> ColumnarExport:
-        return self.export(path, data_files(path, self.exts, self.what))
+    def open(self, path: Loc, image_field: str | None = None) -> ColumnarExport:
+        return self.export(path, data_files(path, self.exts, self.what), image_field)

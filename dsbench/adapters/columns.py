@@ -130,12 +130,29 @@ def _encoding(fld: pa.Field) -> str:
     return base.ENC_BYTES if _is_binary(fld.type) else base.ENC_VALUE
 
 
+def named_image(schema: pa.Schema, name: str, where: Loc) -> tuple[str, str | None]:
+    """The image column a person named (--image-field): it must hold encoded images."""
+    if schema.get_field_index(name) < 0:
+        raise DsbenchError(f"--image-field {name}: no such column (columns: "
+                           f"{', '.join(schema.names)})", path=where)
+    found = _image_candidate(schema.field(name))
+    if found is None:
+        raise DsbenchError(f"--image-field {name}: the column is {schema.field(name).type}, "
+                           "not binary (or a struct with a binary 'bytes' child) holding "
+                           "encoded images", path=where)
+    return found
+
+
 def make_plan(schema: pa.Schema, probe: Callable[[list[str]], pa.Table | None],
-              where: Loc) -> Plan:
-    """Find the image and key columns; `probe(columns)` returns a few rows of those columns."""
+              where: Loc, image_field: str | None = None,
+              image: tuple[str, str | None] | None = None) -> Plan:
+    """Find the image and key columns; `probe(columns)` returns a few rows of those columns.
+    The image column is the one named by `image_field`, else `image` (what the format's own
+    schema says), else found by metadata, name or content."""
     candidates = [c for c in map(_image_candidate, schema) if c]
-    found = next((c for c in candidates
-                  if (schema.field(c[0]).metadata or {}).get(KIND) == b"image"), None)
+    found = named_image(schema, image_field, where) if image_field else image
+    found = found or next((c for c in candidates
+                           if (schema.field(c[0]).metadata or {}).get(KIND) == b"image"), None)
     found = found or next((c for c in candidates if c[0].lower() in IMAGE_NAMES), None)
     if found is None and candidates:
         head = probe([c[0] for c in candidates])

@@ -114,7 +114,7 @@ class FilesAdapter:
                 return True
         return False
 
-    def open(self, path: Loc) -> FilesExport:
+    def open(self, path: Loc, image_field: str | None = None) -> FilesExport:
         if not store.is_dir(path):
             raise DsbenchError("not a directory of per-sample files", path=path)
         groups: dict[str, list[str]] = {}
@@ -132,7 +132,8 @@ class FilesAdapter:
         for key, exts in ordered.items():
             by_dir.setdefault(_directory(key), []).append(exts)
         expected = {d: members.expected_exts(g) for d, g in by_dir.items()}
-        return FilesExport(path, ordered, members.image_exts(path), expected, sizes)
+        return FilesExport(path, ordered, members.image_exts(path, image_field), expected,
+                           sizes)
 
 
 ADAPTER = FilesAdapter()

@@ -57,15 +57,23 @@ def is_unsafe(name: str) -> bool:
 
 # --- images and encodings -----------------------------------------------------------------
 
-def image_exts(root: Loc) -> dict[str, str]:
-    """Image extensions and their codecs; `.npy` counts as an image in dsbench's raw exports."""
+def image_exts(root: Loc, image_field: str | None = None) -> dict[str, str]:
+    """Image extensions and their codecs; `.npy` counts as an image in dsbench's raw exports.
+    `image_field` (--image-field) names the one extension that holds the image."""
     exts = dict(base.IMAGE_EXTS)
     manifest = base.read_manifest(root) or {}
     definition = manifest.get("definition")
     image = definition.get("image") if isinstance(definition, dict) else None
     if isinstance(image, dict) and image.get("codec") == "raw":
         exts["npy"] = "raw"
-    return exts
+    if image_field is None:
+        return exts
+    last = image_field.rsplit(".", 1)[-1].lower()
+    codec = exts.get(last) or ("raw" if last == "npy" else None)
+    if codec is None:
+        raise DsbenchError(f"--image-field {image_field}: not an image member extension "
+                           f"({', '.join(sorted(exts))}, or one ending in them)", path=root)
+    return {image_field: codec}
 
 
 def pick_image(exts: Iterable[str], images: Mapping[str, str]) -> str | None:

@@ -31,7 +31,9 @@ LIST_LIMIT = 20
 # what inspect holds every image header to, so that the two agree on what a bad sample is.
 MAX_PIXELS = 89_478_485
 
-UNIT_NAMES = {"wds": "shards", "arrow": "shards", "parquet": "files", "files": "sample groups"}
+UNIT_NAMES = {"wds": "shards", "arrow": "shards", "parquet": "files", "files": "sample groups",
+              "mds": "shards", "litdata": "chunks", "hf": "shards", "lance": "fragments",
+              "tfrecord": "files"}
 _PIL_CODECS = {"JPEG": "jpeg", "PNG": "png", "WEBP": "webp", "PPM": "ppm", "GIF": "gif"}
 _NPY_MAGIC = b"\x93NUMPY"
 
@@ -134,6 +136,30 @@ def probe_image(data: bytes | IO[bytes]) -> tuple[str, int, int]:
     return codec, int(width), int(height)
 
 
+def pil_raw_header(data: bytes, limit: int = MAX_PIXELS) -> tuple[str, int, int, int]:
+    """(mode, width, height, offset of the pixels) of a raw PIL image as MDS's and litdata's
+    `pil` encodings store it: uint32 width, height and mode length, the mode, the pixels.
+    ValueError when the header or the pixels' length does not hold."""
+    if len(data) < 12:
+        raise ValueError(f"raw PIL image of {len(data)} bytes: shorter than its header")
+    width, height, n = (int(x) for x in np.frombuffer(data, "<u4", 3))
+    try:
+        mode = bytes(data[12:12 + n]).decode("ascii")
+        bands = len(Image.new(mode, (1, 1)).getbands())
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ValueError(f"raw PIL image with a bad mode header: {exc}") from None
+    bits = 1 if mode == "1" else 16 if mode.startswith("I;16") else 32 if mode in ("I", "F") \
+        else 8
+    want = -(-width * bits // 8) * height if bands == 1 else width * height * bands
+    if len(data) - 12 - n != want:
+        raise ValueError(f"raw PIL image of {width} x {height} px ({mode}) holds "
+                         f"{len(data) - 12 - n} bytes of pixels, not {want} (truncated?)")
+    if width * height > limit:
+        raise ValueError(f"image of {width} x {height} px ({fmt.sig(width * height / 1e6)} MP) "
+                         f"is over the limit of {fmt.sig(limit / 1e6)} MP (--max-pixels)")
+    return mode, width, height, 12 + n
+
+
 def add_image(survey: dict[str, Any], codec: str, width: int, height: int) -> None:
     image = survey["image"]
     image["count_checked"] += 1
@@ -192,6 +218,7 @@ def summarize(survey: dict[str, Any], path: str | Loc = "", ignored: Sequence[st
         "problems_by_file": dict(by_file.most_common(LIST_LIMIT)),
         "problems": problems[:LIST_LIMIT],
         "ignored_files": {"count": len(ignored), "examples": list(ignored[:LIST_LIMIT])},
+        **({"dataset": survey["dataset"]} if survey.get("dataset") else {}),
     }
 
 

@@ -360,7 +360,7 @@ class WdsAdapter:
             return any(is_shard(rel) for rel, _ in base.walk(path))
         return is_shard(path.name) and store.is_file(path)
 
-    def open(self, path: Loc) -> WdsExport:
+    def open(self, path: Loc, image_field: str | None = None) -> WdsExport:
         if store.is_dir(path):
             found = [(path / rel, n) for rel, n in base.walk(path) if is_shard(rel)]
             root = path
@@ -371,7 +371,7 @@ class WdsAdapter:
         if not found:
             raise DsbenchError(f"no {', '.join(SHARD_EXTS)} shards here", path=path)
         found.sort(key=lambda item: str(item[0]))
-        return WdsExport(path, [p for p, _ in found], members.image_exts(root),
+        return WdsExport(path, [p for p, _ in found], members.image_exts(root, image_field),
                          sizes={str(p): n for p, n in found}, root=root)
 
 

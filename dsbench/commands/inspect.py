@@ -13,7 +13,7 @@ import argparse
 from dsbench import adapters
 from dsbench.adapters import FORMATS
 from dsbench.adapters.survey import summarize
-from dsbench.commands.options import add_json_argument, emit
+from dsbench.commands.options import add_image_field_argument, add_json_argument, emit
 from dsbench.errors import DsbenchError
 from dsbench.report.survey import counted, render
 
@@ -26,10 +26,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_json_argument(p, "the export summary")
     p.add_argument("--layout", choices=sorted(FORMATS), default=None,
                    help="read as this layout instead of detecting it")
+    add_image_field_argument(p)
 
 
 def run(args: argparse.Namespace) -> int:
-    export = adapters.open_export(args.path, args.layout)
+    export = adapters.open_export(args.path, args.layout, args.image_field)
     summary = summarize(export.survey(), args.path, export.ignored)
     emit(args, summary, lambda: render(summary))
     if summary["samples"] == 0 and not summary["problems"]:

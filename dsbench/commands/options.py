@@ -133,6 +133,7 @@ def add_window_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup,
     p.add_argument("--layout", choices=sorted(FORMATS), default=None,
                    help="read as this layout instead of detecting it (in a directory that "
                         "mixes layouts, the files of the others are listed as not read)")
+    add_image_field_argument(p)
     p.add_argument("--max-pixels", type=int, default=d.max_pixels, metavar="N",
                    help="an image of more pixels is a bad sample, refused from its header "
                         f"before decoding (default {d.max_pixels})")
@@ -142,12 +143,19 @@ def add_window_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup,
                         f"{REMOTE_MAX_SAMPLES} in an object store)")
 
 
+def add_image_field_argument(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    p.add_argument("--image-field", default=None, metavar="NAME",
+                   help="the column, feature, leaf or member extension holding the image, "
+                        "where the format's schema leaves a choice (default: the one the "
+                        "format marks as an image, else by name or content)")
+
+
 def window_options(args: argparse.Namespace, **more: Any) -> BenchOptions:
     return BenchOptions(workers=parse_workers(args.workers), batch_size=args.batch_size,
                         seconds=args.seconds, rounds=args.rounds,
                         sweep_rounds=args.sweep_rounds, decoder=args.decoder,
                         cold=args.cold, layout=args.layout, count_samples=args.count_samples,
-                        max_pixels=args.max_pixels,
+                        max_pixels=args.max_pixels, image_field=args.image_field,
                         **more)
 
 

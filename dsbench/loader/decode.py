@@ -1,10 +1,12 @@
 """The decode stage: an encoded image to pixels, refusing images too large before decoding them.
 
 JPEG with Pillow (default) or simplejpeg when asked for, PNG and other codecs with Pillow, raw
-`.npy` with numpy. Every decoder reads the image's header first and refuses an image of more
-than `max_pixels` pixels as a bad sample, so a JPEG that declares 12000 x 12000 pixels in a few
-hundred bytes costs a header read, not 432 MB (Pillow would only warn at that size, simplejpeg
-not at all). The default is Pillow's own warning threshold.
+`.npy` with numpy, raw PIL pixels (MDS's and litdata's `pil` encoding) with Pillow; an image a
+format's own library decoded (codec `decoded`: PIL, array or tensor) to HWC pixels. Every
+decoder reads the image's header first and refuses an image of more than `max_pixels` pixels
+as a bad sample, so a JPEG that declares 12000 x 12000 pixels in a few hundred bytes costs a
+header read, not 432 MB (Pillow would only warn at that size, simplejpeg not at all). The
+default is Pillow's own warning threshold.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from PIL import Image
 
 from dsbench import fmt
 from dsbench.adapters.base import RawSample
-from dsbench.adapters.survey import MAX_PIXELS, open_image
+from dsbench.adapters.survey import MAX_PIXELS, open_image, pil_raw_header
 from dsbench.errors import DsbenchError, SampleError
 
 DECODERS = ("pillow", "simplejpeg")
@@ -59,6 +61,35 @@ def _npy_decode(data: bytes, limit: int) -> np.ndarray:
     return np.load(io.BytesIO(data), allow_pickle=False)
 
 
+def _pil_raw_decode(data: bytes, limit: int) -> Image.Image:
+    """MDS's and litdata's `pil` encoding: a small header, then the pixels as PIL holds them."""
+    mode, width, height, start = pil_raw_header(data, limit)
+    im = Image.frombuffer(mode, (width, height), data[start:], "raw", mode, 0, 1)
+    return im if mode == "RGB" else im.convert("RGB")
+
+
+def _decoded(image: object, limit: int) -> Pixels:
+    """An image a format's own library already decoded (native readers): a PIL image (whose
+    lazy decode happens here), or a uint8 array or tensor, HWC or CHW (torch's layout)."""
+    if isinstance(image, Image.Image):
+        _check_size(*image.size, limit)
+        im = image if image.mode == "RGB" else image.convert("RGB")
+        im.load()
+        return im
+    numpy = getattr(image, "numpy", None)
+    arr = numpy() if callable(numpy) and not isinstance(image, np.ndarray) else np.asarray(image)
+    if arr.ndim == 3 and arr.shape[0] in (1, 3) and arr.shape[2] not in (1, 3, 4):
+        arr = arr.transpose(1, 2, 0)  # CHW, as torchvision decodes
+    if arr.ndim == 2:
+        arr = arr[:, :, None]
+    if arr.ndim != 3 or arr.dtype != np.uint8:
+        raise ValueError(f"expected a uint8 image, got {arr.dtype} of shape {arr.shape}")
+    _check_size(arr.shape[1], arr.shape[0], limit)
+    if arr.shape[2] != 3:
+        arr = np.repeat(arr[:, :, :1], 3, axis=2)
+    return np.ascontiguousarray(arr)
+
+
 def make_decoder(name: str = "pillow", max_pixels: int = DEFAULT_MAX_PIXELS
                  ) -> Callable[[RawSample], Pixels]:
     """A function from a raw sample to its pixels; SampleError naming file and key on bad data."""
@@ -86,6 +117,10 @@ def make_decoder(name: str = "pillow", max_pixels: int = DEFAULT_MAX_PIXELS
                 return jpeg(raw.image)
             if raw.codec in ("raw", "npy"):
                 return _npy_decode(raw.image, max_pixels)
+            if raw.codec == "pil":
+                return _pil_raw_decode(raw.image, max_pixels)
+            if raw.codec == "decoded":
+                return _decoded(raw.image, max_pixels)
             return _pillow_decode(raw.image, max_pixels)
         except _BAD_DATA as exc:
             raise SampleError(f"cannot decode {raw.codec} image: {exc}", path=raw.source,

@@ -16,7 +16,7 @@ from dsbench.loader.worker import Opener
 from dsbench.results.types import Config
 from dsbench.storage.files import Loc, is_remote, location
 
-BACKENDS = ("dsbench", "torch")
+BACKENDS = ("dsbench", "torch", "native")
 
 
 # An emulated training step longer than an hour is a typo (and time.sleep overflows near 1e11).
@@ -44,6 +44,7 @@ class BenchOptions:
     transform: Transform | None = None  # replaces the training transform (e.g. a known cost)
     opener: Opener | None = None  # opens the export in each worker (default: adapters)
     layout: str | None = None  # read as this layout instead of detecting it
+    image_field: str | None = None  # the column or member holding the image, where ambiguous
     max_pixels: int = DEFAULT_MAX_PIXELS  # larger images are bad samples
     stall_s: float | None = None  # a worker silent this long fails the run (None: adaptive)
     # Samples of whole units to count; 0: every unit; None: the default for where the export is.
@@ -97,7 +98,8 @@ class BenchOptions:
     def export_opener(self) -> Opener:
         """How every process opens the export: the given opener, or the adapters (picklable,
         as spawned workers need it)."""
-        return self.opener or functools.partial(adapters.open_export, layout=self.layout)
+        return self.opener or functools.partial(adapters.open_export, layout=self.layout,
+                                                image_field=self.image_field)
 
     def samples_to_count(self, path: str | Path | Loc) -> int:
         if self.count_samples is not None:
@@ -113,5 +115,6 @@ class BenchOptions:
                 "on_error": self.on_error, "backend": self.backend, "prefetch": self.prefetch,
                 "seed": self.seed, "batches": self.batches,
                 "count_samples": self.samples_to_count(path),
-                "layout": self.layout, "stall_s": self.stall_s, "max_pixels": self.max_pixels,
+                "layout": self.layout, "image_field": self.image_field,
+                "stall_s": self.stall_s, "max_pixels": self.max_pixels,
                 "transform": type(self.pipeline().transform).__name__}

@@ -54,9 +54,18 @@ def _numeric(value: Any) -> Any:
     return value
 
 
+def _plain(value: Any) -> Any:
+    """A tensor (a native reader's field) as NumPy, a 0-d one as its number."""
+    if type(value).__module__.startswith("torch"):
+        value = value.numpy()
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        return value.item()
+    return value
+
+
 def _parse(encoding: str | None, value: Any) -> Any:
     if encoding == base.ENC_VALUE:
-        return _numeric(value)
+        return _numeric(_plain(value))
     # Unknown member extensions come back as opaque bytes, passed on as stored.
     return base.decode_stored(encoding, value)
 

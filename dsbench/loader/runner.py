@@ -27,6 +27,7 @@ calls `run_bench` must do so under `if __name__ == "__main__":`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import time
@@ -41,7 +42,7 @@ import psutil
 from dsbench import fmt, procs, stats
 from dsbench.adapters.survey import summarize
 from dsbench.errors import DsbenchError
-from dsbench.loader import worker
+from dsbench.loader import native, worker
 from dsbench.loader.counts import Counts, count_pass
 from dsbench.loader.options import BenchOptions
 from dsbench.loader.sources import ShmSource, check_memory
@@ -193,14 +194,20 @@ def run_round(path: Loc, opts: BenchOptions, n_workers: int) -> dict[str, Any]:
     reaped0 = _children_cpu()
     main_base = _pss(psutil.Process())  # before this round's workers and buffers exist
     source: ShmSource | TorchSource
-    if opts.backend == "torch":
-        source = TorchSource(path, opts.pipeline(), n_workers, opts)
-    else:
-        source = ShmSource(path, opts.pipeline(), n_workers, opts)
-    try:
-        out = _measure(source, opts, n_workers, main_base)
-    finally:
-        source.close()
+    with contextlib.ExitStack() as stack:
+        if opts.backend == "native":
+            # The library's dataset is built here, in the main process, as a job builds it.
+            export = worker.open_export(str(path), opts.export_opener())
+            opener = stack.enter_context(native.session(export, opts.batch_size))
+            source = TorchSource(path, opts.pipeline(), n_workers, opts, opener)
+        elif opts.backend == "torch":
+            source = TorchSource(path, opts.pipeline(), n_workers, opts)
+        else:
+            source = ShmSource(path, opts.pipeline(), n_workers, opts)
+        try:
+            out = _measure(source, opts, n_workers, main_base)
+        finally:
+            source.close()
     out["workers_cpu_s_reaped"] = _children_cpu() - reaped0
     return out
 
@@ -283,6 +290,8 @@ def _warnings(run: Run, opts: BenchOptions) -> list[str]:
 def prepare(path: Loc, opts: BenchOptions) -> tuple[dict[str, Any], Counts]:
     """The export's `inspect` summary and its exact counts; refuses more workers than units."""
     export = worker.open_export(str(path), opts.export_opener())
+    if opts.backend == "native":
+        native.check(export.layout)
     units = len(export.units())
     if max(opts.workers) > units:
         raise DsbenchError(f"{units} units (shards or samples) cannot feed {max(opts.workers)} "
@@ -359,5 +368,7 @@ def run_benches(paths: Sequence[str | Path | Loc], opts: BenchOptions,
         if counts.requests is not None:
             doc["requests"] = accounting.summary(counts.requests, counts.samples,
                                                  remote.client_info())
+        if opts.backend == "native":
+            doc["reader"] = native.describe(summary["layout"])
         docs.append(doc)
     return docs

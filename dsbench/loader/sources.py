@@ -163,7 +163,7 @@ class ShmSource:
         # Build what the training loop would get: views of the slot, fields unpickled.
         buf = self.segments[w].buf
         assert buf is not None  # None only after close()
-        images = np.ndarray(self.shape, dtype=self.dtype, buffer=buf,
+        images: np.ndarray = np.ndarray(self.shape, dtype=self.dtype, buffer=buf,
                             offset=msg.slot * self.slot_bytes)
         fields = unpack_fields(msg.extras, buf) if msg.extras else {}
         del images, fields

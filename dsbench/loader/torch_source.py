@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -120,14 +120,15 @@ def __getattr__(name: str) -> Any:
 class TorchSource:
     """The same work through torch.utils.data.DataLoader (an IterableDataset, spawn workers)."""
 
-    def __init__(self, path: Loc, pipeline: Pipeline, n_workers: int, opts: Any) -> None:
+    def __init__(self, path: Loc, pipeline: Pipeline, n_workers: int, opts: Any,
+                 opener: Callable[[str], Any] | None = None) -> None:
         try:
             from torch.utils.data import DataLoader
         except ImportError:
             raise DsbenchError("--backend torch needs torch: pip install 'dsbench[torch]'"
                                ) from None
         dataset = __getattr__("TorchSamples")(str(path), pipeline, opts.seed,
-                                               opts.export_opener())
+                                               opener or opts.export_opener())
         # Same start method as ShmSource, for the same reason; in-order delivery is the default.
         self.loader = DataLoader(dataset, batch_size=opts.batch_size, num_workers=n_workers,
                                  prefetch_factor=opts.prefetch, collate_fn=torch_collate,

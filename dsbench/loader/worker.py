@@ -229,7 +229,7 @@ def _loop(spec: WorkerSpec, data: Connection, ctrl: Connection) -> None:
                 free.append(slot)
             slot = free.pop(0)
             base_off = slot * spec.slot_bytes
-            images = np.ndarray(shape, dtype=transform.out_dtype, buffer=buf,
+            images: np.ndarray = np.ndarray(shape, dtype=transform.out_dtype, buffer=buf,
                                 offset=base_off)
             times = StageTimes()
             w0, c0 = time.perf_counter(), time.process_time()

@@ -17,12 +17,22 @@ def counted(n: int, plural: str) -> str:
     return f"1 {' '.join(words)}"
 
 
+def _form(dataset: dict[str, Any] | None) -> str:
+    """A Hugging Face dataset's form and split, after its layout's name."""
+    if not dataset:
+        return ""
+    splits = dataset.get("splits") or []
+    split = f", split {dataset['split']}" if dataset.get("split") else ""
+    more = f" of {', '.join(splits)}" if len(splits) > 1 else ""
+    return f" ({dataset['form']}{split}{more})"
+
+
 def render(s: dict[str, Any]) -> str:
     """The summary as text for a terminal: one fact a line, every figure with its unit."""
     bps = s["bytes_per_sample"]
     lines = [
         f"path:               {s['path']}",
-        f"layout:             {s['layout']}",
+        f"layout:             {s['layout']}{_form(s.get('dataset'))}",
         f"samples:            {counted(s['samples'], 'samples')}",
         f"{s['unit_name'] + ':':<20}{counted(s['units'], s['unit_name'])}",
         *([f"{c['name'] + ':':<20}{counted(c['count'], c['name'])}"]

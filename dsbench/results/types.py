@@ -58,6 +58,7 @@ class Config(TypedDict):
     transform: NotRequired[str]
     count_samples: NotRequired[int]
     layout: NotRequired[str | None]
+    image_field: NotRequired[str | None]
     stall_s: NotRequired[float | None]
     max_pixels: NotRequired[int]
 
@@ -152,3 +153,4 @@ class BenchResult(TypedDict):
     runs: list[Run]
     warnings: NotRequired[list[str]]
     requests: NotRequired[Requests]
+    reader: NotRequired[dict[str, str]]  # --backend native: the library, version, usage

@@ -1,0 +1,153 @@
+"""Lance datasets (layout `lance`), read fragment by fragment through pylance.
+
+An export is a directory holding `_versions/` (one manifest per version), `_transactions/` and
+`data/*.lance` (one file per fragment, up to `max_rows_per_file` rows each). The Lance file
+format is Lance's own, so its reader is the library's (the `lance` extra: pylance): dsbench
+opens the latest version, takes each fragment as a unit (named by its data file), and reads it
+as Arrow record batches (`LanceFragment.to_batches`), which go through the columnar plan as
+Arrow and Parquet shards do (columns.py): the image is the column named by --image-field, else
+one with dsbench's metadata, a telling name or JPEG/PNG bytes; a fixed-size float list is an
+embedding. Lance reads with threads of its own, whose CPU is the reading process's.
+
+Accounting: a fragment's data files count as opened when it is read (Lance opens them itself);
+bytes are what its reads return to the process (/proc's read_chars), as for any reader. Rows a
+deletion file removed are not samples. An export in an object store is read with the store's
+settings from the environment (AWS_ENDPOINT_URL and the keys, as dsbench's own client takes
+them); Lance's requests go through its own client, so requests per sample are not counted.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from dsbench.adapters import base, columns
+from dsbench.adapters.columnar import ColumnarExport
+from dsbench.adapters.columns import BadChunk, Unreadable
+from dsbench.errors import DsbenchError
+from dsbench.storage import files as store
+from dsbench.storage.files import Loc
+
+VERSIONS = "_versions"
+BATCH_ROWS = 256
+
+
+def storage_options(path: Loc) -> dict[str, str] | None:
+    """Lance's storage options for an export in an object store, from the environment."""
+    if not store.is_remote(path):
+        return None
+    env, out = os.environ, {}
+    endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        out["aws_endpoint"] = endpoint
+        if endpoint.startswith("http://"):
+            out["allow_http"] = "true"
+    for var, key in (("AWS_ACCESS_KEY_ID", "aws_access_key_id"),
+                     ("AWS_SECRET_ACCESS_KEY", "aws_secret_access_key"),
+                     ("AWS_SESSION_TOKEN", "aws_session_token"),
+                     ("AWS_REGION", "aws_region"), ("AWS_DEFAULT_REGION", "aws_region")):
+        if env.get(var):
+            out.setdefault(key, env[var])
+    return out
+
+
+def open_dataset(path: Loc) -> Any:
+    try:
+        import lance
+    except ImportError:
+        raise DsbenchError("reading a Lance dataset needs pylance: pip install "
+                           "'dsbench[lance]'") from None
+    try:
+        return lance.dataset(str(path), storage_options=storage_options(path))
+    except (OSError, ValueError, RuntimeError) as exc:
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise DsbenchError(f"not a readable Lance dataset: {text}", path=path) from None
+
+
+def _failed(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+class LanceExport(ColumnarExport):
+    layout = "lance"
+
+    def __init__(self, path: Loc, image_field: str | None = None) -> None:
+        self.ds = open_dataset(path)
+        self.fragments: dict[str, Any] = {}
+        found: dict[Loc, int] = {}
+        listing = dict(base.walk(path))
+        for fragment in self.ds.get_fragments():
+            files = [f"data/{d.path}" for d in fragment.data_files()]
+            unit = path / files[0]
+            self.fragments[str(unit)] = fragment
+            found[unit] = sum(listing.get(f, 0) for f in files)
+        if not found:
+            raise DsbenchError("the Lance dataset holds no fragments (no rows)", path=path)
+        super().__init__(path, found, image_field)
+        self.ignored = [rel for rel in base.unread(path, {store.relative(u, path)
+                                                          for u in found})
+                        if not rel.startswith("data/")]
+
+    def _fragment(self, path: Loc) -> Any:
+        return self.fragments[str(path)]
+
+    def _header(self, path: Loc) -> tuple[pa.Schema, int | None]:
+        try:
+            return self.ds.schema, int(self._fragment(path).count_rows())
+        except (OSError, ValueError, RuntimeError) as exc:
+            raise Unreadable(f"cannot read the fragment: {_failed(exc)}") from None
+
+    def _count_rows(self, path: Loc) -> int:
+        return self._header(path)[1] or 0
+
+    def _chunks(self, path: Loc) -> Iterator[pa.RecordBatch | BadChunk]:
+        fragment = self._fragment(path)
+        for _ in fragment.data_files():
+            base.count_open()
+        row = 0
+        try:
+            for batch in fragment.to_batches(batch_size=BATCH_ROWS):
+                yield batch
+                row += batch.num_rows
+        except (OSError, ValueError, RuntimeError) as exc:
+            yield BadChunk(0, f"rows from {row} on are unreadable: {_failed(exc)}")
+
+    def _head(self, path: Loc, cols: list[str], rows: int) -> pa.Table:
+        try:
+            return self._fragment(path).to_table(columns=cols, limit=rows)
+        except (OSError, ValueError, RuntimeError) as exc:
+            raise Unreadable(f"first rows are unreadable: {_failed(exc)}") from None
+
+    def _sizes(self, path: Loc) -> tuple[np.ndarray, int]:
+        size = self._size[str(path)]
+        try:
+            table = self._fragment(path).to_table(columns=[self.plan.image])
+        except (OSError, ValueError, RuntimeError) as exc:
+            raise Unreadable(f"cannot read the image column: {_failed(exc)}") from None
+        image = table.column(self.plan.image).combine_chunks()
+        if self.plan.image_child is not None:
+            image = image.field(self.plan.image_child)
+        lengths = np.maximum(columns.binary_lengths(image), 0).astype(np.float64)
+        rest = max(0, size - int(lengths.sum()))
+        return lengths + rest / max(1, len(lengths)), size
+
+
+class LanceAdapter:
+    name = "lance"
+
+    def detect(self, path: Loc) -> bool:
+        try:
+            return store.is_dir(path) and store.is_dir(path / VERSIONS)
+        except (OSError, DsbenchError):
+            return False
+
+    def open(self, path: Loc, image_field: str | None = None) -> LanceExport:
+        return LanceExport(path, image_field)
+
+
+ADAPTER = LanceAdapter()

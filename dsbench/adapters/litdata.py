@@ -1,0 +1,273 @@
+"""litdata's `optimize()` output (layout `litdata`), read without litdata.
+
+An export is a directory holding `index.json` ({"chunks": [{"filename", "chunk_size" (samples),
+"chunk_bytes" (the file's bytes)}, ...], "config": {"data_format": one serializer name per
+leaf, "data_spec": the sample's pytree structure as torch's treespec JSON, "compression",
+"compression_level", "item_loader"}}) and the chunks it names (`chunk-W-K.bin`). A chunk is a
+uint32 item count, N + 1 uint32 offsets, then the items; an item is one uint32 size per leaf,
+then every leaf's bytes. Compression (zstd): `compression_level` "chunk" compresses the whole
+file, "sample" each item, and "batch" (the default) writes framed chunks: a `LDFZ01` header
+with item offsets into the concatenated item bytes, a frame table, and one zstd frame per run
+of items. Items of PyTreeLoader exports are read; token streams and chunks that hold only an
+Arrow footer (exports without media) are not image datasets and are refused.
+
+Leaves: the pytree names them (a dict's keys, "a.b" when nested, list positions as numbers).
+The image is the leaf named by --image-field, else the only one with an image serializer
+(`jpeg`, `image:<ext>`: the stored bytes; `pil`: raw pixels). Other leaves are fields: `str`,
+`text` and `json` kept as stored for the fields stage, a float32 `no_header_numpy` as float32
+bytes, numbers and other arrays decoded here, `pickle` and unknown serializers passed on as
+bytes, never unpickled. Keys are the sample's number in the export.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from dsbench.adapters import base, indexed
+from dsbench.adapters.columns import sniff_codec
+from dsbench.errors import DsbenchError, SampleError
+from dsbench.storage.files import Loc
+
+# The numeric dtypes of litdata's (no_header_)numpy serializers, by their index; and of its
+# (no_header_)tensor serializers, by torch's dtype index in litdata's table.
+_NUMPY = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16",
+          "float32", "float64", "complex64", "complex128", "bool")
+_TORCH = {0: "float32", 1: "float32", 2: "float64", 3: "float64", 4: "complex64",
+          5: "complex64", 6: "complex128", 7: "complex128", 8: "float16", 9: "float16",
+          11: "uint8", 12: "int8", 13: "int16", 14: "int16", 15: "int32", 16: "int32",
+          17: "int64", 18: "int64", 19: "bool", 20: "uint16"}
+_FRAMED_MAGIC = b"LDFZ01\0\0"
+_PREFIX = struct.Struct("<8sHHIII")
+_FRAME = struct.Struct("<IIQII")
+
+
+def leaf_names(spec: Any, prefix: str = "") -> list[str]:
+    """The names of a treespec's leaves, in the order litdata stores them."""
+    if not isinstance(spec, dict) or spec.get("type") is None:
+        return [prefix or "item"]
+    children = spec.get("children_spec") or []
+    kind = spec.get("type")
+    try:
+        keys = json.loads(spec.get("context") or "null")
+    except ValueError:
+        keys = None
+    if kind not in ("builtins.dict", "collections.OrderedDict") or not isinstance(keys, list) \
+            or len(keys) != len(children):
+        keys = list(range(len(children)))
+    out: list[str] = []
+    for key, child in zip(keys, children, strict=True):
+        out += leaf_names(child, f"{prefix}.{key}" if prefix else str(key))
+    return out
+
+
+def _image_codec(serializer: str) -> str | None:
+    """The codec of an image leaf's serializer ("image:png" -> png), None for other leaves."""
+    name, _, ext = serializer.partition(":")
+    if name == "pil":
+        return "pil"
+    if name == "jpeg":
+        return "jpeg"
+    if name == "image":
+        return {"jpg": "jpeg", "jpeg": "jpeg"}.get(ext, ext or "jpeg")
+    return None
+
+
+def _encoding(serializer: str) -> str:
+    name, _, arg = serializer.partition(":")
+    if name in ("str", "text"):
+        return base.ENC_TEXT
+    if name == "json":
+        return base.ENC_JSON
+    if name == "no_header_numpy" and arg == str(_NUMPY.index("float32")):
+        return base.ENC_F32
+    if name in ("int", "float", "bool", "numpy", "no_header_numpy", "tensor",
+                "no_header_tensor"):
+        return base.ENC_VALUE
+    return base.ENC_BYTES
+
+
+def _with_header(data: bytes, dtypes: Any) -> np.ndarray:
+    code, ndim = struct.unpack_from("<II", data, 0)
+    shape = struct.unpack_from(f"<{ndim}I", data, 8)
+    return np.frombuffer(data, dtypes[code], offset=8 + 4 * ndim).reshape(shape)
+
+
+def _value(serializer: str, data: bytes) -> Any:
+    name, _, arg = serializer.partition(":")
+    if name == "int":
+        return struct.unpack("<q", data)[0]
+    if name == "float":
+        return struct.unpack("<d", data)[0]
+    if name == "bool":
+        return data[0] != 0
+    if name == "no_header_numpy":
+        return np.frombuffer(data, _NUMPY[int(arg)])
+    if name == "no_header_tensor":
+        return np.frombuffer(data, _TORCH[int(arg)])
+    if name == "numpy":
+        return _with_header(data, _NUMPY)
+    if name == "tensor":
+        return _with_header(data, _TORCH)
+    return data
+
+
+class LitdataExport(indexed.IndexedExport):
+    layout = "litdata"
+    what = "litdata"
+
+    def __init__(self, path: Loc, image_field: str | None = None) -> None:
+        super().__init__(path)
+        config = self.index.get("config") or {}
+        where = path / indexed.INDEX
+        loader = config.get("item_loader")
+        if loader not in (None, "PyTreeLoader"):
+            raise DsbenchError(f"items of {loader} (not samples of a pytree: a token stream "
+                               "or the like) hold no images for dsbench to read", path=where)
+        self.formats = [str(f) for f in config.get("data_format") or []]
+        try:
+            spec = json.loads(config.get("data_spec") or "null")
+        except ValueError:
+            spec = None
+        names = leaf_names(spec[1] if isinstance(spec, list) and len(spec) == 2 else spec)
+        if len(names) != len(self.formats):
+            names = [str(i) for i in range(len(self.formats))]
+        self.names = names
+        self.level = (config.get("compression_level") or "chunk") if config.get(
+            "compression") else None
+        self.image = self._image_leaf(image_field, where)
+        self.field_names = [n for n in names if n != self.image]
+        self.serializer = dict(zip(names, self.formats, strict=True))
+        self.field_encodings = {n: _encoding(self.serializer[n]) for n in self.field_names}
+
+    def _entries(self, index: dict[str, Any]) -> list[indexed.Entry]:
+        chunks, config = index.get("chunks"), index.get("config") or {}
+        where = self.path / indexed.INDEX
+        if not isinstance(chunks, list):
+            raise DsbenchError("not a litdata index: no list of chunks", path=where)
+        whole = config.get("compression") if (config.get("compression_level") or "chunk") \
+            == "chunk" else None
+        try:
+            return [indexed.Entry(str(c["filename"]), int(c["chunk_size"]),
+                                  int(c["chunk_bytes"]) if c.get("chunk_bytes") is not None
+                                  else None, whole) for c in chunks]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DsbenchError(f"a chunk of the index lacks or misstates {exc}",
+                               path=where) from None
+
+    def _image_leaf(self, image_field: str | None, where: Loc) -> str:
+        names, formats = self.names, self.formats
+        if image_field is not None:
+            if image_field not in names:
+                raise DsbenchError(f"--image-field {image_field}: no such leaf (leaves: "
+                                   f"{', '.join(names)})", path=where)
+            if formats[names.index(image_field)] != "bytes" and \
+                    _image_codec(formats[names.index(image_field)]) is None:
+                raise DsbenchError(f"--image-field {image_field}: its serializer is "
+                                   f"{formats[names.index(image_field)]}, not an image one",
+                                   path=where)
+            return image_field
+        images = [n for n, f in zip(names, formats, strict=True) if _image_codec(f)]
+        if len(images) != 1:
+            what = f"several image leaves ({', '.join(images)})" if images else (
+                "no image leaf: no jpeg, image or pil serializer among "
+                f"{', '.join(f'{n} ({f})' for n, f in zip(names, formats, strict=True))}")
+            raise DsbenchError(f"{what}; name the one to read with --image-field", path=where)
+        return images[0]
+
+    def _mapped(self, entry: indexed.Entry) -> bool:
+        return entry.compression is None and self.level in (None, "sample")
+
+    def _records(self, entry: indexed.Entry, shard: indexed.Shard, where: str
+                 ) -> Iterator[tuple[int, memoryview]]:
+        data = shard.data
+        if self.level == "batch" or bytes(data[:8]) == _FRAMED_MAGIC:
+            yield from _framed(data, entry.samples, where)
+            return
+        for i, record in super()._records(entry, shard, where):
+            if not len(record):
+                raise SampleError("the chunk holds an Arrow footer, not pytree items (an "
+                                  "export without media)", path=where)
+            if self.level == "sample":
+                record = memoryview(indexed.decompress(bytes(record), "zstd", None, where))
+            yield i, record
+
+    def _sample(self, entry: indexed.Entry, data: Any, key: str, where: str
+                ) -> base.RawSample:
+        k = len(self.formats)
+        if len(data) < 4 * k:
+            raise SampleError(f"corrupt item: {len(data)} bytes, shorter than its header",
+                              path=where, key=key)
+        sizes = np.frombuffer(data, "<u4", k).tolist()
+        if 4 * k + sum(sizes) != len(data):
+            raise SampleError(f"corrupt item: its leaves take {4 * k + sum(sizes)} bytes of "
+                              f"{len(data)}", path=where, key=key)
+        pos, values = 4 * k, {}
+        for name, n in zip(self.names, sizes, strict=True):
+            values[name] = bytes(data[pos:pos + n])
+            pos += n
+        image = values[self.image]
+        codec = _image_codec(self.serializer[self.image])
+        codec = "pil" if codec == "pil" else (sniff_codec(image) or codec)
+        if codec is None:
+            raise SampleError(f"leaf {self.image!r} holds bytes that are not an image (they "
+                              f"start {image[:8]!r})", path=where, key=key)
+        fields: dict[str, Any] = {}
+        for name in self.field_names:
+            s = self.serializer[name]
+            try:
+                fields[name] = (values[name] if self.field_encodings[name] != base.ENC_VALUE
+                                else _value(s, values[name]))
+            except (struct.error, ValueError, KeyError, IndexError) as exc:
+                raise SampleError(f"cannot read leaf {name!r} ({s}): {exc}", path=where,
+                                  key=key) from None
+        return base.RawSample(key, where, image, codec, fields, self.field_encodings)
+
+    def fields(self) -> dict[str, str]:
+        return {n: self.serializer[n] for n in self.field_names}
+
+
+def _framed(data: memoryview, samples: int, where: str) -> Iterator[tuple[int, memoryview]]:
+    """The items of a framed zstd chunk (see the module docstring), frame by frame."""
+    if len(data) < _PREFIX.size or bytes(data[:8]) != _FRAMED_MAGIC:
+        raise SampleError("not a framed zstd chunk (no LDFZ01 header), though the index "
+                          "says compression_level batch", path=where)
+    _, version, _, n, _, frames = _PREFIX.unpack_from(data, 0)
+    if version != 1 or n != samples:
+        raise SampleError(f"framed chunk of version {version} with {n} items, where the index "
+                          f"says {samples}", path=where)
+    if len(data) < _PREFIX.size + 4 * (n + 1):
+        raise SampleError("truncated in its offset table", path=where)
+    offsets = np.frombuffer(data, "<u4", n + 1, _PREFIX.size).tolist()
+    table = _PREFIX.size + 4 * (n + 1)
+    if len(data) < table + _FRAME.size * frames:
+        raise SampleError("truncated in its frame table", path=where)
+    for f in range(frames):
+        first, count, offset, stored, raw = _FRAME.unpack_from(data, table + f * _FRAME.size)
+        if offset + stored > len(data):
+            raise SampleError(f"truncated: frame {f} ends at byte {offset + stored}, but the "
+                              f"chunk has {len(data)}", path=where)
+        block = memoryview(indexed.decompress(bytes(data[offset:offset + stored]), "zstd", raw,
+                                              where))
+        start = offsets[first]
+        for i in range(first, first + count):
+            yield i, block[offsets[i] - start:offsets[i + 1] - start]
+
+
+class LitdataAdapter:
+    name = "litdata"
+
+    def detect(self, path: Loc) -> bool:
+        index = indexed.index_of(path)
+        return isinstance((index or {}).get("chunks"), list) and isinstance(
+            (index or {}).get("config"), dict)
+
+    def open(self, path: Loc, image_field: str | None = None) -> LitdataExport:
+        return LitdataExport(path, image_field)
+
+
+ADAPTER = LitdataAdapter()

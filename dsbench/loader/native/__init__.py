@@ -1,0 +1,230 @@
+"""Native readers: an export read through its format's own library, as its users read it
+(`bench --backend native`).
+
+Each format's module builds the library's dataset in the main process, as a training script
+does before it hands the dataset to torch's DataLoader (MosaicML's StreamingDataset, litdata's
+StreamingDataset, a `datasets` Dataset with torch formatting, Lance's LanceDataset, the
+tfrecord package's reader, webdataset's WebDataset), and iterates one epoch of a loader
+worker's share in that worker. What the library hands over (a PIL image, a tensor, a decoded
+array, bytes) becomes a RawSample of codec `decoded` (or the bytes' own codec), so that the
+loader's stages and accounting are dsbench's own: `read` is the library's iteration (its
+reading and, where the library decodes, its decoding), `decode` what turning its image into
+pixels still costs (a PIL image's lazy decode, a tensor's copy), then fields, the transform
+and collation as for dsbench's reader. The worker processes, windows, rounds and OS
+accounting are the torch backend's (torch_source.py).
+
+A session (`session`) gives the libraries a private temporary directory (TMPDIR and the
+Hugging Face cache point into it) and removes it, with any shared memory the library made,
+when the round ends; the result names the library and its version (`reader`).
+
+In: dsbench's own export (for the image column and the units). Out: a picklable opener whose
+exports yield RawSamples through the library. May import: adapters, storage and the
+foundation modules; the format libraries only inside functions (each is an optional extra).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Protocol
+
+from dsbench.adapters import base
+from dsbench.errors import DsbenchError, SampleError
+from dsbench.storage.files import Loc, location
+
+READERS = {"mds": "dsbench.loader.native.mds", "litdata": "dsbench.loader.native.litdata",
+           "hf": "dsbench.loader.native.hf", "lance": "dsbench.loader.native.lance",
+           "tfrecord": "dsbench.loader.native.tfrecord", "wds": "dsbench.loader.native.wds"}
+DECODED = "decoded"  # a RawSample's codec when the library already decoded its image
+# Environment variables a library's caches and temporaries follow, pointed into the session.
+_CACHE_ENV = ("TMPDIR", "HF_HOME", "HF_DATASETS_CACHE")
+
+Item = tuple[str, Any, dict[str, Any]]  # key, image (PIL, array, tensor or bytes), fields
+
+
+class Reader(Protocol):
+    """One format's library; see the module docstring."""
+
+    library: str  # the distribution whose version the result names
+    usage: str  # how it is called, for people
+
+    def prepare(self, export: base.Export, batch_size: int, tmp: Path) -> Any:
+        """The library's dataset, built in the main process (picklable to workers)."""
+        ...
+
+    def epoch(self, prepared: Any, export: Any, worker: int, n_workers: int,
+              batch_size: int) -> Iterator[Item]:
+        """One epoch of loader worker `worker`'s share, in that worker."""
+        ...
+
+    def close(self, prepared: Any) -> None:
+        """Release what the dataset holds beyond the session's directory (shared memory)."""
+        ...
+
+
+def get(layout: str) -> Reader:
+    if layout not in READERS:
+        raise DsbenchError(f"--backend native: no native reader for layout {layout!r} "
+                           f"(native readers: {', '.join(READERS)}); files, arrow and parquet "
+                           "are read by dsbench's reader or --backend torch")
+    reader: Reader = importlib.import_module(READERS[layout]).READER
+    return reader
+
+
+# The extra that installs each format's library.
+EXTRAS = {"mds": "mds", "litdata": "litdata", "hf": "hf", "lance": "lance",
+          "tfrecord": "tfrecord", "wds": "torch"}
+
+
+def check(layout: str) -> None:
+    """Before any round: a native reader exists for the layout and its library is installed."""
+    reader = get(layout)
+    if version(reader.library) == "not installed":
+        raise DsbenchError(f"--backend native reads {layout} through {reader.library}, which "
+                           f"is not installed: pip install 'dsbench[{EXTRAS[layout]}]'")
+
+
+def version(distribution: str) -> str:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def describe(layout: str) -> dict[str, str]:
+    """What the result says of the native reader: the library, its version, the call."""
+    reader = get(layout)
+    return {"library": reader.library, "version": version(reader.library),
+            "usage": reader.usage}
+
+
+def require(module: str, extra: str) -> Any:
+    """Import a format library, or one line saying how to install it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise DsbenchError(f"--backend native needs {module}, which does not import ({exc}): "
+                           f"pip install 'dsbench[{extra}]'") from None
+
+
+@dataclass
+class NativeExport:
+    """A worker's view of the export through the library: `read` yields its share, epoch by
+    epoch as `endless` asks, as RawSamples of decoded (or encoded) images and plain fields."""
+
+    path: Loc
+    layout: str
+    prepared: Any
+    view: Any  # what the format's reader needs of dsbench's own export (the image column)
+    batch_size: int
+    ignored: list[str]
+
+    def read(self, worker: int = 0, n_workers: int = 1, skip: base.SkipHandler = None,
+             ) -> Iterator[base.RawSample]:
+        reader = get(self.layout)
+        where = str(self.path)
+        items = reader.epoch(self.prepared, self.view, worker, n_workers, self.batch_size)
+        while True:
+            try:
+                key, image, fields = next(items)
+            except StopIteration:
+                return
+            except (SampleError, DsbenchError):
+                raise
+            except Exception as exc:  # the library's own errors: one line naming the export
+                text = str(exc).strip().splitlines()
+                raise SampleError(f"{reader.library} failed: {type(exc).__name__}: "
+                                  f"{text[0] if text else ''}", path=where) from None
+            yield base.RawSample(key, where, image, _codec(image), fields,
+                                 dict.fromkeys(fields, base.ENC_VALUE))
+
+
+def _codec(image: Any) -> str:
+    if isinstance(image, bytes | bytearray | memoryview):
+        from dsbench.adapters.columns import sniff_codec
+
+        return sniff_codec(bytes(image[:16])) or "jpeg"
+    return DECODED
+
+
+@dataclass(frozen=True)
+class NativeOpener:
+    """Opens the export through the library in each loader worker (picklable: the dataset
+    built in the main process travels with it, as a DataLoader's dataset does)."""
+
+    path: str
+    layout: str
+    prepared: Any
+    view: Any
+    batch_size: int
+
+    def __call__(self, path: str) -> NativeExport:
+        return NativeExport(location(self.path), self.layout, self.prepared, self.view,
+                            self.batch_size, [])
+
+
+@contextlib.contextmanager
+def session(export: base.Export, batch_size: int) -> Iterator[NativeOpener]:
+    """A round's native reader: the library's dataset built in a private temporary directory,
+    released and removed at the end, however the round ends."""
+    reader = get(export.layout)
+    tmp = Path(tempfile.mkdtemp(prefix=f"dsbench-native-{os.getpid()}-"))
+    saved = {name: os.environ.get(name) for name in _CACHE_ENV}
+    saved_tempdir = tempfile.tempdir
+    prepared: Any = None
+    # torch keeps its compiler cache under the temporary directory it first sees; pinned where
+    # it would be without the session, so that a later use does not recreate the removed one.
+    saved["TORCHINDUCTOR_CACHE_DIR"] = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR",
+                          os.path.join(tempfile.gettempdir(), f"torchinductor_{_user()}"))
+    try:
+        for name in _CACHE_ENV:
+            os.environ[name] = str(tmp)
+        tempfile.tempdir = str(tmp)
+        prepared = reader.prepare(export, batch_size, tmp)
+        yield NativeOpener(str(export.path), export.layout, prepared, view_of(export),
+                           batch_size)
+    finally:
+        try:
+            if prepared is not None:
+                reader.close(prepared)
+        finally:
+            tempfile.tempdir = saved_tempdir
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _user() -> str:
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"
+
+
+@dataclass(frozen=True)
+class View:
+    """What the native readers need of dsbench's own export: where the image is, the units."""
+
+    image: str | None
+    units: tuple[str, ...]
+
+
+def view_of(export: base.Export) -> View:
+    plan = getattr(export, "plan", None)
+    image = getattr(plan, "image", None) or getattr(export, "image", None)
+    if image is None and hasattr(export, "image_field"):
+        image = export.image_field
+    return View(image if isinstance(image, str) else None, tuple(export.units()))

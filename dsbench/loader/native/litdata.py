@@ -1,0 +1,58 @@
+"""litdata exports through litdata's own `StreamingDataset`, as a training script reads it.
+
+Built once in the main process (`litdata.StreamingDataset(EXPORT)`) and iterated in each
+DataLoader worker, where the library takes its worker's chunks. Its image serializers decode
+JPEG to a CHW uint8 tensor with torchvision as they read (the read stage); the decode stage
+only turns that tensor into an HWC array for the transform. An export in an object store is
+given as the library's `Dir(path=CACHE, url=EXPORT)`, its cache in the session's directory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from dsbench.adapters import base
+from dsbench.loader.native import Item, View, require
+from dsbench.storage.files import is_remote
+
+
+def flat(sample: Any, prefix: str = "") -> dict[str, Any]:
+    """A pytree sample's leaves by the names dsbench's reader gives them ("a.b", "0")."""
+    if isinstance(sample, dict):
+        items = sample.items()
+    elif isinstance(sample, list | tuple):
+        items = enumerate(sample)  # type: ignore[assignment]
+    else:
+        return {prefix or "item": sample}
+    out: dict[str, Any] = {}
+    for key, value in items:
+        out.update(flat(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
+class LitdataReader:
+    library = "litdata"
+    usage = "litdata.StreamingDataset(EXPORT)"
+
+    def prepare(self, export: base.Export, batch_size: int, tmp: Path) -> Any:
+        litdata = require("litdata", "litdata")
+        if is_remote(export.path):
+            from litdata.streaming.resolver import Dir
+
+            return litdata.StreamingDataset(Dir(path=str(tmp / "cache"), url=str(export.path)))
+        return litdata.StreamingDataset(str(export.path))
+
+    def epoch(self, prepared: Any, view: View, worker: int, n_workers: int,
+              batch_size: int) -> Iterator[Item]:
+        for n, sample in enumerate(prepared):
+            leaves = flat(sample)
+            image = leaves.pop(view.image or "image")
+            yield f"{worker}:{n}", image, leaves
+
+    def close(self, prepared: Any) -> None:
+        pass  # its cache lies in the session's directory
+
+
+READER = LitdataReader()

@@ -1,0 +1,68 @@
+"""MDS through MosaicML Streaming's `StreamingDataset`, as a training script reads it.
+
+The dataset is built once in the main process (`StreamingDataset(local=EXPORT, batch_size=B,
+shuffle=False)`) and iterated in each DataLoader worker, where it takes its share of the
+samples from torch's worker info. An export whose shards are compressed, or that lives in an
+object store, is given as `remote` with the session's directory as `local`, where the library
+copies and decompresses shards, as it does for a job: reading a compressed export in place
+would write decompressed shards into it. A `jpeg`, `png` or `pil` column comes back as a PIL
+image, decoded when the loader asks for its pixels (the decode stage). The shared memory the
+library makes for its workers' coordination is removed when the round ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from multiprocessing.shared_memory import SharedMemory
+from pathlib import Path
+from typing import Any
+
+from dsbench.adapters import base
+from dsbench.loader.native import Item, View, require
+from dsbench.storage.files import is_remote
+
+
+class MdsReader:
+    library = "mosaicml-streaming"
+    usage = "streaming.StreamingDataset(local=EXPORT, batch_size=B, shuffle=False)"
+
+    def prepare(self, export: base.Export, batch_size: int, tmp: Path) -> Any:
+        streaming = require("streaming", "mds")
+        entries = getattr(export, "entries", [])
+        compressed = any(e.compression for e in entries)
+        where = (dict(remote=str(export.path), local=str(tmp / "mds"))
+                 if compressed or is_remote(export.path) else dict(local=str(export.path)))
+        return streaming.StreamingDataset(**where, batch_size=batch_size, shuffle=False)
+
+    def epoch(self, prepared: Any, view: View, worker: int, n_workers: int,
+              batch_size: int) -> Iterator[Item]:
+        for n, sample in enumerate(prepared):
+            image = sample[view.image]
+            yield f"{worker}:{n}", image, {k: v for k, v in sample.items() if k != view.image}
+
+    def close(self, prepared: Any) -> None:
+        # The library's shared-memory segments, through their own handles: unlinking them by
+        # name would leave them registered with Python's resource tracker, which then warns
+        # at exit that they are gone.
+        for shm in _segments(prepared):
+            with contextlib.suppress(OSError, BufferError):
+                shm.close()
+            with contextlib.suppress(OSError):
+                shm.unlink()
+
+
+def _segments(obj: Any, depth: int = 0) -> Iterator[SharedMemory]:
+    """The shared-memory segments a StreamingDataset holds (in its shared scalars, arrays and
+    barrier), found by walking its attributes a few levels deep."""
+    if isinstance(obj, SharedMemory):
+        yield obj
+        return
+    if depth > 3 or not hasattr(obj, "__dict__") or type(obj).__module__.split(".")[0] not in (
+            "streaming",):
+        return
+    for value in vars(obj).values():
+        yield from _segments(value, depth + 1)
+
+
+READER = MdsReader()

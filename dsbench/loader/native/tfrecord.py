@@ -1,0 +1,48 @@
+"""TFRecord files through the tfrecord package's reader (`tfrecord.reader.tfrecord_loader`),
+as a torch IterableDataset over files does: each DataLoader worker takes files[w::W] and reads
+them record by record; the package parses each tf.train.Example (protobuf) into arrays and
+bytes, without TensorFlow, and checks no CRC. The image feature's bytes are decoded by the
+loader's decode stage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from dsbench.adapters import base
+from dsbench.loader.native import Item, View, require
+
+
+def _plain(value: Any) -> Any:
+    """An int64 or float feature of one value as that value, as a training step reads it."""
+    if hasattr(value, "shape") and value.shape == (1,):
+        return value[0].item()
+    return value
+
+
+class TfrecordReader:
+    library = "tfrecord"
+    usage = "tfrecord.reader.tfrecord_loader(FILE, None), files split over DataLoader workers"
+
+    def prepare(self, export: base.Export, batch_size: int, tmp: Path) -> Any:
+        require("tfrecord", "tfrecord")
+        return None
+
+    def epoch(self, prepared: Any, view: View, worker: int, n_workers: int,
+              batch_size: int) -> Iterator[Item]:
+        from tfrecord.reader import tfrecord_loader
+
+        compressed = {True: "gzip", False: None}
+        for unit in view.units[worker::n_workers]:
+            for n, record in enumerate(tfrecord_loader(unit, None, compression_type=compressed[
+                    unit.endswith(".gz")])):
+                image = record.pop(view.image or "image/encoded")
+                yield f"{unit}:{n}", bytes(image), {k: _plain(v) for k, v in record.items()}
+
+    def close(self, prepared: Any) -> None:
+        pass
+
+
+READER = TfrecordReader()

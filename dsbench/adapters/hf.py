@@ -75,7 +75,9 @@ def feature_type(feature: Any) -> str:
     """A feature as people read it: Value(string), ClassLabel (10 names), List(float32, 4)."""
     if not isinstance(feature, dict):
         return "List" if isinstance(feature, list) else str(feature)
-    kind = feature.get("_type", "?")
+    if "_type" not in feature:  # a struct: a dict of features
+        return "{" + ", ".join(f"{k}: {feature_type(v)}" for k, v in feature.items()) + "}"
+    kind = feature["_type"]
     if kind == "Value":
         return f"Value({feature.get('dtype')})"
     if kind == "ClassLabel":

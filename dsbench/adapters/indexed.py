@@ -175,7 +175,10 @@ class IndexedExport(base.ReadsUnits):
                 self.broken[str(path / e.name)] = (
                     f"{have} bytes, but {e.stored_bytes} by the index "
                     f"({'truncated' if have < e.stored_bytes else 'longer than written'})")
-        self.ignored = base.unread(path, {e.name for e in self.entries}, (INDEX,))
+        # A merged index's parts keep their own index.json: read for nothing, and not data.
+        self.ignored = [rel for rel in base.unread(path, {e.name for e in self.entries},
+                                                   (INDEX,))
+                        if rel.rpartition("/")[2] != INDEX]
 
     # ---- hooks of a format ----
 

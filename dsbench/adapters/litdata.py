@@ -16,7 +16,7 @@ The image is the leaf named by --image-field, else the only one with an image se
 (`jpeg`, `image:<ext>`: the stored bytes; `pil`: raw pixels). Other leaves are fields: `str`,
 `text` and `json` kept as stored for the fields stage, a float32 `no_header_numpy` as float32
 bytes, numbers and other arrays decoded here, `pickle` and unknown serializers passed on as
-bytes, never unpickled. Keys are the sample's number in the export.
+bytes, never unpickled. The key is a `key` or `__key__` str leaf's text, else the sample's number in the export.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from dsbench.adapters import base, indexed
-from dsbench.adapters.columns import sniff_codec
+from dsbench.adapters.columns import KEY_NAMES, sniff_codec
 from dsbench.errors import DsbenchError, SampleError
 from dsbench.storage.files import Loc
 
@@ -140,8 +140,9 @@ class LitdataExport(indexed.IndexedExport):
         self.level = (config.get("compression_level") or "chunk") if config.get(
             "compression") else None
         self.image = self._image_leaf(image_field, where)
-        self.field_names = [n for n in names if n != self.image]
         self.serializer = dict(zip(names, self.formats, strict=True))
+        self.key = next((n for n in KEY_NAMES if self.serializer.get(n) == "str"), None)
+        self.field_names = [n for n in names if n not in (self.image, self.key)]
         self.field_encodings = {n: _encoding(self.serializer[n]) for n in self.field_names}
 
     def _entries(self, index: dict[str, Any]) -> list[indexed.Entry]:
@@ -210,6 +211,8 @@ class LitdataExport(indexed.IndexedExport):
         for name, n in zip(self.names, sizes, strict=True):
             values[name] = bytes(data[pos:pos + n])
             pos += n
+        if self.key is not None:
+            key = values[self.key].decode("utf-8", "replace")
         image = values[self.image]
         codec = _image_codec(self.serializer[self.image])
         codec = "pil" if codec == "pil" else (sniff_codec(image) or codec)

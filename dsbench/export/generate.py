@@ -13,6 +13,7 @@ import json
 import math
 import multiprocessing
 import os
+import shutil
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -27,7 +28,7 @@ from dsbench.adapters.base import MANIFEST
 from dsbench.errors import DsbenchError
 from dsbench.export.spec import ExportSpec
 from dsbench.export.synth import make_samples
-from dsbench.export.write import WRITERS, is_whole
+from dsbench.export.write import is_whole, writer_of
 from dsbench.fmt import Progress
 
 
@@ -112,15 +113,40 @@ def prepare(out: Path, started: dict[str, Any]) -> None:
 
 def missing_units(spec: ExportSpec, out: Path, samples: int) -> list[tuple[int, int, int]]:
     """unit_ranges of the units not yet whole in `out`: what a (re-)run writes."""
-    writer = WRITERS[spec.layout]
-    return [r for r in unit_ranges(spec, samples)
+    writer = writer_of(spec)
+    ranges = unit_ranges(spec, samples)
+    if writer.finished is not None and (out / writer.finished).is_file():
+        return []  # joined: the units are gone into the whole
+    if writer.units_done is not None:
+        return ranges[writer.units_done(spec, out):]
+    return [r for r in ranges
             if not all(is_whole(p) for p in writer.unit_paths(spec, out, r[0]))]
 
 
+def finish(spec: ExportSpec, out: Path, samples: int) -> None:
+    """What the format needs once every unit is whole (a merged index, the units joined)."""
+    writer = writer_of(spec)
+    if writer.finish is not None and not (writer.finished and (out / writer.finished).is_file()):
+        with library_errors(spec, "joining the units"):
+            writer.finish(spec, out, len(unit_ranges(spec, samples)))
+
+
+def pool_jobs(spec: ExportSpec, jobs: int | None, todo: int) -> int:
+    """Processes to write with: one for a format whose units go in one after another."""
+    if writer_of(spec).sequential:
+        return 1
+    return max(1, min(jobs or len(os.sched_getaffinity(0)), todo))
+
+
 def _remove_temporaries(out_dir: Path) -> None:
-    """What a killed writer left: its temporaries (a finished write leaves none)."""
-    for tmp in out_dir.rglob(".*"):
-        if tmp.is_file() and atomic.is_tmp(tmp):
+    """What a killed writer left: its temporaries, files or directories (a finished write
+    leaves none)."""
+    for tmp in sorted(out_dir.rglob(".*"), key=lambda p: len(p.parts)):
+        if not atomic.is_tmp(tmp):
+            continue
+        if tmp.is_dir() and not tmp.is_symlink():
+            shutil.rmtree(tmp, ignore_errors=True)
+        elif tmp.exists() or tmp.is_symlink():
             tmp.unlink(missing_ok=True)
 
 
@@ -166,8 +192,22 @@ def worker_pool(out: Path, workers: int, start: str = "fork",
 
 def _write_unit(job: tuple[ExportSpec, Path, int, int, int, int]) -> int:
     spec, out_dir, seed, unit, start, stop = job
-    WRITERS[spec.layout].write_unit(spec, out_dir, unit, make_samples(spec, seed, start, stop))
+    with library_errors(spec, f"unit {unit}"):
+        writer_of(spec).write_unit(spec, out_dir, unit, make_samples(spec, seed, start, stop))
     return stop - start
+
+
+@contextmanager
+def library_errors(spec: ExportSpec, what: str) -> Iterator[None]:
+    """A format library's own error while writing, as one line naming the layout and unit."""
+    try:
+        yield
+    except (DsbenchError, OSError):
+        raise
+    except Exception as exc:
+        text = str(exc).strip().splitlines()
+        raise DsbenchError(f"the {spec.layout} writer failed on {what}: {type(exc).__name__}: "
+                           f"{text[0] if text else ''}") from None
 
 
 def generate(spec: ExportSpec, out_dir: str | Path, samples: int | None = None, seed: int = 0,
@@ -181,13 +221,15 @@ def generate(spec: ExportSpec, out_dir: str | Path, samples: int | None = None, 
         raise DsbenchError(f"--seed must be non-negative, got {seed}")
     prepare(out, manifest(spec, n, seed, complete=False))
     todo = [(spec, out, seed, u, a, b) for u, a, b in missing_units(spec, out, n)]
-    workers = max(1, min(jobs or len(os.sched_getaffinity(0)), len(todo)))
+    workers = pool_jobs(spec, jobs, len(todo))
     bar = Progress(f"generate {spec.name}", sum(j[5] - j[4] for j in todo), "samples")
     t0, cpu0 = time.perf_counter(), cpu_with_children()
     try:
         with worker_pool(out, workers) as pool:
-            for done in pool.imap_unordered(_write_unit, todo):
+            # In order: a sequential format's units must be written one after another.
+            for done in pool.imap(_write_unit, todo):
                 bar.advance(done)
+        finish(spec, out, n)
     finally:
         bar.close()
     write_manifest(out, manifest(spec, n, seed, complete=True))

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,8 +40,11 @@ from dsbench.export.carry import FieldPlan, carried_values, plan_fields, source_
 from dsbench.export.generate import (
     GenerateReport,
     cpu_with_children,
+    finish,
+    library_errors,
     manifest,
     missing_units,
+    pool_jobs,
     prepare,
     unit_ranges,
     worker_pool,
@@ -50,7 +52,7 @@ from dsbench.export.generate import (
 )
 from dsbench.export.spec import IMAGE_EXT, ExportSpec
 from dsbench.export.synth import sample_key, synthesised_field
-from dsbench.export.write import WRITERS
+from dsbench.export.write import writer_of
 from dsbench.fmt import Progress
 from dsbench.storage import files as store
 
@@ -132,10 +134,11 @@ def _write_job(job: _Job) -> int:
     try:
         for _ in range(job.skip):
             take()
-        writer = WRITERS[job.spec.layout]
+        writer = writer_of(job.spec)
         for unit, first, stop in job.writes:
             samples = [_sample(job, index, take()) for index in range(first, stop)]
-            writer.write_unit(job.spec, job.out, unit, samples)
+            with library_errors(job.spec, f"unit {unit}"):
+                writer.write_unit(job.spec, job.out, unit, samples)
             written += stop - first
     finally:
         close = getattr(reader, "close", None)
@@ -250,7 +253,7 @@ def reexport(spec: ExportSpec, out_dir: str | Path, source: str, samples: int | 
     prepare(out, manifest(spec, n, seed, complete=False, source=provenance))
 
     todo = missing_units(spec, out, n)
-    workers = max(1, min(jobs or len(os.sched_getaffinity(0)), len(todo)))
+    workers = pool_jobs(spec, jobs, len(todo))
     tasks = []
     for group in _jobs(todo, starts, workers):
         j0, j1 = _unit_of(starts, group[0][1]), _unit_of(starts, group[-1][2] - 1)
@@ -265,8 +268,9 @@ def reexport(spec: ExportSpec, out_dir: str | Path, source: str, samples: int | 
         if tasks:
             with worker_pool(out, workers, "spawn" if remote else "fork", _open_source,
                              (source, export.layout)) as pool:
-                for done in pool.imap_unordered(_write_job, tasks):
+                for done in pool.imap(_write_job, tasks):
                     bar.advance(done)
+        finish(spec, out, n)
     finally:
         bar.close()
     write_manifest(out, manifest(spec, n, seed, complete=True, source=provenance))

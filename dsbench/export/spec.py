@@ -15,7 +15,12 @@ from typing import Any
 from dsbench import atomic
 from dsbench.errors import DsbenchError
 
-LAYOUTS = ("files", "wds", "arrow", "parquet")
+LAYOUTS = ("files", "wds", "arrow", "parquet", "mds", "litdata", "hf", "lance", "tfrecord")
+# Layouts written through their format's own library (export.libraries).
+LIBRARY_LAYOUTS = ("mds", "litdata", "hf", "lance", "tfrecord")
+HF_FORMS = ("save_to_disk", "hub")
+# Whole-shard compression each library offers for its shards (None: uncompressed).
+COMPRESSIONS = {"mds": ("zstd", "gz", "bz2", "br", "snappy"), "litdata": ("zstd",)}
 CODECS = ("jpeg", "png", "raw")
 SIZE_DISTRIBUTIONS = ("imagenet", "fixed")
 FIELD_TYPES = ("int", "string", "embedding", "boxes")
@@ -77,6 +82,8 @@ class ExportSpec:
     image: ImageSpec = field(default_factory=ImageSpec)
     fields: tuple[FieldSpec, ...] = ()
     source: str = ""
+    form: str = "save_to_disk"  # hf: save_to_disk's layout, or the Hub's Parquet ("hub")
+    compression: str | None = None  # mds, litdata: how their shards are compressed
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for manifests and result documents."""
@@ -91,7 +98,7 @@ class ExportSpec:
 
 _TOP_KEYS = {
     "name", "description", "layout", "samples", "shard_samples", "fields_as", "files_per_dir",
-    "image", "fields",
+    "image", "fields", "form", "compression",
 }
 _IMAGE_KEYS = {"codec", "quality", "sizes", "width", "height"}
 _FIELD_KEYS = {
@@ -167,13 +174,28 @@ def _field(src: str, name: str, raw: Any, layout: str) -> FieldSpec:
             raise _fail(src, key + ".dim", "an embedding needs its dimension")
         encoding = _take_choice(src, key + ".encoding", raw.get("encoding", "binary"),
                                 EMBEDDING_ENCODINGS)
-        if encoding == "list" and layout not in ("arrow", "parquet"):
+        if encoding == "list" and layout not in ("arrow", "parquet", *LIBRARY_LAYOUTS):
             raise _fail(src, key + ".encoding",
                         "'list' is a columnar encoding; use 'binary' or 'json' for " + layout)
+        if encoding == "json" and layout in ("litdata", "hf", "tfrecord"):
+            raise _fail(src, key + ".encoding", f"{layout} stores an embedding as a float32 "
+                        "array; use 'list'")
         return FieldSpec(name, ftype, dim=_take_int(src, key + ".dim", raw["dim"], 1, 65536),
                          encoding=encoding, ext=ext)
+    if layout in ("litdata", "tfrecord"):
+        raise _fail(src, key + ".type", f"{layout} has no list-of-records type for boxes (a "
+                    "variable list of records); leave the field out")
     max_boxes = _take_int(src, key + ".max_boxes", raw.get("max_boxes", 8), 0, 10_000)
     return FieldSpec(name, ftype, max_boxes=max_boxes, ext=ext)
+
+
+def _compression(src: str, layout: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    if layout not in COMPRESSIONS:
+        raise _fail(src, "compression", f"{layout} shards are not compressed by dsbench's "
+                    "writer (mds and litdata shards are)")
+    return _take_choice(src, "compression", value, COMPRESSIONS[layout])
 
 
 def member_ext(spec: ExportSpec, f: FieldSpec) -> str:
@@ -218,7 +240,14 @@ def parse_spec(data: dict[str, Any], source: str) -> ExportSpec:
         image=_image(source, data.get("image", {})),
         fields=fields,
         source=source,
+        form=_take_choice(source, "form", data.get("form", "save_to_disk"), HF_FORMS),
+        compression=_compression(source, layout, data.get("compression")),
     )
+    if "form" in data and layout != "hf":
+        raise _fail(source, "form", "only a Hugging Face (hf) export has a form")
+    if spec.layout == "hf" and spec.image.codec == "raw":
+        raise _fail(source, "image.codec", "a Hugging Face Image feature holds encoded "
+                    "images (jpeg, png); raw .npy images are not one")
     if spec.layout in ("files", "wds"):
         exts: dict[str, str] = {spec.image.ext: "image"}
         if spec.fields_as == "json":

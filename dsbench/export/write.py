@@ -38,6 +38,7 @@ import pyarrow.parquet as pq
 
 from dsbench import atomic
 from dsbench.adapters import base
+from dsbench.export import libraries
 from dsbench.export.encode import member_exts, sample_members, to_record_batch
 from dsbench.export.spec import ExportSpec
 
@@ -52,11 +53,21 @@ Samples = list[dict[str, Any]]
 
 @dataclass(frozen=True)
 class Writer:
-    """How one layout lays out a unit: its final paths, and the function that writes them."""
+    """How one layout lays out a unit: its final paths, and the function that writes them.
+
+    Formats written through their own libraries (export.libraries) may also need a step once
+    every unit is whole (`finish(spec, out, units)`: a merged index, the units joined), may
+    know their finished units otherwise than by their paths (`units_done(spec, out)`: Lance's
+    rows), and may need their units written one after another, in order (`sequential`)."""
 
     layout: str
     unit_paths: Callable[[ExportSpec, Path, int], list[Path]]
     write_unit: Callable[[ExportSpec, Path, int, Samples], None]
+    finish: Callable[[ExportSpec, Path, int], None] | None = None
+    units_done: Callable[[ExportSpec, Path], int] | None = None
+    sequential: bool = False
+    # The file whose presence says `finish` ran (its units are then gone).
+    finished: str | None = None
 
 
 def _shard(suffix: str) -> Callable[[ExportSpec, Path, int], list[Path]]:
@@ -86,6 +97,26 @@ def _sample_count(spec: ExportSpec, out_dir: Path) -> int:
     manifest = base.read_manifest(out_dir) or {}
     count = manifest.get("samples")
     return count if isinstance(count, int) and not isinstance(count, bool) else spec.samples
+
+
+def total_units(spec: ExportSpec, out_dir: Path) -> int:
+    """Units of the export being written (names such as `-of-00004` hold it)."""
+    return -(-_sample_count(spec, out_dir) // spec.shard_samples)
+
+
+def _counted(write: Callable[[ExportSpec, Path, int, int, Samples], None]
+             ) -> Callable[[ExportSpec, Path, int, Samples], None]:
+    """A library writer, given the export's unit count (its file names hold it)."""
+    return lambda spec, out, unit, samples: write(spec, out, unit, total_units(spec, out),
+                                                 samples)
+
+
+def _library(paths: Callable[[ExportSpec, Path, int, int], list[Path]],
+             write: Callable[[ExportSpec, Path, int, int, Samples], None]
+             ) -> tuple[Callable[[ExportSpec, Path, int], list[Path]],
+                        Callable[[ExportSpec, Path, int, Samples], None]]:
+    return (lambda spec, out, unit: paths(spec, out, unit, total_units(spec, out)),
+            _counted(write))
 
 
 def _file_paths(spec: ExportSpec, out_dir: Path, unit: int) -> list[Path]:
@@ -173,4 +204,20 @@ WRITERS: dict[str, Writer] = {
     "files": Writer("files", _file_paths, _write_files),
     "arrow": Writer("arrow", _shard(".arrow"), _write_arrow),
     "parquet": Writer("parquet", _shard(".parquet"), _write_parquet),
+    "mds": Writer("mds", *_library(libraries.mds_unit_paths, libraries.write_mds),
+                  finish=libraries.finish_mds),
+    "litdata": Writer("litdata", *_library(libraries.units_path, libraries.write_litdata),
+                      finish=libraries.finish_litdata, finished="index.json"),
+    "hf": Writer("hf", *_library(libraries.units_path, libraries.write_hf),
+                 finish=libraries.finish_hf, finished="state.json"),
+    "hf-hub": Writer("hf", *_library(libraries.hub_paths, libraries.write_hf)),
+    "lance": Writer("lance", lambda spec, out, unit: [], _counted(libraries.write_lance),
+                    units_done=libraries.lance_units_done, sequential=True),
+    "tfrecord": Writer("tfrecord", *_library(libraries.tfrecord_paths,
+                                             libraries.write_tfrecord)),
 }
+
+
+def writer_of(spec: ExportSpec) -> Writer:
+    """The writer of a definition: its layout's, and for `hf` its form's."""
+    return WRITERS["hf-hub" if spec.layout == "hf" and spec.form == "hub" else spec.layout]

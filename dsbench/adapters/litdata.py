@@ -16,7 +16,8 @@ The image is the leaf named by --image-field, else the only one with an image se
 (`jpeg`, `image:<ext>`: the stored bytes; `pil`: raw pixels). Other leaves are fields: `str`,
 `text` and `json` kept as stored for the fields stage, a float32 `no_header_numpy` as float32
 bytes, numbers and other arrays decoded here, `pickle` and unknown serializers passed on as
-bytes, never unpickled. The key is a `key` or `__key__` str leaf's text, else the sample's number in the export.
+bytes, never unpickled. The key is a `key` or `__key__` str leaf's text, else the sample's
+number in the export.
 """
 
 from __future__ import annotations

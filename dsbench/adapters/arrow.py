@@ -135,7 +135,10 @@ class ArrowExport(ColumnarExport):
 
     def _header(self, path: Loc) -> tuple[pa.Schema, int | None]:
         with _Mapped(path) as m:
-            return m.reader.schema, (None if m.stream else m.count_rows())
+            # A stream has no footer: a local one is counted here, while opening (its batches
+            # are mapped, so this reads message headers), rather than by reopening it at the
+            # first read that needs its row count; a remote one would be fetched whole.
+            return m.reader.schema, (None if m.stream and m.remote else m.count_rows())
 
     def _count_rows(self, path: Loc) -> int:
         with _Mapped(path) as m:

@@ -26,6 +26,7 @@ from typing import Any
 from dsbench import atomic, procs
 from dsbench.adapters.base import MANIFEST
 from dsbench.errors import DsbenchError
+from dsbench.export.libraries import UNITS
 from dsbench.export.spec import ExportSpec
 from dsbench.export.synth import make_samples
 from dsbench.export.write import is_whole, writer_of
@@ -115,10 +116,12 @@ def missing_units(spec: ExportSpec, out: Path, samples: int) -> list[tuple[int, 
     """unit_ranges of the units not yet whole in `out`: what a (re-)run writes."""
     writer = writer_of(spec)
     ranges = unit_ranges(spec, samples)
-    if writer.finished is not None and (out / writer.finished).is_file():
+    if writer.finished is not None and (out / writer.finished).is_file() and \
+            not (out / UNITS).exists():
         return []  # joined: the units are gone into the whole
-    if writer.units_done is not None:
-        return ranges[writer.units_done(spec, out):]
+    if writer.rows_done is not None:
+        rows = writer.rows_done(spec, out)
+        return [r for r in ranges if r[2] > rows]
     return [r for r in ranges
             if not all(is_whole(p) for p in writer.unit_paths(spec, out, r[0]))]
 
@@ -126,9 +129,16 @@ def missing_units(spec: ExportSpec, out: Path, samples: int) -> list[tuple[int, 
 def finish(spec: ExportSpec, out: Path, samples: int) -> None:
     """What the format needs once every unit is whole (a merged index, the units joined)."""
     writer = writer_of(spec)
-    if writer.finish is not None and not (writer.finished and (out / writer.finished).is_file()):
+    if writer.finish is not None and not (writer.finished and (out / writer.finished).is_file()
+                                          and not (out / UNITS).exists()):
         with library_errors(spec, "joining the units"):
             writer.finish(spec, out, len(unit_ranges(spec, samples)))
+
+
+def start_method(spec: ExportSpec, default: str = "fork") -> str:
+    """How the writing processes start: a library that is not fork-safe (Lance: its runtime's
+    threads) is written from spawned processes."""
+    return "spawn" if writer_of(spec).sequential else default
 
 
 def pool_jobs(spec: ExportSpec, jobs: int | None, todo: int) -> int:
@@ -225,7 +235,7 @@ def generate(spec: ExportSpec, out_dir: str | Path, samples: int | None = None, 
     bar = Progress(f"generate {spec.name}", sum(j[5] - j[4] for j in todo), "samples")
     t0, cpu0 = time.perf_counter(), cpu_with_children()
     try:
-        with worker_pool(out, workers) as pool:
+        with worker_pool(out, workers, start_method(spec)) as pool:
             # In order: a sequential format's units must be written one after another.
             for done in pool.imap(_write_unit, todo):
                 bar.advance(done)

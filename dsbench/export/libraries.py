@@ -126,6 +126,7 @@ def write_mds(spec: ExportSpec, out: Path, unit: int, total: int, samples: Sampl
 def finish_mds(spec: ExportSpec, out: Path, total: int) -> None:
     from streaming.base.util import merge_index
 
+    (out / "index.json").unlink(missing_ok=True)  # an interrupted merge's, made again
     logging.disable(logging.WARNING)  # it logs the temporary directory it uses, on the root logger
     try:
         merge_index([str(out / f"part-{u:05d}" / "index.json") for u in range(total)],
@@ -170,6 +171,9 @@ def finish_litdata(spec: ExportSpec, out: Path, total: int) -> None:
     from litdata import merge_datasets
 
     units = [str(out / UNITS / f"{u:05d}") for u in range(total)]
+    for p in out.glob("chunk-*.bin"):  # an interrupted merge's, made again
+        p.unlink()
+    (out / "index.json").unlink(missing_ok=True)
     if total == 1:
         for p in Path(units[0]).iterdir():
             os.replace(p, out / p.name)
@@ -234,12 +238,12 @@ def finish_hf(spec: ExportSpec, out: Path, total: int) -> None:
 
 # ---- Lance -----------------------------------------------------------------------------------
 
-def lance_units_done(spec: ExportSpec, out: Path) -> int:
-    """Units already appended: Lance commits each append whole, so the rows tell."""
+def lance_rows(spec: ExportSpec, out: Path) -> int:
+    """Rows already appended: Lance commits each append whole, so they end a unit."""
     if not (out / "_versions").is_dir():
         return 0
     lance = require("lance", "lance")
-    return int(lance.dataset(str(out)).count_rows()) // spec.shard_samples
+    return int(lance.dataset(str(out)).count_rows())
 
 
 def write_lance(spec: ExportSpec, out: Path, unit: int, total: int, samples: Samples) -> None:

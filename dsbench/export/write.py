@@ -57,16 +57,17 @@ class Writer:
 
     Formats written through their own libraries (export.libraries) may also need a step once
     every unit is whole (`finish(spec, out, units)`: a merged index, the units joined), may
-    know their finished units otherwise than by their paths (`units_done(spec, out)`: Lance's
-    rows), and may need their units written one after another, in order (`sequential`)."""
+    know their finished units otherwise than by their paths (`rows_done(spec, out)`: the rows
+    a Lance dataset holds, which commits each append whole), and may need their units written
+    one after another, in order (`sequential`)."""
 
     layout: str
     unit_paths: Callable[[ExportSpec, Path, int], list[Path]]
     write_unit: Callable[[ExportSpec, Path, int, Samples], None]
     finish: Callable[[ExportSpec, Path, int], None] | None = None
-    units_done: Callable[[ExportSpec, Path], int] | None = None
+    rows_done: Callable[[ExportSpec, Path], int] | None = None
     sequential: bool = False
-    # The file whose presence says `finish` ran (its units are then gone).
+    # The file whose presence, once the units' directory is gone, says `finish` ran.
     finished: str | None = None
 
 
@@ -212,7 +213,7 @@ WRITERS: dict[str, Writer] = {
                  finish=libraries.finish_hf, finished="state.json"),
     "hf-hub": Writer("hf", *_library(libraries.hub_paths, libraries.write_hf)),
     "lance": Writer("lance", lambda spec, out, unit: [], _counted(libraries.write_lance),
-                    units_done=libraries.lance_units_done, sequential=True),
+                    rows_done=libraries.lance_rows, sequential=True),
     "tfrecord": Writer("tfrecord", *_library(libraries.tfrecord_paths,
                                              libraries.write_tfrecord)),
 }

@@ -44,6 +44,7 @@ from dsbench.adapters.survey import summarize
 from dsbench.errors import DsbenchError
 from dsbench.loader import native, worker
 from dsbench.loader.counts import Counts, count_pass
+from dsbench.loader.native.session import session
 from dsbench.loader.options import BenchOptions
 from dsbench.loader.sources import ShmSource, check_memory
 from dsbench.loader.torch_source import TorchSource
@@ -198,8 +199,9 @@ def run_round(path: Loc, opts: BenchOptions, n_workers: int) -> dict[str, Any]:
         if opts.backend == "native":
             # The library's dataset is built here, in the main process, as a job builds it.
             export = worker.open_export(str(path), opts.export_opener())
-            opener = stack.enter_context(native.session(export, opts.batch_size))
-            source = TorchSource(path, opts.pipeline(), n_workers, opts, opener)
+            lib = stack.enter_context(session(export, opts.batch_size))
+            source = TorchSource(path, opts.pipeline(), n_workers, opts, lib.opener,
+                                 lib.context)
         elif opts.backend == "torch":
             source = TorchSource(path, opts.pipeline(), n_workers, opts)
         else:

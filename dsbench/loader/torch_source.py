@@ -121,7 +121,7 @@ class TorchSource:
     """The same work through torch.utils.data.DataLoader (an IterableDataset, spawn workers)."""
 
     def __init__(self, path: Loc, pipeline: Pipeline, n_workers: int, opts: Any,
-                 opener: Callable[[str], Any] | None = None) -> None:
+                 opener: Callable[[str], Any] | None = None, context: Any = "spawn") -> None:
         try:
             from torch.utils.data import DataLoader
         except ImportError:
@@ -132,7 +132,7 @@ class TorchSource:
         # Same start method as ShmSource, for the same reason; in-order delivery is the default.
         self.loader = DataLoader(dataset, batch_size=opts.batch_size, num_workers=n_workers,
                                  prefetch_factor=opts.prefetch, collate_fn=torch_collate,
-                                 multiprocessing_context="spawn",
+                                 multiprocessing_context=context,
                                  timeout=opts.stall_s or STARTUP_STALL_S)
         self.it: Any = iter(self.loader)
 

@@ -13,9 +13,8 @@ pixels still costs (a PIL image's lazy decode, a tensor's copy), then fields, th
 and collation as for dsbench's reader. The worker processes, windows, rounds and OS
 accounting are the torch backend's (torch_source.py).
 
-A session (`session`) gives the libraries a private temporary directory (TMPDIR and the
-Hugging Face cache point into it) and removes it, with any shared memory the library made,
-when the round ends; the result names the library and its version (`reader`).
+A session (session.py) gives the libraries a private temporary directory and starts the
+workers; the result names the library and its version (`reader`).
 
 In: dsbench's own export (for the image column and the units). Out: a picklable opener whose
 exports yield RawSamples through the library. May import: adapters, storage and the
@@ -24,11 +23,7 @@ foundation modules; the format libraries only inside functions (each is an optio
 
 from __future__ import annotations
 
-import contextlib
 import importlib
-import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import metadata
@@ -43,8 +38,6 @@ READERS = {"mds": "dsbench.loader.native.mds", "litdata": "dsbench.loader.native
            "hf": "dsbench.loader.native.hf", "lance": "dsbench.loader.native.lance",
            "tfrecord": "dsbench.loader.native.tfrecord", "wds": "dsbench.loader.native.wds"}
 DECODED = "decoded"  # a RawSample's codec when the library already decoded its image
-# Environment variables a library's caches and temporaries follow, pointed into the session.
-_CACHE_ENV = ("TMPDIR", "HF_HOME", "HF_DATASETS_CACHE")
 
 Item = tuple[str, Any, dict[str, Any]]  # key, image (PIL, array, tensor or bytes), fields
 
@@ -168,50 +161,6 @@ class NativeOpener:
     def __call__(self, path: str) -> NativeExport:
         return NativeExport(location(self.path), self.layout, self.prepared, self.view,
                             self.batch_size, [])
-
-
-@contextlib.contextmanager
-def session(export: base.Export, batch_size: int) -> Iterator[NativeOpener]:
-    """A round's native reader: the library's dataset built in a private temporary directory,
-    released and removed at the end, however the round ends."""
-    reader = get(export.layout)
-    tmp = Path(tempfile.mkdtemp(prefix=f"dsbench-native-{os.getpid()}-"))
-    saved = {name: os.environ.get(name) for name in _CACHE_ENV}
-    saved_tempdir = tempfile.tempdir
-    prepared: Any = None
-    # torch keeps its compiler cache under the temporary directory it first sees; pinned where
-    # it would be without the session, so that a later use does not recreate the removed one.
-    saved["TORCHINDUCTOR_CACHE_DIR"] = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR",
-                          os.path.join(tempfile.gettempdir(), f"torchinductor_{_user()}"))
-    try:
-        for name in _CACHE_ENV:
-            os.environ[name] = str(tmp)
-        tempfile.tempdir = str(tmp)
-        prepared = reader.prepare(export, batch_size, tmp)
-        yield NativeOpener(str(export.path), export.layout, prepared, view_of(export),
-                           batch_size)
-    finally:
-        try:
-            if prepared is not None:
-                reader.close(prepared)
-        finally:
-            tempfile.tempdir = saved_tempdir
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
-            shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _user() -> str:
-    import getpass
-
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return "unknown"
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,123 @@
+"""A native reader's round: where the library's temporaries go, and how its workers start.
+
+The libraries write temporaries and caches where the environment says (TMPDIR; the Hugging
+Face cache under HF_HOME): a directory private to this process, `dsbench-native-<pid>-...`
+under the system's temporary directory, takes them, and is removed when the process exits; a
+round's own files (a cache of decompressed shards) go in a subdirectory removed with the round,
+as is the shared memory the library made (`Reader.close`).
+
+Workers are forked from a server process that imported the library once (multiprocessing's
+forkserver), rather than each importing it afresh: MosaicML Streaming takes 7 s to import here,
+and a sweep of 1, 2, 4 and 8 workers over six rounds would spend ten minutes importing it. The
+server starts with the first native round of a process, in the private directory's environment,
+and preloads that round's library (a later round of another format's library imports it in its
+workers); it exits with the process. Lance, not fork-safe once imported, is imported by each
+worker instead.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import multiprocessing
+import multiprocessing.util
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from multiprocessing import forkserver
+from pathlib import Path
+from typing import Any
+
+from dsbench.adapters import base
+from dsbench.loader.native import READERS, NativeOpener, get, view_of
+
+# Environment variables a library's caches and temporaries follow.
+_CACHE_ENV = ("TMPDIR", "HF_HOME", "HF_DATASETS_CACHE")
+# The module each reader imports, preloaded into the server its workers are forked from.
+_PRELOAD = {"mds": "streaming", "litdata": "litdata", "hf": "datasets", "tfrecord": "tfrecord",
+            "wds": "webdataset"}
+_private: Path | None = None
+
+
+def private_dir() -> Path:
+    """This process's private temporary directory, made once, removed at exit."""
+    global _private
+    if _private is None or not _private.is_dir():
+        _private = Path(tempfile.mkdtemp(prefix=f"dsbench-native-{os.getpid()}-"))
+        atexit.register(shutil.rmtree, _private, True)
+    return _private
+
+
+@contextlib.contextmanager
+def _environment(root: Path) -> Iterator[None]:
+    """TMPDIR and the caches pointed into `root` (and tempfile's own idea of it), restored
+    after. torch's compiler cache is pinned where it would be without this: torch remembers
+    the temporary directory it first saw."""
+    saved = {name: os.environ.get(name) for name in (*_CACHE_ENV, "TORCHINDUCTOR_CACHE_DIR")}
+    saved_tempdir = tempfile.tempdir
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(
+        tempfile.gettempdir(), f"torchinductor_{_user()}"))
+    try:
+        for name in _CACHE_ENV:
+            os.environ[name] = str(root)
+        tempfile.tempdir = str(root)
+        yield
+    finally:
+        tempfile.tempdir = saved_tempdir
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _user() -> str:
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"
+
+
+def _context(layout: str) -> Any:
+    ctx = multiprocessing.get_context("forkserver")
+    preload = ["dsbench.loader.torch_source", READERS[layout]]
+    if layout in _PRELOAD:
+        preload.append(_PRELOAD[layout])
+    ctx.set_forkserver_preload(preload)  # taken only by a server not yet running
+    forkserver.ensure_running()
+    return ctx
+
+
+@dataclass(frozen=True)
+class Session:
+    opener: NativeOpener
+    context: Any  # the multiprocessing context the DataLoader's workers start from
+
+
+@contextlib.contextmanager
+def session(export: base.Export, batch_size: int) -> Iterator[Session]:
+    """A round's native reader: the library's dataset built in the main process (as a job
+    builds it), released at the end however the round ends."""
+    reader = get(export.layout)
+    root = private_dir()
+    prepared: Any = None
+    # multiprocessing's own temporary directory (the server's socket is in it) is made where
+    # it would be made anyway, and removed by multiprocessing at exit, before ours is.
+    multiprocessing.util.get_temp_dir()
+    with _environment(root):
+        context = _context(export.layout)
+        tmp = Path(tempfile.mkdtemp(prefix="round-", dir=root))
+        try:
+            prepared = reader.prepare(export, batch_size, tmp)
+            yield Session(NativeOpener(str(export.path), export.layout, prepared,
+                                       view_of(export), batch_size), context)
+        finally:
+            try:
+                if prepared is not None:
+                    reader.close(prepared)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)

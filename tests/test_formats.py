@@ -1,0 +1,206 @@
+"""The formats teams train from, written by their own libraries (tests/formatlibs.py): MDS (plain
+and zstd), litdata, Hugging Face (save_to_disk and the Hub's Parquet), Lance and TFRecord. Each
+is detected by its signature, read whole as its library reads it, measured with dsbench's reader
+and with its library (`--backend native`) at 1 and 2 workers, refused in one line when a shard
+is cut short, read from an object store, and written by `generate` through its own writer."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import formatlibs
+import numpy as np
+import pytest
+from formatlibs import FORMATS, LAYOUT, LIBRARY, SAMPLES
+from layouts import assert_one_line_error
+
+from dsbench import adapters
+from dsbench.adapters import base
+from dsbench.cli import main
+from dsbench.export.generate import generate
+from dsbench.export.spec import FORMATS_DIR, load_spec
+from dsbench.loader.decode import make_decoder
+from dsbench.loader.options import BenchOptions
+from dsbench.loader.runner import run_bench
+from dsbench.results.document import write_result
+
+
+@pytest.fixture(scope="module")
+def private_tmp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The libraries' temporaries and caches (MDS's file locks, the Hugging Face cache) in a
+    directory of this module's, so that nothing of theirs is left behind."""
+    tmp = tmp_path_factory.mktemp("libtmp")
+    names = ("TMPDIR", "HF_HOME", "HF_DATASETS_CACHE")
+    saved = {n: os.environ.get(n) for n in names}
+    saved_tempdir = tempfile.tempdir
+    for n in names:
+        os.environ[n] = str(tmp)
+    tempfile.tempdir = str(tmp)
+    yield tmp
+    tempfile.tempdir = saved_tempdir
+    for n, v in saved.items():
+        if v is None:
+            os.environ.pop(n, None)
+        else:
+            os.environ[n] = v
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory: pytest.TempPathFactory, private_tmp: Path) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("formats")
+    return {fmt: formatlibs.write(fmt, root) for fmt in FORMATS}
+
+
+def _ours(path: Path) -> list[base.RawSample]:
+    return list(adapters.open_export(path).read())
+
+
+def _label(raw: base.RawSample) -> int:
+    value = raw.fields.get("label", raw.fields.get("image/class/label"))
+    return int(np.asarray(value).reshape(-1)[0])
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_each_format_is_detected_by_its_own_signature(fmt: str, exports: dict[str, Path]
+                                                      ) -> None:
+    assert adapters.detect(exports[fmt]).name == LAYOUT[fmt]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_every_sample_reads_as_its_library_reads_it(fmt: str, exports: dict[str, Path]) -> None:
+    """Labels equal, and pixels equal what the library decodes (MDS's jpeg column re-encoded
+    the PIL images it was given; the others keep the JPEG bytes, compared byte for byte)."""
+    ours = _ours(exports[fmt])
+    theirs = formatlibs.library_samples(fmt, exports[fmt])
+    assert len(ours) == len(theirs) == SAMPLES
+    decode = make_decoder("pillow")
+    assert [_label(r) for r in ours] == [lab for lab, _ in theirs]
+    for raw, (_, pixels) in zip(ours, theirs, strict=True):
+        assert np.array_equal(np.asarray(decode(raw)), pixels), (fmt, raw.key)
+    if not fmt.startswith("mds"):
+        assert [r.image for r in ours] == [formatlibs.jpeg(i) for i in range(SAMPLES)]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_inspect_names_the_layout_its_units_and_fields(fmt: str, exports: dict[str, Path],
+                                                       tmp_path: Path) -> None:
+    out = tmp_path / "summary.json"
+    assert main(["inspect", str(exports[fmt]), "--json", str(out)]) == 0
+    s = json.loads(out.read_text())
+    assert s["layout"] == LAYOUT[fmt] and s["samples"] == SAMPLES and s["bad_samples"] == 0
+    assert s["units"] == SAMPLES // formatlibs.PER_SHARD
+    assert s["image"]["codec"] == "jpeg"
+    assert {"caption", "embedding"} <= {n.rpartition("/")[2] for n in s["fields"]}
+    if fmt == "hf":
+        assert s["dataset"]["form"] == "save_to_disk" and s["dataset"]["split"] == "train"
+        assert s["dataset"]["splits"] == ["train", "test"]
+        assert s["fields"]["label"]["type"] == "ClassLabel (10 names)"
+        # The other split is said, not read.
+        assert any("split 'test'" in f for f in s["ignored_files"]["examples"])
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_bench_measures_with_both_readers_at_1_and_2_workers(fmt: str, exports: dict[str, Path],
+                                                             tmp_path: Path) -> None:
+    docs = {}
+    for backend in ("dsbench", "native"):
+        opts = BenchOptions(workers=(1, 2), batch_size=4, rounds=1, batches=4,
+                            warmup_batches=1, backend=backend)
+        docs[backend] = doc = run_bench(exports[fmt], opts)
+        write_result(tmp_path / f"{backend}.json", doc)  # validates against the schema
+        assert [r["workers"] for r in doc["runs"]] == [1, 2]
+        assert all(r["samples"] == 16 and r["cpu_s_per_sample"] > 0 for r in doc["runs"])
+        assert doc["counts"]["exact"] and doc["counts"]["samples"] == SAMPLES
+    assert docs["native"]["reader"]["library"] == LIBRARY[LAYOUT[fmt]]
+    assert docs["native"]["reader"]["version"] != "not installed"
+    assert "reader" not in docs["dsbench"]
+    # The counts are the export's, whichever reader measured the timings.
+    assert docs["native"]["counts"] == docs["dsbench"]["counts"]
+    assert docs["dsbench"]["counts"]["files_per_sample"] == pytest.approx(
+        (SAMPLES // formatlibs.PER_SHARD) / SAMPLES)
+
+
+def _first_shard(fmt: str, path: Path) -> Path:
+    export = adapters.open_export(path)
+    return Path(export.units()[1])
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_truncated_shard_is_one_line_naming_it(fmt: str, exports: dict[str, Path],
+                                                 tmp_path: Path) -> None:
+    copy = tmp_path / fmt
+    shutil.copytree(exports[fmt], copy)
+    shard = _first_shard(fmt, copy)
+    data = shard.read_bytes()
+    shard.write_bytes(data[:len(data) * 2 // 3])
+    proc = subprocess.run([sys.executable, "-m", "dsbench", "bench", str(copy), "--rounds", "1",
+                           "--seconds", "0.2", "--batch-size", "4"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert_one_line_error(proc.stderr, "bench", shard.name)
+
+
+@pytest.mark.parametrize("fmt", ["mds-zstd", "litdata", "hf", "hf-hub", "lance", "tfrecord"])
+def test_each_format_reads_the_same_from_an_object_store(fmt: str, exports: dict[str, Path],
+                                                         s3_env: Any) -> None:
+    url = s3_env.create_bucket(f"fmt-{fmt}")
+    s3_env.upload_tree(exports[fmt], f"{url}/export")
+    local, remote = _ours(exports[fmt]), _ours(f"{url}/export")  # type: ignore[arg-type]
+    assert [(r.key, r.image, _label(r)) for r in remote] == \
+        [(r.key, r.image, _label(r)) for r in local]
+
+
+# The library-written definitions dsbench ships, and how each library reads its images back.
+DEFINITIONS = ("mds", "litdata", "hf", "hf-hub", "lance", "tfrecord")
+
+
+@pytest.fixture(scope="module")
+def before(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("before") / "before"
+    generate(load_spec(FORMATS_DIR / "before.toml"), out, samples=60, jobs=1)
+    return out
+
+
+@pytest.mark.parametrize("name", DEFINITIONS)
+def test_generate_from_an_export_writes_what_the_library_reads_back_byte_for_byte(
+        name: str, before: Path, tmp_path: Path, private_tmp: Path) -> None:
+    out = tmp_path / name
+    assert main(["generate", str(FORMATS_DIR / f"{name}.toml"), str(out), "--from",
+                 str(before), "--jobs", "1"]) == 0
+    source = _ours(before)
+    fmt = "hf-hub" if name == "hf-hub" else name
+    theirs = formatlibs.library_samples(fmt, out)
+    decode = make_decoder("pillow")
+    assert [lab for lab, _ in theirs] == [int(r.fields["cls"]) for r in source]
+    for raw, (_, pixels) in zip(source, theirs, strict=True):
+        assert np.array_equal(np.asarray(decode(raw)), pixels)
+    # dsbench's reader sees the same bytes the source holds.
+    assert [r.image for r in _ours(out)] == [r.image for r in source]
+    # A second run finds the export complete and writes nothing.
+    assert main(["generate", str(FORMATS_DIR / f"{name}.toml"), str(out), "--from",
+                 str(before), "--jobs", "1"]) == 0
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == []
+
+
+def test_a_wrong_image_field_is_one_line(exports: dict[str, Path],
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["inspect", str(exports["mds"]), "--image-field", "caption"]) == 2
+    assert_one_line_error(capsys.readouterr().err, "inspect", "--image-field caption", "str")
+    assert main(["inspect", str(exports["lance"]), "--image-field", "nope"]) == 2
+    assert_one_line_error(capsys.readouterr().err, "inspect", "no such column")
+
+
+@pytest.mark.parametrize("name", ["after", "arrow"])
+def test_native_backend_without_a_library_reader_is_one_line(
+        name: str, tiny_exports: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    path = tiny_exports[name]
+    assert main(["bench", str(path), "--backend", "native", "--rounds", "1"]) == 2
+    assert_one_line_error(capsys.readouterr().err, "bench", "no native reader")

@@ -339,9 +339,10 @@ class SpyOpen:
     def __init__(self) -> None:
         self.seen: list[str] = []
 
-    def __call__(self, path: str | Path, layout: str | None = None) -> Any:
+    def __call__(self, path: str | Path, layout: str | None = None,
+                 image_field: str | None = None) -> Any:
         self.seen.append(str(path))
-        return _REAL_OPEN(path, layout)
+        return _REAL_OPEN(path, layout, image_field)
 
 
 @pytest.mark.parametrize("layout", ["files", "wds", "arrow", "parquet"])

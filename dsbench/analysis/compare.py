@@ -25,8 +25,10 @@ from dsbench.results.types import BenchResult, Run
 
 # Machine and config keys that must be equal for two results to be compared as ratios.
 MACHINE_MUST_MATCH = ("cpu_model", "usable_cores")
-CONFIG_MUST_MATCH = ("batch_size", "decoder", "normalize", "backend", "step_time_s", "cold",
-                     "prefetch")
+# The reader (backend: dsbench's, torch's DataLoader over it, or the format's own library) may
+# differ: comparing one export read two ways is a question of its own ("our reader or theirs?");
+# the comparison says so, and the gate refuses it (gate.py).
+CONFIG_MUST_MATCH = ("batch_size", "decoder", "normalize", "step_time_s", "cold", "prefetch")
 COUNT_TOLERANCE = 1e-9  # relative; counts differ by at least one file or byte per export
 STAGE_LEVEL = 1 - (1 - stats.LEVEL) / len(STAGES)  # simultaneous over the stages: 0.99
 
@@ -114,6 +116,18 @@ def load_drift(base: BenchResult, cand: BenchResult) -> dict[str, Any] | None:
         return None
     return {"base": float(a), "cand": float(b), "cores": cores,
             "differs": abs(a - b) >= DRIFT_PER_CORE * cores}
+
+
+def reader(doc: BenchResult) -> str:
+    """Who read a side, for people: dsbench's reader (in torch's DataLoader), the format's
+    library and its version, the user's step or Dataset."""
+    cfg = doc["config"]
+    if cfg.get("dataset"):
+        return f"your dataset {cfg['dataset']}"
+    lib = doc.get("reader")
+    who = (f"{lib['library']} {lib['version']}" if lib else "dsbench's reader"
+           + (" in torch's DataLoader" if cfg.get("backend") == "torch" else ""))
+    return who + (f", your step {cfg['pipeline']}" if cfg.get("pipeline") else "")
 
 
 def counts_note(doc: BenchResult) -> tuple[bool, bool]:
@@ -256,6 +270,7 @@ def compare(base: BenchResult, cand: BenchResult, *,
         "base": {"path": base["config"]["path"], "layout": base["export"].get("layout")},
         "cand": {"path": cand["config"]["path"], "layout": cand["export"].get("layout")},
         "comparable": not reasons, "not_comparable_reasons": reasons, "paired": paired,
+        "readers": {"base": reader(base), "cand": reader(cand)},
         "load_drift": load_drift(base, cand),
         "method": ("paired t on per-round log ratios (one interleaved run)" if paired else
                    "Welch t on log values (measured apart: assumes both saw the same machine)"),

@@ -127,6 +127,13 @@ def evaluate(comparison: dict[str, Any], t: Thresholds, workers: int | None = No
     if not comparison["comparable"]:
         raise DsbenchError("results are not comparable: "
                            + "; ".join(comparison["not_comparable_reasons"]))
+    readers = comparison.get("readers") or {}
+    if readers.get("base") != readers.get("cand"):
+        # A gate judges a candidate export against the current one read the same way; a
+        # change of reader is compare's question, not a regression of the export.
+        raise DsbenchError(f"the two sides were read differently ({readers.get('base')} vs "
+                           f"{readers.get('cand')}): gate exports read the same way; compare "
+                           "puts two readers side by side")
     runs = {r["workers"]: r for r in comparison["runs"]}
     w = max(runs) if workers is None else workers
     if w not in runs:

@@ -21,14 +21,16 @@ def is_result_file(path: str) -> bool:
     return path.endswith(".json")
 
 
-def load_or_measure(paths: Sequence[str], opts: BenchOptions, progress: Progress | None = None
-                    ) -> list[BenchResult]:
-    """Each side's result: read from its file, or measured, all exports in one interleaved run."""
+def load_or_measure(paths: Sequence[str], opts: BenchOptions, progress: Progress | None = None,
+                    each: Sequence[BenchOptions] | None = None) -> list[BenchResult]:
+    """Each side's result: read from its file, or measured, all exports in one interleaved run
+    (each side with its own options from `each`, when given)."""
     docs: dict[int, BenchResult] = {i: read_result(p) for i, p in enumerate(paths)
                                        if is_result_file(p)}
     to_measure = [i for i in range(len(paths)) if i not in docs]
     if to_measure:
-        measured = run_benches([paths[i] for i in to_measure], opts, progress)
+        measured = run_benches([paths[i] for i in to_measure], opts, progress,
+                               [each[i] for i in to_measure] if each else None)
         docs.update(zip(to_measure, measured, strict=True))
     return [docs[i] for i in range(len(paths))]
 
@@ -48,11 +50,13 @@ def cluster_predictions(base: BenchResult, cand: BenchResult, cluster: ClusterSp
 
 def compare_sides(paths: Sequence[str], opts: BenchOptions, *,
                   save: Sequence[str] | None = None, progress: Progress | None = None,
-                  cluster: Callable[[int], ClusterSpec] | None = None) -> dict[str, Any]:
+                  cluster: Callable[[int], ClusterSpec] | None = None,
+                  cand_opts: BenchOptions | None = None) -> dict[str, Any]:
     """Load or measure both sides (saving their results when asked) and compare them; when
     `cluster` is given and they are comparable, predict both on the cluster it builds from
-    the measured batch size."""
-    base, cand = load_or_measure(paths, opts, progress)
+    the measured batch size. `cand_opts` reads the candidate otherwise (another backend)."""
+    base, cand = load_or_measure(paths, opts, progress,
+                                 [opts, cand_opts] if cand_opts is not None else None)
     for path, doc in zip(save or (), (base, cand), strict=False):
         write_result(path, doc)
         if progress:

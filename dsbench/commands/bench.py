@@ -6,6 +6,7 @@ import argparse
 
 from dsbench import fmt
 from dsbench.commands.options import add_json_argument, add_window_arguments, emit, window_options
+from dsbench.errors import DsbenchError
 from dsbench.loader.options import BACKENDS, BenchOptions
 from dsbench.loader.runner import run_bench
 from dsbench.report.bench import render
@@ -17,7 +18,9 @@ HELP = ("measure samples/s, CPU per sample and where it goes, bytes and files pe
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     d = BenchOptions()
-    p.add_argument("path", help="the export: a directory of shards or files, or one file")
+    p.add_argument("path", nargs="?", default=None,
+                   help="the export: a directory of shards or files, or one file (none with "
+                        "--dataset)")
     add_window_arguments(p)
     p.add_argument("--warmup-batches", type=int, default=d.warmup_batches,
                    help=f"batches per worker before the window, not counted "
@@ -34,6 +37,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", choices=BACKENDS, default=d.backend,
                    help="dsbench's own loader, or torch.utils.data.DataLoader "
                         "(pip install 'dsbench[torch]')")
+    p.add_argument("--dataset", default=None, metavar="MODULE:FACTORY",
+                   help="your own torch Dataset or IterableDataset, built by FACTORY(), "
+                        "measured as a black box through torch's DataLoader "
+                        "(docs/pipeline.md)")
     p.add_argument("--seed", type=int, default=d.seed, help="transform seed (default 0)")
     p.add_argument("--stall-timeout", type=float, default=None, metavar="S",
                    help="a worker silent this long fails the run (default: 20 times its usual "
@@ -45,7 +52,9 @@ def run(args: argparse.Namespace) -> int:
     opts = window_options(args, warmup_batches=args.warmup_batches, step_time_s=args.step_time,
                           normalize=args.normalize, on_error=args.on_error,
                           backend=args.backend, prefetch=args.prefetch, seed=args.seed,
-                          stall_s=args.stall_timeout)
-    doc = run_bench(args.path, opts, progress=fmt.progress)
+                          stall_s=args.stall_timeout, dataset=args.dataset)
+    if (args.path is None) == (args.dataset is None):
+        raise DsbenchError("name an export PATH, or --dataset MODULE:FACTORY, not both")
+    doc = run_bench(args.path or args.dataset, opts, progress=fmt.progress)
     emit(args, doc, lambda: render(doc), write_result)
     return 0

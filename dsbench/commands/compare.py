@@ -12,7 +12,7 @@ from dsbench.commands.options import (
     add_side_arguments,
     cluster_from_args,
     emit,
-    window_options,
+    side_options,
 )
 from dsbench.errors import DsbenchError
 from dsbench.model.node import ClusterSpec
@@ -32,10 +32,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    opts, cand_opts = side_options(args)
     comparison = compare_sides(
-        [args.base, args.cand], window_options(args), save=args.save, progress=fmt.progress,
+        [args.base, args.cand], opts, save=args.save, progress=fmt.progress,
         cluster=None if args.no_cluster else lambda batch: cluster_from_args(
-            args, ClusterSpec(), measured_batch=batch)[0])
+            args, ClusterSpec(), measured_batch=batch)[0], cand_opts=cand_opts)
     if not comparison["comparable"]:
         # As the gate says it: ratios of results measured on other machines or with other
         # options would be printed as findings, and a script reading --json must not take

@@ -8,7 +8,7 @@ from pathlib import Path
 from dsbench import fmt
 from dsbench.analysis import gate
 from dsbench.analysis.measure import compare_sides
-from dsbench.commands.options import add_json_argument, add_side_arguments, emit, window_options
+from dsbench.commands.options import add_json_argument, add_side_arguments, emit, side_options
 from dsbench.errors import DsbenchError
 from dsbench.report.comparison import render, render_gate
 
@@ -48,8 +48,9 @@ def run(args: argparse.Namespace) -> int:
                                                "max_cpu_ratio", "min_throughput_ratio",
                                                "strict_throughput")}
     thresholds = gate.load_thresholds(pyproject, overrides)
-    comparison = compare_sides([args.base, args.cand], window_options(args), save=args.save,
-                               progress=fmt.progress)
+    opts, cand_opts = side_options(args)
+    comparison = compare_sides([args.base, args.cand], opts, save=args.save,
+                               progress=fmt.progress, cand_opts=cand_opts)
     result = gate.evaluate(comparison, thresholds, args.gate_workers)
     markdown = render_gate(result, markdown=True) + "\n\n" + render(comparison, markdown=True)
     if args.summary:

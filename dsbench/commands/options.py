@@ -9,6 +9,7 @@ of earlier versions still prints to standard output, with a deprecation note on 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 from collections.abc import Callable
@@ -20,7 +21,7 @@ from dsbench.adapters import FORMATS
 from dsbench.errors import DsbenchError
 from dsbench.loader.counts import DEFAULT_MAX_SAMPLES, REMOTE_MAX_SAMPLES
 from dsbench.loader.decode import DECODERS
-from dsbench.loader.options import BenchOptions
+from dsbench.loader.options import BACKENDS, BenchOptions
 from dsbench.model.costs import DIST_SYNTAX, Distribution
 from dsbench.model.node import ClusterSpec
 from dsbench.model.profiles import PROFILES, parse_storage
@@ -134,6 +135,10 @@ def add_window_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup,
                    help="read as this layout instead of detecting it (in a directory that "
                         "mixes layouts, the files of the others are listed as not read)")
     add_image_field_argument(p)
+    p.add_argument("--pipeline", default=None, metavar="MODULE:CALLABLE",
+                   help="your own per-sample step in place of dsbench's decode, fields and "
+                        "transform: it gets the stored sample (a dict: image bytes and fields) "
+                        "and returns what your job collates (docs/pipeline.md)")
     p.add_argument("--max-pixels", type=int, default=d.max_pixels, metavar="N",
                    help="an image of more pixels is a bad sample, refused from its header "
                         f"before decoding (default {d.max_pixels})")
@@ -156,7 +161,7 @@ def window_options(args: argparse.Namespace, **more: Any) -> BenchOptions:
                         sweep_rounds=args.sweep_rounds, decoder=args.decoder,
                         cold=args.cold, layout=args.layout, count_samples=args.count_samples,
                         max_pixels=args.max_pixels, image_field=args.image_field,
-                        **more)
+                        step=args.pipeline, **more)
 
 
 # --- the two sides of compare and gate ------------------------------------------------------------
@@ -166,8 +171,21 @@ def add_side_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("cand", help="the candidate export: a result .json or an export path")
     m = p.add_argument_group("measuring export paths (both in one run, rounds interleaved)")
     add_window_arguments(m, COMPARE_WINDOW)
+    m.add_argument("--backend", choices=BACKENDS, default=COMPARE_WINDOW.backend,
+                   help="how both sides are read: dsbench's reader, in torch's DataLoader, or "
+                        "through each format's own library (native)")
+    m.add_argument("--cand-backend", choices=BACKENDS, default=None, metavar="BACKEND",
+                   help="read the candidate otherwise: `compare EXPORT EXPORT --cand-backend "
+                        "native` puts dsbench's reader and the format's library side by side")
     m.add_argument("--save", nargs=2, metavar=("BASE_JSON", "CAND_JSON"),
                    help="write both sides' result documents")
+
+
+def side_options(args: argparse.Namespace) -> tuple[BenchOptions, BenchOptions | None]:
+    """The base's options and, with --cand-backend, the candidate's."""
+    opts = window_options(args, backend=args.backend)
+    return opts, (dataclasses.replace(opts, backend=args.cand_backend)
+                  if args.cand_backend else None)
 
 
 # --- the predicted cluster ------------------------------------------------------------------------

@@ -39,6 +39,7 @@ from dsbench.storage import accounting
 DEFAULT_MAX_SAMPLES = 20_000
 REMOTE_MAX_SAMPLES = 2_000
 METHOD = "whole units"
+NOT_COUNTED = "not counted"  # a --dataset: a black box, whose files dsbench does not see
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,7 @@ class Counts:
     read_bytes: int
     mapped_bytes: int
     requests: accounting.Requests | None = None  # an export in an object store: its requests
+    method: str = METHOD  # "not counted" for a --dataset, a black box
 
     @property
     def exact(self) -> bool:
@@ -61,7 +63,8 @@ class Counts:
         return count / self.samples if self.samples else 0.0
 
     def to_json(self) -> types.Counts:
-        return {"method": METHOD, "exact": self.exact, "units": self.units,
+        return {"method": self.method, "exact": self.exact and self.method == METHOD,
+                "units": self.units,
                 "units_read": self.units_read, "samples": self.samples,
                 "skipped_samples": self.skipped, "files": self.files,
                 "bytes": self.read_bytes + self.mapped_bytes, "mapped_bytes": self.mapped_bytes,

@@ -12,6 +12,7 @@ from dsbench.errors import DsbenchError
 from dsbench.loader.counts import DEFAULT_MAX_SAMPLES, REMOTE_MAX_SAMPLES
 from dsbench.loader.decode import DECODERS, DEFAULT_MAX_PIXELS
 from dsbench.loader.pipeline import Pipeline, TrainTransform, Transform
+from dsbench.loader.user import UserStep, load
 from dsbench.loader.worker import Opener
 from dsbench.results.types import Config
 from dsbench.storage.files import Loc, is_remote, location
@@ -42,6 +43,8 @@ class BenchOptions:
     seed: int = 0
     batches: int | None = None  # measure exactly this many batches per round instead of seconds
     transform: Transform | None = None  # replaces the training transform (e.g. a known cost)
+    step: str | None = None  # --pipeline MODULE:CALLABLE: the user's per-sample step
+    dataset: str | None = None  # --dataset MODULE:FACTORY: the user's Dataset, a black box
     opener: Opener | None = None  # opens the export in each worker (default: adapters)
     layout: str | None = None  # read as this layout instead of detecting it
     image_field: str | None = None  # the column or member holding the image, where ambiguous
@@ -84,8 +87,19 @@ class BenchOptions:
         if self.layout is not None:
             adapters.get(self.layout)  # an unknown layout fails here, naming the choices
         self.pipeline()  # checks the error policy and that the decoder is installed
+        if self.step is not None:
+            load(self.step, "--pipeline")  # a bad module or name fails here, in one line
+        if self.dataset is not None:
+            if self.step is not None or self.backend != "dsbench":
+                raise DsbenchError("--dataset measures your Dataset through torch's DataLoader "
+                                   "as it is: --pipeline and --backend do not apply")
+            load(self.dataset, "--dataset")
 
     def pipeline(self) -> Pipeline:
+        if self.step is not None:
+            step = UserStep(self.step)
+            return Pipeline(decoder=self.decoder, transform=step, on_error=self.on_error,
+                            max_pixels=self.max_pixels, user=step)
         transform = self.transform or TrainTransform(normalize=self.normalize)
         return Pipeline(decoder=self.decoder, transform=transform, on_error=self.on_error,
                         max_pixels=self.max_pixels)
@@ -117,4 +131,5 @@ class BenchOptions:
                 "count_samples": self.samples_to_count(path),
                 "layout": self.layout, "image_field": self.image_field,
                 "stall_s": self.stall_s, "max_pixels": self.max_pixels,
-                "transform": type(self.pipeline().transform).__name__}
+                "transform": type(self.pipeline().transform).__name__,
+                "pipeline": self.step, "dataset": self.dataset}

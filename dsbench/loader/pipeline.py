@@ -36,6 +36,7 @@ from dsbench.errors import DsbenchError, SampleError
 from dsbench.loader.decode import _BAD_DATA, DEFAULT_MAX_PIXELS, Pixels
 from dsbench.loader.decode import DECODERS as DECODERS  # the stage's names, re-exported
 from dsbench.loader.decode import make_decoder as make_decoder
+from dsbench.loader.user import UserStep, collate
 from dsbench.results.stages import STAGES
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -281,6 +282,7 @@ class Pipeline:
     transform: Transform = field(default_factory=TrainTransform)
     on_error: str = "raise"
     max_pixels: int = DEFAULT_MAX_PIXELS
+    user: UserStep | None = None  # --pipeline: the user's step replaces decode to transform
 
     def __post_init__(self) -> None:
         if self.on_error not in base.ON_ERROR:
@@ -316,6 +318,7 @@ class BatchBuilder:
                  rng: np.random.Generator) -> None:
         self.decode = make_decoder(pipeline.decoder, pipeline.max_pixels)
         self.transform = pipeline.transform
+        self.user = pipeline.user
         self.skip = pipeline.on_error == "skip"
         self.rng = rng
         self.skipped: list[SampleError] = []
@@ -335,6 +338,16 @@ class BatchBuilder:
             raw = next(self.samples)
             t1 = clock()
             t[0] += t1 - t0
+            if self.user is not None:
+                # The user's step is the whole per-sample work; it is the transform stage.
+                try:
+                    out = self.user.run(raw)
+                except SampleError as err:
+                    t[3] += clock() - t1
+                    self._bad(err)
+                    continue
+                t[3] += clock() - t1
+                return raw.key, out, {}
             try:
                 pixels = self.decode(raw)
             except SampleError as err:
@@ -361,14 +374,18 @@ class BatchBuilder:
         t = times.seconds
         keys: list[str] = []
         fields: list[dict[str, Any]] = []
+        outputs: list[Any] = []
         for row in range(len(images)):
             key, out, parsed = self.next_sample(t)
             t4 = clock()
-            images[row] = out
+            if self.user is None:
+                images[row] = out
+            else:
+                outputs.append(out)
             keys.append(key)
             fields.append(parsed)
             t[4] += clock() - t4
         t5 = clock()
-        collated = collate_fields(fields)
+        collated = collate_fields(fields) if self.user is None else {"batch": collate(outputs)}
         t[4] += clock() - t5
         return keys, collated

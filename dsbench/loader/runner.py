@@ -40,10 +40,11 @@ import numpy as np
 import psutil
 
 from dsbench import fmt, procs, stats
-from dsbench.adapters.survey import summarize
+from dsbench.adapters.survey import new_survey, summarize
 from dsbench.errors import DsbenchError
 from dsbench.loader import native, worker
-from dsbench.loader.counts import Counts, count_pass
+from dsbench.loader.counts import NOT_COUNTED, Counts, count_pass
+from dsbench.loader.dataset_source import DatasetSource
 from dsbench.loader.native.session import session
 from dsbench.loader.options import BenchOptions
 from dsbench.loader.sources import ShmSource, check_memory
@@ -114,7 +115,7 @@ def host_busy_s() -> float:
     return t.user + t.nice + t.system + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0)
 
 
-def _measure(source: ShmSource | TorchSource, opts: BenchOptions, n_workers: int,
+def _measure(source: ShmSource | TorchSource | DatasetSource, opts: BenchOptions, n_workers: int,
              main_base: int) -> dict[str, Any]:
     """Warm up, then the measured window; everything per window, nothing logged inside it."""
     t_start = time.perf_counter()
@@ -194,7 +195,7 @@ def run_round(path: Loc, opts: BenchOptions, n_workers: int) -> dict[str, Any]:
         evict(path)
     reaped0 = _children_cpu()
     main_base = _pss(psutil.Process())  # before this round's workers and buffers exist
-    source: ShmSource | TorchSource
+    source: ShmSource | TorchSource | DatasetSource
     with contextlib.ExitStack() as stack:
         if opts.backend == "native":
             # The library's dataset is built here, in the main process, as a job builds it.
@@ -202,6 +203,8 @@ def run_round(path: Loc, opts: BenchOptions, n_workers: int) -> dict[str, Any]:
             lib = stack.enter_context(session(export, opts.batch_size))
             source = TorchSource(path, opts.pipeline(), n_workers, opts, lib.opener,
                                  lib.context)
+        elif opts.dataset is not None:
+            source = DatasetSource(opts.dataset, n_workers, opts)
         elif opts.backend == "torch":
             source = TorchSource(path, opts.pipeline(), n_workers, opts)
         else:
@@ -246,8 +249,11 @@ def summarize_run(n_workers: int, opts: BenchOptions, rounds: list[dict[str, Any
         "cpu_s_per_sample": cpu.center, "cpu_s_per_sample_iqr": list(cpu.iqr),
         "cpu_s_per_sample_ci95": list(cpu.ci95), "cpu_s_per_sample_spread": cpu.relative_spread,
         "stages": {s: sum(r["stages_s"][s] for r in rounds) / samples for s in STAGES},
-        # Counts of the export, not of this run's windows: the same for every worker count.
-        "bytes_per_sample": counts.per_sample(counts.read_bytes + counts.mapped_bytes),
+        # Counts of the export, not of this run's windows: the same for every worker count
+        # (a --dataset's, not counted, are its windows' bytes).
+        "bytes_per_sample": (counts.per_sample(counts.read_bytes + counts.mapped_bytes)
+                             if counts.method != NOT_COUNTED
+                             else sum(r["window_bytes"] for r in rounds) / samples),
         "mapped_bytes_per_sample": counts.per_sample(counts.mapped_bytes),
         "files_per_sample": counts.per_sample(counts.files),
         "peak_pss_bytes": max(r["peak_pss_bytes"] for r in rounds),
@@ -269,6 +275,9 @@ def summarize_run(n_workers: int, opts: BenchOptions, rounds: list[dict[str, Any
 
 def _warnings(run: Run, opts: BenchOptions) -> list[str]:
     out = []
+    if opts.dataset is not None:
+        out.append("files and requests per sample are not counted for a --dataset (a black "
+                   "box); its bytes per sample are what its processes read in the windows")
     w = run["workers"]
     for spread, label in ((run["samples_per_s_spread"], "samples/s"),
                           (run["cpu_s_per_sample_spread"], "CPU per sample")):
@@ -291,6 +300,10 @@ def _warnings(run: Run, opts: BenchOptions) -> list[str]:
 
 def prepare(path: Loc, opts: BenchOptions) -> tuple[dict[str, Any], Counts]:
     """The export's `inspect` summary and its exact counts; refuses more workers than units."""
+    if opts.dataset is not None:
+        # A black box: nothing to survey or count; its bytes come from the windows.
+        return (summarize(new_survey("dataset"), opts.dataset),
+                Counts(0, 0, 0, 1, 0, 0, 0, method=NOT_COUNTED))
     export = worker.open_export(str(path), opts.export_opener())
     if opts.backend == "native":
         native.check(export.layout)
@@ -319,16 +332,21 @@ def run_bench(path: str | Path | Loc, opts: BenchOptions, progress: Progress | N
 
 
 def run_benches(paths: Sequence[str | Path | Loc], opts: BenchOptions,
-                progress: Progress | None = None) -> list[BenchResult]:
+                progress: Progress | None = None,
+                each: Sequence[BenchOptions] | None = None) -> list[BenchResult]:
     """Benchmark several exports with their rounds interleaved (A1 B1 A2 B2 ...).
 
     Machine drift (a neighbour starting a job, thermal throttling) then lands on every export
-    alike instead of on whichever happened to run last, so their ratios stay honest.
+    alike instead of on whichever happened to run last, so their ratios stay honest. `each`
+    gives each path options of its own (one export read by dsbench's reader and by its
+    library's, say); the worker counts and rounds are `opts`'s for all.
     """
     ps = [named(p) for p in paths]
     say = progress or (lambda _msg: None)
-    check_memory(opts.pipeline(), opts.batch_size, opts.prefetch, max(opts.workers))
-    prepared = [prepare(p, opts) for p in ps]
+    side = list(each) if each is not None else [opts] * len(ps)
+    for o in side:
+        check_memory(o.pipeline(), o.batch_size, o.prefetch, max(opts.workers))
+    prepared = [prepare(p, o) for p, o in zip(ps, side, strict=True)]
     info = machine.collect()
     run_id = uuid.uuid4().hex
     runs: list[list[Run]] = [[] for _ in ps]
@@ -341,15 +359,15 @@ def run_benches(paths: Sequence[str | Path | Loc], opts: BenchOptions,
             # the run then favours no export, and round i of each still forms a pair.
             order = list(enumerate(ps)) if i % 2 == 0 else list(enumerate(ps))[::-1]
             for k, p in order:
-                r = run_round(p, opts, n_workers)
+                r = run_round(p, side[k], n_workers)
                 rounds[k].append(r)
                 say(f"bench {p.name}: {n_workers} workers, round {i + 1}/{n_rounds}: "
                     f"{r['samples_per_s']:.4g} samples/s, "
                     f"{1e3 * r['cpu_s_per_sample']:.3g} ms CPU/sample")
         for k in range(len(ps)):
-            run = summarize_run(n_workers, opts, rounds[k], prepared[k][1])
+            run = summarize_run(n_workers, side[k], rounds[k], prepared[k][1])
             runs[k].append(run)
-            warnings[k] += _warnings(run, opts)
+            warnings[k] += _warnings(run, side[k])
     docs = []
     for k, p in enumerate(ps):
         base = next((r for r in runs[k] if r["workers"] == 1),
@@ -365,12 +383,12 @@ def run_benches(paths: Sequence[str | Path | Loc], opts: BenchOptions,
                                f"{summary['ignored_files']['examples'][0]})")
         for w in warnings[k]:
             say(f"warning: {p.name}: {w}")
-        doc = results.new_document(info, summary, opts.config(p), runs[k], warnings[k],
+        doc = results.new_document(info, summary, side[k].config(p), runs[k], warnings[k],
                                    counts.to_json(), run_id)
         if counts.requests is not None:
             doc["requests"] = accounting.summary(counts.requests, counts.samples,
                                                  remote.client_info())
-        if opts.backend == "native":
+        if side[k].backend == "native":
             doc["reader"] = native.describe(summary["layout"])
         docs.append(doc)
     return docs

@@ -48,8 +48,11 @@ def torch_collate(items: list[tuple[Any, ...]]) -> dict[str, Any]:
         # Pillow's pixels are read-only arrays; torch warns about wrapping them, but they are
         # only read here (stacked into a new shared-memory tensor), never written.
         warnings.simplefilter("ignore", UserWarning)
-        images = default_collate([torch.from_numpy(np.ascontiguousarray(it[2]))
-                                  for it in items])
+        outputs = [it[2] for it in items]
+        # dsbench's transform gives pixels; a --pipeline step, whatever the user's job collates.
+        images = (default_collate([torch.from_numpy(np.ascontiguousarray(o)) for o in outputs])
+                  if all(isinstance(o, np.ndarray) for o in outputs)
+                  else default_collate(outputs))
     fields = collate_fields([it[3] for it in items])
     for name, value in fields.items():
         if isinstance(value, np.ndarray):

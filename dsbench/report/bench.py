@@ -30,6 +30,7 @@ def requests_text(doc: BenchResult) -> str:
 def render(doc: BenchResult) -> str:
     """The result as two tables for people: throughput and cost, then CPU per stage."""
     runs = doc["runs"]
+    counted = doc["counts"].get("method") != "not counted"
     rows = []
     for r in runs:
         lo, hi = r["samples_per_s_ci95"]
@@ -41,7 +42,7 @@ def render(doc: BenchResult) -> str:
             fmt.seconds(r["host_cpu_s_per_sample"], "sample") if "host_cpu_s_per_sample" in r
             else "-",
             fmt.nbytes(r["bytes_per_sample"], "sample"),
-            fmt.rate(r["files_per_sample"], "files/sample"),
+            fmt.rate(r["files_per_sample"], "files/sample") if counted else "not counted",
             fmt.nbytes(r["peak_pss_bytes"]),
             fmt.percent(r["scaling_efficiency"]) if r["scaling_efficiency"] is not None else "-",
             fmt.percent(au) if au is not None else "-",
@@ -58,12 +59,20 @@ def render(doc: BenchResult) -> str:
         stage_rows.append([str(r["workers"]),
                            *(fmt.seconds(r["stages"][s], "sample") for s in STAGES),
                            fmt.seconds(other, "sample")])
-    stages = fmt.table(["workers", *STAGES, "other"], stage_rows)
     cfg = doc["config"]
-    head = (f"{cfg['path']}: {doc['export'].get('layout', '?')} export, batch "
-            f"{cfg['batch_size']}, {cfg['rounds']} rounds of {fmt.seconds(cfg['seconds'])}, "
-            f"backend {cfg['backend']}, decoder {cfg['decoder']}"
-            + (", cold cache" if cfg["cold"] else ""))
+    # With --pipeline the user's step did all the per-sample work: the transform stage.
+    names = [("your step" if s == "transform" and cfg.get("pipeline") else s) for s in STAGES]
+    stages = fmt.table(["workers", *names, "other"], stage_rows)
+    reader = doc.get("reader")
+    backend = (f"backend native ({reader['library']} {reader['version']})" if reader
+               else f"backend {cfg['backend']}")
+    what = (f"{cfg['dataset']}: your dataset through torch's DataLoader"
+            if cfg.get("dataset") else
+            f"{cfg['path']}: {doc['export'].get('layout', '?')} export, {backend}, "
+            + (f"your step {cfg['pipeline']}" if cfg.get("pipeline")
+               else f"decoder {cfg['decoder']}"))
+    head = (f"{what}, batch {cfg['batch_size']}, {cfg['rounds']} rounds of "
+            f"{fmt.seconds(cfg['seconds'])}" + (", cold cache" if cfg["cold"] else ""))
     skipped = sum(r["skipped_samples"] for r in runs)
     tail = f"\nskipped {skipped} bad samples (see 'skipped' in --json)" if skipped else ""
     return (f"{head}\n\n{main}\n{HOST_NOTE}{requests_text(doc)}\n\n"

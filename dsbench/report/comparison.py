@@ -84,6 +84,9 @@ def render(comparison: dict[str, Any], markdown: bool = False) -> str:
             f"({cand['layout']})"
     out = [f"### dsbench compare\n\n{title}\n" if markdown else title]
     out.append(f"intervals: 95%, {comparison['method']}")
+    readers = comparison.get("readers") or {}
+    if readers.get("base") != readers.get("cand"):
+        out.append(f"read by: base {readers['base']}, candidate {readers['cand']}")
     warning = drift_warning(comparison)
     if warning:
         out.append(warning)

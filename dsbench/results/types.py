@@ -59,6 +59,8 @@ class Config(TypedDict):
     count_samples: NotRequired[int]
     layout: NotRequired[str | None]
     image_field: NotRequired[str | None]
+    pipeline: NotRequired[str | None]
+    dataset: NotRequired[str | None]
     stall_s: NotRequired[float | None]
     max_pixels: NotRequired[int]
 

@@ -6,31 +6,25 @@ under the system's temporary directory, takes them, and is removed when the proc
 round's own files (a cache of decompressed shards) go in a subdirectory removed with the round,
 as is the shared memory the library made (`Reader.close`).
 
-Workers are forked from a server process that imported the library once (multiprocessing's
-forkserver), rather than each importing it afresh: MosaicML Streaming takes 7 s to import here,
-and a sweep of 1, 2, 4 and 8 workers over six rounds would spend ten minutes importing it. The
-server starts with the first native round of a process, in the private directory's environment,
-and preloads that round's library (a later round of another format's library imports it in its
-workers); it exits with the process. Lance, not fork-safe once imported, is imported by each
-worker instead.
+Workers are forked from a server process that imported the library once (forks.py): MosaicML
+Streaming takes 7 s to import here. Started by a native round, the server takes the private
+directory's environment; Lance, not fork-safe once imported, is imported by each worker.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import multiprocessing
-import multiprocessing.util
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
-from multiprocessing import forkserver
 from pathlib import Path
 from typing import Any
 
 from dsbench.adapters import base
+from dsbench.loader import forks
 from dsbench.loader.native import READERS, NativeOpener, get, view_of
 
 # Environment variables a library's caches and temporaries follow.
@@ -83,13 +77,10 @@ def _user() -> str:
 
 
 def _context(layout: str) -> Any:
-    ctx = multiprocessing.get_context("forkserver")
     preload = ["dsbench.loader.torch_source", READERS[layout]]
     if layout in _PRELOAD:
         preload.append(_PRELOAD[layout])
-    ctx.set_forkserver_preload(preload)  # taken only by a server not yet running
-    forkserver.ensure_running()
-    return ctx
+    return forks.context(preload)
 
 
 @dataclass(frozen=True)
@@ -105,10 +96,9 @@ def session(export: base.Export, batch_size: int) -> Iterator[Session]:
     reader = get(export.layout)
     root = private_dir()
     prepared: Any = None
-    # multiprocessing's own temporary directory (the server's socket is in it) is made where
-    # it would be made anyway, and removed by multiprocessing at exit, before ours is.
-    multiprocessing.util.get_temp_dir()
     with _environment(root):
+        # Started here, the server (and its workers) take the private directory's
+        # environment.
         context = _context(export.layout)
         tmp = Path(tempfile.mkdtemp(prefix="round-", dir=root))
         try:

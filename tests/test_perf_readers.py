@@ -55,9 +55,11 @@ def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, E
 
 def carried_fields(spec: ExportSpec, fields: dict[str, Any]) -> set[str]:
     """The definition's fields a sample carries: as members named by their extensions, as the
-    keys of one JSON document (binary values stay members) or as columns."""
-    if spec.layout in ("arrow", "parquet"):
-        return set(fields)
+    keys of one JSON document (binary values stay members), or by name (columns, MDS columns,
+    litdata leaves, tf.train.Example features; dsbench's TFRecord writer adds image/format,
+    as TensorFlow's converters do)."""
+    if spec.layout not in ("wds", "files"):
+        return set(fields) - {"image/format"}
     names = {f.name for f in spec.fields if member_ext(spec, f) in fields}
     if spec.fields_as == "json" and "json" in fields:
         names |= set(json.loads(fields["json"]))

@@ -14,7 +14,7 @@ from dsbench.adapters.survey import new_survey, summarize
 from dsbench.errors import DsbenchError
 from dsbench.loader.counts import Counts
 from dsbench.loader.options import BenchOptions
-from dsbench.loader.runner import summarize_run
+from dsbench.loader.summary import summarize_run
 from dsbench.results import document as results
 from dsbench.results import machine
 from dsbench.results.document import STAGES

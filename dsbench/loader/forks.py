@@ -3,16 +3,19 @@
 Spawned workers each import torch (2 s here) and a format's library (MosaicML Streaming: 7 s)
 afresh, round after round: a sweep of 1, 2, 4 and 8 workers over six rounds would spend
 minutes importing. multiprocessing's forkserver imports them once, in a server process started
-with the first such round, and forks each worker from it, with nothing else of the main
-process's state (its threads, its open exports): what made `spawn` the choice over `fork`. The
-server exits with the process. Only the first round's list is preloaded (a server takes its
-list when it starts); a later round that needs another module imports it in its workers.
+with the first such round of a run, and forks each worker from it, with nothing else of the
+main process's state (its threads, its open exports): what made `spawn` the choice over
+`fork`. The server takes the modules of the round that starts it (a later round that needs
+others imports them in its workers), and is stopped when the run ends (`stopped_after`), so no
+process of a run outlives it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import multiprocessing.util
+from collections.abc import Iterator
 from multiprocessing import forkserver
 from typing import Any
 
@@ -26,3 +29,19 @@ def context(preload: list[str]) -> Any:
     ctx.set_forkserver_preload(preload)
     forkserver.ensure_running()
     return ctx
+
+
+def _running() -> bool:
+    return getattr(forkserver._forkserver, "_forkserver_pid", None) is not None
+
+
+@contextlib.contextmanager
+def stopped_after() -> Iterator[None]:
+    """Stop the server at the end of the block if it was started inside it."""
+    before = _running()
+    try:
+        yield
+    finally:
+        if not before and _running():
+            # multiprocessing stops it only at exit; its own tests stop it this way.
+            forkserver._forkserver._stop()  # type: ignore[attr-defined]

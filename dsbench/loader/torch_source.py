@@ -143,8 +143,11 @@ class TorchSource:
         try:
             batch = next(self.it)
         except DsbenchError as exc:
-            # torch re-raises a worker's exception with its whole traceback as the message.
-            raise DsbenchError(str(exc).strip().splitlines()[-1].split(": ", 1)[-1]) from None
+            # torch re-raises a worker's exception with its whole traceback as the message
+            # (made one line by DsbenchError): the worker's own message ends it.
+            text = str(exc)
+            last = text.rfind("dsbench.errors.")
+            raise DsbenchError(text[last:].split(": ", 1)[-1] if last >= 0 else text) from None
         except RuntimeError as exc:
             raise DsbenchError(f"torch DataLoader failed: {str(exc).splitlines()[0]}") from None
         report = batch["report"]

@@ -2,8 +2,9 @@
 and their whole Dataset (`bench --dataset MODULE:FACTORY`).
 
 `MODULE` is a module importable from the current directory or the Python path (`mypkg.data`),
-or a file (`./train/data.py`); `CALLABLE` a name in it. The current directory is put on the path
-first, as `python -m` does, so that spawned loader workers import the same module.
+or a file (`./train/data.py`, imported by its name with its directory on the path, as a script's
+modules are); `CALLABLE` a name in it. The current directory is put on the path first, as
+`python -m` does, so that loader workers import the same module.
 
 The per-sample step receives the stored sample as the export holds it: a dict with `__key__`,
 `image` (the encoded image's bytes), `codec` (jpeg, png, ...) and every other field as the
@@ -16,7 +17,6 @@ one shape stacked, numbers made an array, containers collated field by field), i
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -44,18 +44,15 @@ def load(spec: str, option: str) -> Callable[..., Any]:
         sys.path.insert(0, os.getcwd())  # as `python -m` does; spawned workers inherit it
     try:
         if module_name.endswith(".py") or "/" in module_name:
+            # A file is imported as a script's modules are: its directory on the path, its
+            # name its stem, so that the workers (and pickle) find it, and what it imports
+            # from beside it, by the same name.
             path = Path(module_name).resolve()
             if not path.is_file():
                 raise DsbenchError(f"{option} {spec}: no such file {path}")
-            import_name = f"dsbench_user_{path.stem}"
-            module = sys.modules.get(import_name)
-            if module is None:
-                loader = importlib.util.spec_from_file_location(import_name, path)
-                if loader is None or loader.loader is None:
-                    raise DsbenchError(f"{option} {spec}: not a Python file")
-                module = importlib.util.module_from_spec(loader)
-                sys.modules[import_name] = module
-                loader.loader.exec_module(module)
+            if str(path.parent) not in sys.path:
+                sys.path.insert(0, str(path.parent))
+            module = importlib.import_module(path.stem)
         else:
             module = importlib.import_module(module_name)
     except DsbenchError:
@@ -93,7 +90,14 @@ class UserStep:
         raise TypeError("a --pipeline step runs on the stored sample, not on pixels")
 
     def run(self, raw: RawSample) -> Any:
-        fn = load(self.spec, "--pipeline")
+        if self.spec not in _loaded:
+            fn = load(self.spec, "--pipeline")
+            torch = sys.modules.get("torch")
+            if torch is not None:
+                # As torch's DataLoader does in each of its workers: one intra-op thread,
+                # since the workers are the parallelism.
+                torch.set_num_threads(1)
+        fn = _loaded[self.spec]
         try:
             return fn(stored_sample(raw))
         except Exception as exc:  # the user's code, whatever it raised: one line, named

@@ -86,6 +86,10 @@ class LoaderCost:
     path: str | None = None
     stages: tuple[tuple[str, float], ...] = ()
     stated_fields: frozenset[str] = frozenset()  # figures given by hand over a measured result
+    # The measured export's units (shards) and what they are called: loaders that split an
+    # export by unit give each worker whole units. None when unknown (stated, or samples).
+    units: int | None = None
+    unit_name: str = "units"
 
     def __post_init__(self) -> None:
         for name in ("cpu_s_per_sample", "cpu_cv", "files_per_sample", "bytes_per_sample"):
@@ -143,7 +147,7 @@ class LoaderCost:
                 "contention": [{"load": a, "factor": b} for a, b in self.contention],
                 "files_per_sample": self.files_per_sample,
                 "bytes_per_sample": self.bytes_per_sample, "stages": dict(self.stages),
-                "stated_fields": sorted(self.stated_fields)}
+                "stated_fields": sorted(self.stated_fields), "units": self.units}
 
     def source_of(self, name: str) -> str:
         """'measured' or 'stated', for one of this cost's figures."""
@@ -203,10 +207,15 @@ def _from_result(doc: Mapping[str, Any], path: str | None) -> LoaderCost:
     stages = base.get("stages") if isinstance(base.get("stages"), Mapping) else {}
     stage_items = tuple((str(k), float(v)) for k, v in stages.items()
                         if isinstance(v, int | float) and not isinstance(v, bool))
+    units = export.get("units")
+    # Per-sample files are split by sample: their "units" never run short of workers.
+    sharded = isinstance(units, int) and not isinstance(units, bool) and \
+        export.get("layout") not in ("files", "dataset")
     return LoaderCost("measured", sum(per_batch) / len(per_batch) / batch, batch, per_batch,
                       contention=tuple(points), files_per_sample=files, bytes_per_sample=nbytes,
                       base_workers=base_workers, path=None if path is None else str(path),
-                      stages=stage_items)
+                      stages=stage_items, units=units if sharded else None,
+                      unit_name=str(export.get("unit_name") or "units"))
 
 
 def _read_per_sample(run: Mapping[str, Any], export: Mapping[str, Any], key: str, where: str,

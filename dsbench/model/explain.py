@@ -84,7 +84,27 @@ def inputs(cost: LoaderCost, cluster: ClusterSpec,
         "per node")
     # A probe's profile says "measured", and "measured + stated" with a round trip added.
     rows.append(_row("storage", st.name, text, st.origin, st.source))
+    if cost.units is not None:
+        rows.append(_units_row(cost, cluster))
     return rows
+
+
+def _units_row(cost: LoaderCost, cluster: ClusterSpec) -> dict[str, Any]:
+    """The measured export's units against the job's loader workers: a loader that splits an
+    export by unit (WebDataset, MDS, litdata, TFRecord and columnar shards) gives each worker
+    whole units, and a worker without one sits idle."""
+    assert cost.units is not None
+    workers = cluster.ranks * cluster.workers_per_gpu
+    text = fmt.plural(cost.units, cost.unit_name.removesuffix("s"), cost.unit_name)
+    if cost.units >= workers:
+        note = (f"enough for the job's {workers} loader workers ({cluster.ranks} ranks x "
+                f"{cluster.workers_per_gpu}) to have one each")
+    else:
+        note = (f"fewer than the job's {workers} loader workers ({cluster.ranks} ranks x "
+                f"{cluster.workers_per_gpu}): with this export, {workers - cost.units} would "
+                f"sit idle, and the supply above would not be reached; the figures assume an "
+                f"export with at least {workers} {cost.unit_name}")
+    return _row("units", cost.units, text, "measured", note)
 
 
 def timeline_note(rates: NodeRates, cluster: ClusterSpec, result: SimResult) -> str:

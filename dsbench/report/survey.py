@@ -27,6 +27,15 @@ def _form(dataset: dict[str, Any] | None) -> str:
     return f" ({dataset['form']}{split}{more})"
 
 
+def _feeds(s: dict[str, Any]) -> str:
+    """How many loader workers the units can feed: loaders that split an export by unit give
+    each worker whole units (per-sample files split by sample, and never run short)."""
+    if s["layout"] in ("files", "dataset") or not s["units"]:
+        return ""
+    return (f" (feeds at most {counted(s['units'], 'loader workers')} in all ranks together; "
+            "more would sit idle)")
+
+
 def render(s: dict[str, Any]) -> str:
     """The summary as text for a terminal: one fact a line, every figure with its unit."""
     bps = s["bytes_per_sample"]
@@ -34,7 +43,7 @@ def render(s: dict[str, Any]) -> str:
         f"path:               {s['path']}",
         f"layout:             {s['layout']}{_form(s.get('dataset'))}",
         f"samples:            {counted(s['samples'], 'samples')}",
-        f"{s['unit_name'] + ':':<20}{counted(s['units'], s['unit_name'])}",
+        f"{s['unit_name'] + ':':<20}{counted(s['units'], s['unit_name'])}{_feeds(s)}",
         *([f"{c['name'] + ':':<20}{counted(c['count'], c['name'])}"]
           if (c := s["containers"]) and c["name"] != s["unit_name"] else []),
         f"data files:         {counted(s['files'], 'files')}, {fmt.nbytes(s['bytes'])}",

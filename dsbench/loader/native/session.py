@@ -1,9 +1,9 @@
 """A native reader's round: where the library's temporaries go, and how its workers start.
 
 The libraries write temporaries and caches where the environment says (TMPDIR; the Hugging
-Face cache under HF_HOME): a directory private to this process, `dsbench-native-<pid>-...`
-under the system's temporary directory, takes them, and is removed when the process exits; a
-round's own files (a cache of decompressed shards) go in a subdirectory removed with the round,
+Face cache under HF_HOME): a directory private to the run, `dsbench-native-<pid>-...` under
+the system's temporary directory, takes them, and is removed when the run ends; a round's own
+files (a cache of decompressed shards) go in a subdirectory removed with the round,
 as is the shared memory the library made (`Reader.close`).
 
 Workers are forked from a server process that imported the library once (forks.py): MosaicML
@@ -13,8 +13,8 @@ directory's environment; Lance, not fork-safe once imported, is imported by each
 
 from __future__ import annotations
 
-import atexit
 import contextlib
+import multiprocessing.util
 import os
 import shutil
 import tempfile
@@ -36,12 +36,23 @@ _private: Path | None = None
 
 
 def private_dir() -> Path:
-    """This process's private temporary directory, made once, removed at exit."""
+    """The run's private temporary directory, made by its first native round."""
     global _private
     if _private is None or not _private.is_dir():
         _private = Path(tempfile.mkdtemp(prefix=f"dsbench-native-{os.getpid()}-"))
-        atexit.register(shutil.rmtree, _private, True)
     return _private
+
+
+@contextlib.contextmanager
+def removed_after() -> Iterator[None]:
+    """Remove the private directory when the run ends (after its server has stopped)."""
+    global _private
+    try:
+        yield
+    finally:
+        if _private is not None:
+            shutil.rmtree(_private, ignore_errors=True)
+            _private = None
 
 
 @contextlib.contextmanager
@@ -49,13 +60,23 @@ def _environment(root: Path) -> Iterator[None]:
     """TMPDIR and the caches pointed into `root` (and tempfile's own idea of it), restored
     after. torch's compiler cache is pinned where it would be without this: torch remembers
     the temporary directory it first saw."""
-    saved = {name: os.environ.get(name) for name in (*_CACHE_ENV, "TORCHINDUCTOR_CACHE_DIR")}
+    saved = {name: os.environ.get(name)
+             for name in (*_CACHE_ENV, "TORCHINDUCTOR_CACHE_DIR", "S3_ENDPOINT_URL",
+                          "AWS_ALLOW_HTTP")}
     saved_tempdir = tempfile.tempdir
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(
         tempfile.gettempdir(), f"torchinductor_{_user()}"))
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
     try:
         for name in _CACHE_ENV:
             os.environ[name] = str(root)
+        if endpoint and saved["S3_ENDPOINT_URL"] is None:
+            # MosaicML Streaming's S3 client takes its endpoint from S3_ENDPOINT_URL only.
+            os.environ["S3_ENDPOINT_URL"] = endpoint
+        if endpoint and endpoint.startswith("http://") and saved["AWS_ALLOW_HTTP"] is None:
+            # litdata's client (obstore) refuses a plain-http endpoint (a local server) unless
+            # told, as dsbench's own client is.
+            os.environ["AWS_ALLOW_HTTP"] = "true"
         tempfile.tempdir = str(root)
         yield
     finally:
@@ -96,6 +117,9 @@ def session(export: base.Export, batch_size: int) -> Iterator[Session]:
     reader = get(export.layout)
     root = private_dir()
     prepared: Any = None
+    # multiprocessing's own temporary directory (the server's socket) in the usual place, made
+    # before TMPDIR points into ours, which is removed at exit before multiprocessing's is.
+    multiprocessing.util.get_temp_dir()
     with _environment(root):
         # Started here, the server (and its workers) take the private directory's
         # environment.

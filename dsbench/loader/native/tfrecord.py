@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from dsbench.adapters import base
+from dsbench.errors import DsbenchError
 from dsbench.loader.native import Item, View, require
+from dsbench.storage.files import is_remote
 
 
 def _plain(value: Any) -> Any:
@@ -28,6 +30,9 @@ class TfrecordReader:
 
     def prepare(self, export: base.Export, batch_size: int, tmp: Path) -> Any:
         require("tfrecord", "tfrecord")
+        if is_remote(export.path):
+            raise DsbenchError("--backend native: the tfrecord package reads local files only; "
+                               "in an object store, use dsbench's reader", path=export.path)
         return None
 
     def epoch(self, prepared: Any, view: View, worker: int, n_workers: int,

@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from dsbench.adapters import base
+from dsbench.errors import DsbenchError
 from dsbench.loader.native import Item, View, require
+from dsbench.storage.files import is_remote
 
 _IMAGES = ("jpg", "jpeg", "png", "webp", "ppm")
 
@@ -23,6 +25,10 @@ class WdsReader:
 
     def prepare(self, export: base.Export, batch_size: int, tmp: Path) -> Any:
         require("webdataset", "torch")
+        if is_remote(export.path):
+            raise DsbenchError("--backend native: webdataset reads an object store through a "
+                               "command (curl, aws) dsbench does not set up; in an object "
+                               "store, use dsbench's reader", path=export.path)
         return None
 
     def epoch(self, prepared: Any, view: View, worker: int, n_workers: int,

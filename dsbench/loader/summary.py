@@ -1,0 +1,103 @@
+"""A worker count's rounds summarised: the run's figures, their intervals, and its warnings.
+
+The timings are geometric means of the rounds with Student t intervals on their logarithms
+(stats.py); files and bytes per sample are the export's counts over whole units (counts.py),
+the same for every worker count, or, for a `--dataset` (not counted), its windows' bytes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from dsbench import fmt, stats
+from dsbench.loader.counts import NOT_COUNTED, Counts
+from dsbench.loader.options import BenchOptions
+from dsbench.results.stages import STAGES
+from dsbench.results.types import Round, Run
+
+SKIPPED_KEPT = 20
+MIN_WINDOW_BATCHES = 3  # per worker; fewer and the window is mostly edge effects
+
+
+def _round_row(r: dict[str, Any]) -> Round:
+    row: Round = {"samples": r["samples"], "batches": r["batches"], "wall_s": r["wall_s"],
+                  "cpu_s": r["cpu_s"], "main_cpu_s": r["main_cpu_s"],
+                  "workers_cpu_s": r["workers_cpu_s"],
+                  "workers_cpu_s_reaped": r["workers_cpu_s_reaped"],
+                  "samples_per_s": r["samples_per_s"], "cpu_s_per_sample": r["cpu_s_per_sample"],
+                  "accelerator_util": r["accelerator_util"], "warmup_batches": r["warmup_batches"],
+                  "warmup_s": r["warmup_s"], "peak_pss_bytes": r["peak_pss_bytes"],
+                  "window_files": r["window_files"], "window_bytes": r["window_bytes"],
+                  "stages": {s: r["stages_s"][s] / r["samples"] for s in STAGES}}
+    if "host_cpu_s" in r:  # rounds given by callers that did not measure the host
+        row["host_cpu_s"] = r["host_cpu_s"]
+        row["host_cpu_s_per_sample"] = r["host_cpu_s_per_sample"]
+    return row
+
+
+def summarize_run(n_workers: int, opts: BenchOptions, rounds: list[dict[str, Any]],
+                  counts: Counts) -> Run:
+    """One worker count's figures over its rounds."""
+    sps = stats.summarize([r["samples_per_s"] for r in rounds])
+    cpu = stats.summarize([r["cpu_s_per_sample"] for r in rounds])
+    host = [r["host_cpu_s_per_sample"] for r in rounds if "host_cpu_s_per_sample" in r]
+    samples = sum(r["samples"] for r in rounds)
+    au = [r["accelerator_util"] for r in rounds if r["accelerator_util"] is not None]
+    skipped = [e for r in rounds for e in r["skipped"]][:SKIPPED_KEPT]
+    run: Run = {
+        "workers": n_workers, "batch_size": opts.batch_size,
+        "samples_per_s": sps.center, "samples_per_s_iqr": list(sps.iqr),
+        "samples_per_s_ci95": list(sps.ci95), "samples_per_s_spread": sps.relative_spread,
+        "cpu_s_per_sample": cpu.center, "cpu_s_per_sample_iqr": list(cpu.iqr),
+        "cpu_s_per_sample_ci95": list(cpu.ci95), "cpu_s_per_sample_spread": cpu.relative_spread,
+        "stages": {s: sum(r["stages_s"][s] for r in rounds) / samples for s in STAGES},
+        # Counts of the export, not of this run's windows: the same for every worker count
+        # (a --dataset's, not counted, are its windows' bytes).
+        "bytes_per_sample": (counts.per_sample(counts.read_bytes + counts.mapped_bytes)
+                             if counts.method != NOT_COUNTED
+                             else sum(r["window_bytes"] for r in rounds) / samples),
+        "mapped_bytes_per_sample": counts.per_sample(counts.mapped_bytes),
+        "files_per_sample": counts.per_sample(counts.files),
+        "peak_pss_bytes": max(r["peak_pss_bytes"] for r in rounds),
+        "samples": samples, "skipped_samples": sum(r["skipped_samples"] for r in rounds),
+        "skipped": skipped,
+        "accelerator_util": stats.geometric_mean(au) if au and min(au) > 0 else None,
+        "scaling_efficiency": None,
+        "batch_cpu_s": [x for r in rounds for x in r["batch_cpu_s"]],
+        "rounds": [_round_row(r) for r in rounds],
+    }
+    if host and len(host) == len(rounds):
+        # A host busy for none of a window (a clock too coarse) has no mean on logs.
+        run["host_cpu_s_per_sample"] = (stats.summarize(host).center if min(host) > 0
+                                        else float(np.mean(host)))
+    if counts.requests is not None:
+        run["requests_per_sample"] = counts.per_sample(counts.requests.data_requests)
+    return run
+
+
+def warnings_of(run: Run, opts: BenchOptions) -> list[str]:
+    """What a person should know before comparing the run's figures."""
+    out = []
+    if opts.dataset is not None:
+        out.append("files and requests per sample are not counted for a --dataset (a black "
+                   "box); its bytes per sample are what its processes read in the windows")
+    w = run["workers"]
+    for spread, label in ((run["samples_per_s_spread"], "samples/s"),
+                          (run["cpu_s_per_sample_spread"], "CPU per sample")):
+        if spread > stats.SPREAD_WARNING:
+            out.append(f"{label} with {fmt.plural(w, 'worker')} varies by "
+                       f"{100 * spread:.3g}% between rounds (IQR/median): use a longer "
+                       "--seconds, more --rounds, or a quieter machine before comparing it")
+    short = min(r.get("batches", 0) for r in run["rounds"]) / w
+    if short < MIN_WINDOW_BATCHES:
+        out.append(f"the measured window with {fmt.plural(w, 'worker')} held only "
+                   f"{fmt.plural(short, 'batch', 'batches')} per worker: use a longer --seconds "
+                   "or a smaller --batch-size")
+    for r in run["rounds"]:
+        # Window CPU is a part of what the reaped workers used in all; more is an accounting bug.
+        if r["workers_cpu_s"] > r["workers_cpu_s_reaped"] * 1.01 + 0.05:
+            out.append(f"worker CPU in the window ({r['workers_cpu_s']:.3g} s) exceeds the reaped "
+                       f"total ({r['workers_cpu_s_reaped']:.3g} s): CPU figures are suspect")
+    return out

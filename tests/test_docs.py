@@ -165,6 +165,8 @@ def test_every_command_in_the_doc_runs(doc: Path, tmp_path: Path,
     if "s3://" in doc.read_text():
         _fill_bucket(request.getfixturevalue("s3_env"), tmp_path)
     monkeypatch.chdir(REPO)  # the docs name formats/*.toml relative to the checkout
+    # docs/examples/wds_dataset.py reads the shards the docs write under /tmp/dsbench/before.
+    monkeypatch.setenv("SHARDS", f"{tmp_path}/dsbench/before")
     # docs/model.md's Python sketch reads a result named after.json from where it runs.
     results.write_result(tmp_path / "after.json", rd.document([rd.run(1), rd.run(2)]))
     executed = 0

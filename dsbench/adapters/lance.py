@@ -30,29 +30,27 @@ from dsbench.adapters.columnar import ColumnarExport
 from dsbench.adapters.columns import BadChunk, Unreadable
 from dsbench.errors import DsbenchError
 from dsbench.storage import files as store
+from dsbench.storage import remote
 from dsbench.storage.files import Loc
 
 VERSIONS = "_versions"
 BATCH_ROWS = 256
 
 
+# dsbench's S3 settings (storage.remote, from the environment) by Lance's names for them.
+_LANCE_KEYS = {"endpoint": "aws_endpoint", "access_key_id": "aws_access_key_id",
+               "secret_access_key": "aws_secret_access_key", "token": "aws_session_token",
+               "region": "aws_region", "allow_http": "allow_http"}
+
+
 def storage_options(path: Loc) -> dict[str, str] | None:
-    """Lance's storage options for an export in an object store, from the environment."""
+    """Lance's storage options for an export in an object store: the settings dsbench's own
+    client takes from the environment, by Lance's names."""
     if not store.is_remote(path):
         return None
-    env, out = os.environ, {}
-    endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
-    if endpoint:
-        out["aws_endpoint"] = endpoint
-        if endpoint.startswith("http://"):
-            out["allow_http"] = "true"
-    for var, key in (("AWS_ACCESS_KEY_ID", "aws_access_key_id"),
-                     ("AWS_SECRET_ACCESS_KEY", "aws_secret_access_key"),
-                     ("AWS_SESSION_TOKEN", "aws_session_token"),
-                     ("AWS_REGION", "aws_region"), ("AWS_DEFAULT_REGION", "aws_region")):
-        if env.get(var):
-            out.setdefault(key, env[var])
-    return out
+    kwargs, options = remote.s3_options(os.environ)
+    return {_LANCE_KEYS[k]: str(v) for k, v in {**kwargs, **options}.items()
+            if k in _LANCE_KEYS}
 
 
 def open_dataset(path: Loc) -> Any:

@@ -23,6 +23,7 @@ from dsbench import procs
 from dsbench.errors import DsbenchError
 from dsbench.loader import forks
 from dsbench.loader.sources import STARTUP_STALL_S
+from dsbench.loader.torch_source import shutdown
 from dsbench.loader.user import load
 from dsbench.loader.worker import BatchReport, cpu_now, read_chars
 from dsbench.results.stages import STAGES
@@ -150,13 +151,5 @@ class DatasetSource:
         pass
 
     def close(self) -> None:
-        with procs.uninterrupted():
-            it, self.it = self.it, None
-            if it is not None:
-                try:
-                    it._shutdown_workers()
-                except RuntimeError:
-                    for w in getattr(it, "_workers", []):
-                        if w.is_alive():
-                            w.terminate()
-                        w.join(2.0)
+        it, self.it = self.it, None
+        shutdown(it)

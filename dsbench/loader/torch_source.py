@@ -158,18 +158,23 @@ class TorchSource:
         pass  # the batch's tensors were freed when `next` dropped them
 
     def close(self) -> None:
-        with procs.uninterrupted():  # a second Ctrl-C must not cut this short
-            it, self.it = self.it, None
-            if it is None:
-                return
-            try:
-                it._shutdown_workers()
-            except RuntimeError:
-                # torch's SIGCHLD handler reports a worker that died while exiting (seen here:
-                # an abort, "terminate called without an active exception", at interpreter exit
-                # in about one torch worker shutdown in 25). The window was measured by then;
-                # make sure every worker is gone and carry on.
-                for w in getattr(it, "_workers", []):
-                    if w.is_alive():
-                        w.terminate()
-                    w.join(2.0)
+        it, self.it = self.it, None
+        shutdown(it)
+
+
+def shutdown(it: Any) -> None:
+    """Stop a DataLoader iterator's workers, however they end."""
+    with procs.uninterrupted():  # a second Ctrl-C must not cut this short
+        if it is None:
+            return
+        try:
+            it._shutdown_workers()
+        except RuntimeError:
+            # torch's SIGCHLD handler reports a worker that died while exiting (seen here: an
+            # abort, "terminate called without an active exception", at interpreter exit in
+            # about one torch worker shutdown in 25). The window was measured by then; make
+            # sure every worker is gone and carry on.
+            for w in getattr(it, "_workers", []):
+                if w.is_alive():
+                    w.terminate()
+                w.join(2.0)

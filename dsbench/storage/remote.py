@@ -97,7 +97,7 @@ class RemotePath:
 
 # --- the store of a bucket, made once per process ----------------------------------------
 
-def _s3_options(env: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
+def s3_options(env: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
     kwargs: dict[str, Any] = {}
     options: dict[str, str] = {}
     endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
@@ -128,7 +128,7 @@ def _store(scheme: str, authority: str) -> Any:
     # stream; a read that stalls for 10 s fails instead.
     options["read_timeout"] = "10s"
     if scheme == "s3":
-        kwargs, extra = _s3_options(os.environ)
+        kwargs, extra = s3_options(os.environ)
         options |= extra
     elif scheme == "http":
         options["allow_http"] = "true"

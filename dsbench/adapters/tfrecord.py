@@ -12,7 +12,9 @@ Features: the image is the one named by --image-field, else `image/encoded` (the
 convention), else a bytes feature named image/jpg/jpeg/png/img, else the first bytes feature
 whose value starts like a JPEG or PNG. Every other feature is a field named by its key: a list
 of one value is that value, longer ones arrays (int64, float32); bytes stay bytes. The key is
-the `__key__` or `key` feature's text, else the record's number in the export. A file is a unit;
+the `__key__` or `key` feature's text, else the file and the record's number in it
+(`train-00000-of-00004:17`): numbering records across files would mean reading the files before
+(a GET each in an object store). A file is a unit;
 it is counted by reading its framing (seeking over the records locally).
 """
 
@@ -77,26 +79,18 @@ class TfrecordExport(base.ReadsUnits):
     def read_units(self, units: Sequence[str], skip: base.SkipHandler = None,
                    ) -> Iterator[base.RawSample]:
         for unit in units:
-            first = self._first(unit)
+            name = store.relative(location(unit), self.root)
             try:
                 with open_records(location(unit)) as f:
                     for i, record in records(f, unit, self.crc):
                         try:
-                            yield self._sample(record, str(first + i), unit)
+                            yield self._sample(record, f"{name}:{i}", unit)
                         except SampleError as err:
                             base.report(err, skip)
             except SampleError as err:
                 base.report(err, skip)
             except OSError as exc:  # gzip's own errors on a damaged stream
                 base.report(SampleError(f"cannot read: {exc}", path=unit), skip)
-
-    def _first(self, unit: str) -> int:
-        total = 0
-        for u in self.files:
-            if u == unit:
-                return total
-            total += self.unit_samples(u)
-        return total
 
     def _pick_image(self, features: dict[str, tuple[int, list[Any]]], where: str) -> str:
         if self.image_field is not None:
@@ -171,19 +165,19 @@ class TfrecordExport(base.ReadsUnits):
 
     def _survey_images(self, unit: str, want: int, survey: dict[str, Any],
                        types: dict[str, str]) -> None:
-        first = self._first(unit)
+        name = store.relative(location(unit), self.root)
         try:
             with open_records(location(unit)) as f:
                 for i, record in records(f, unit, self.crc):
                     if i >= want:
                         break
                     try:
-                        raw = self._sample(record, str(first + i), unit)
-                        for name, value in raw.fields.items():
-                            types.setdefault(name, _type(value))
+                        raw = self._sample(record, f"{name}:{i}", unit)
+                        for field, value in raw.fields.items():
+                            types.setdefault(field, _type(value))
                         add_image(survey, *probe_image(raw.image))
                     except (SampleError, ValueError) as exc:
-                        survey["problems"].append(problem(unit, str(first + i), str(exc)))
+                        survey["problems"].append(problem(unit, f"{name}:{i}", str(exc)))
         except SampleError as err:
             survey["problems"].append(problem(unit, err.key, str(err)))
 

@@ -14,7 +14,6 @@ import threading
 from collections.abc import Sequence
 
 from dsbench import __version__
-from dsbench.commands.options import check_outputs
 from dsbench.errors import DsbenchError
 
 # Module names under dsbench.commands; each has HELP, add_arguments(parser) and run(args) -> int.
@@ -51,20 +50,38 @@ def _terminate(signum: int, frame: object) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
     in_main_thread = threading.current_thread() is threading.main_thread()
-    old = signal.signal(signal.SIGTERM, _terminate) if in_main_thread else None
+    old = signal.getsignal(signal.SIGTERM) if in_main_thread else None
+    name = "dsbench"
+    # Everything from the handler on is inside the try, the imports of the commands' modules
+    # too (about a second): a Ctrl-C or SIGTERM meanwhile gives the same one line and exit code
+    # as later, not a traceback. (The handler, first, also tells the Ctrl-C test that this
+    # process has got here: SigCgt in /proc/PID/status.)
     try:
+        if in_main_thread:
+            signal.signal(signal.SIGTERM, _terminate)
+        from dsbench import procs
+
+        # A Ctrl-C inside an import can surface as another error (numpy's C set-up turns it
+        # into an ImportError) or, handled, still end the interpreter by SIGINT at its exit
+        # (a KeyboardInterrupt raised in the source that dataclasses and namedtuple exec): held
+        # until the imports are done, it is acted on after them.
+        with procs.uninterrupted():
+            from dsbench.commands.options import check_outputs
+
+            parser = build_parser()
+        args = parser.parse_args(argv)
+        name = f"dsbench {args.command}"
         check_outputs(args)
         return int(args.run(args))
     except DsbenchError as exc:
-        print(f"dsbench {args.command}: error: {exc}", file=sys.stderr)
+        print(f"{name}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"dsbench {args.command}: interrupted", file=sys.stderr)
+        print(f"{name}: interrupted", file=sys.stderr)
         return 130
     except Terminated:
-        print(f"dsbench {args.command}: terminated", file=sys.stderr)
+        print(f"{name}: terminated", file=sys.stderr)
         return 143
     finally:
         if old is not None:

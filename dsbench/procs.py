@@ -4,7 +4,11 @@
   Linux to kill it when its parent dies, even by SIGKILL, when no cleanup code runs.
 * `uninterrupted()` holds SIGINT and SIGTERM off while workers are stopped and shared memory is
   removed: a second Ctrl-C must not leave half of them behind. A signal that arrives meanwhile
-  is delivered when the block ends.
+  is acted on when the block ends.
+* `spawning()` holds them off while a worker is started and recorded, and the worker, which
+  inherits SIGINT blocked, calls `ignore_ctrl_c()` first thing: a Ctrl-C at any moment of the
+  start-up reaches the main process once the worker is recorded (so close() stops it), and
+  never kills a worker mid-import.
 * `settle_heap()`, called by a loader worker once it is set up, so that garbage collection of
   its start-up objects is not charged to whichever batch happens to trigger it.
 * `reap(processes)` ends processes that were asked to stop: a grace period, then SIGTERM, then
@@ -20,9 +24,11 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from multiprocessing import resource_tracker
 from multiprocessing.process import BaseProcess
+from typing import Any
 
 _PR_SET_PDEATHSIG = 1
 _HELD = (signal.SIGINT, signal.SIGTERM)
@@ -44,15 +50,100 @@ def die_with_parent(sig: int = signal.SIGKILL) -> None:
 
 @contextmanager
 def uninterrupted() -> Iterator[None]:
-    """Block SIGINT and SIGTERM for the duration (main thread only; elsewhere a no-op)."""
+    """Hold SIGINT and SIGTERM for the duration (main thread only; elsewhere a no-op): what their
+    handlers would have done (KeyboardInterrupt, dsbench's Terminated) is done when it ends.
+
+    Held by swapping Python's handlers for one that notes the signal, not by blocking the
+    signals: a thread that blocks a signal sent to its process only has the kernel hand it to
+    another thread (numpy's BLAS and Arrow start some), whose C handler flags it, and Python
+    then runs the handler in the main thread, inside the block, all the same.
+    """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
+    # A handler set outside Python (None) could not be put back: that signal is not held.
+    old: dict[int, _Handler] = {sig: signal.getsignal(sig) for sig in _HELD}
+    held = [sig for sig, handler in old.items() if handler is not None]
+    came: list[int] = []
+    early: list[BaseException] = []
+
+    def note(signum: int, frame: object) -> None:
+        came.append(signum)
+
     try:
+        for sig in held:
+            _swap(sig, note, early)
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        for sig in held:
+            _swap(sig, old[sig], early)
+        if early:
+            raise early[0]
+        for signum in came:
+            _act(signum, old[signum])
+
+
+_Handler = Callable[[int, Any], Any] | int | None
+
+
+def _swap(signum: int, handler: _Handler, early: list[BaseException]) -> None:
+    """signal.signal(signum, handler). Before it swaps, Python runs the handlers of signals that
+    came just before: what one of them raises (KeyboardInterrupt) is kept in `early`, to be
+    raised when the block ends, and the swap is tried again. (A signal that comes between two
+    swaps, microseconds, may still raise from outside this function: the caller's finally puts
+    every handler back.)"""
+    while True:
+        try:
+            signal.signal(signum, handler)
+            return
+        except (ValueError, TypeError):  # the call's own errors: a bad argument, a bug
+            raise
+        except BaseException as exc:
+            early.append(exc)
+
+
+def _act(signum: int, handler: _Handler) -> None:
+    """What `handler` would have done with `signum` had it come now."""
+    if callable(handler):
+        handler(signum, None)
+    elif handler != signal.SIG_IGN:  # SIG_DFL: what the signal itself would have done
+        signal.raise_signal(signum)
+
+
+@contextmanager
+def spawning() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM while a child process is started and recorded by its parent.
+
+    Ignoring SIGINT in the parent around `start()` (so that the child inherits SIG_IGN) would
+    drop a Ctrl-C that arrives meanwhile: the run would go on to its end, and what the parent
+    made before (shared memory) would stay if it were then killed. Held as `uninterrupted()`
+    holds them, a signal is acted on when the block ends instead, after the child is on the
+    parent's lists, so that one exception unwinds through a consistent state. SIGINT is also
+    blocked in this thread, for the child: it inherits the mask across exec (a Ctrl-C while it
+    imports stays pending instead of raising there), and it must call `ignore_ctrl_c()` before
+    anything else. SIGTERM stays deliverable to the child, so that reap() can end one that is
+    still starting.
+
+    Python's resource tracker (which `spawn` and shared memory both use) is started first, out
+    of the block: starting it unblocks SIGINT (bpo-33613's mask, undone with SIG_UNBLOCK, not
+    restored), which would let a child start with it unblocked.
+    """
+    resource_tracker.ensure_running()
+    with uninterrupted():
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            yield
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def ignore_ctrl_c() -> None:
+    """First thing in a child started under `spawning()`: ignore SIGINT, then unblock it. A
+    terminal's Ctrl-C reaches the whole process group; the main process handles it alone and
+    stops its children. One that reached this child while it was starting is still pending, and
+    SIG_IGN discards it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def settle_heap() -> None:

@@ -10,13 +10,16 @@ import psutil
 
 
 def left_behind(session: int) -> list[str]:
-    """Processes still in the session, or its shared-memory segments, after a grace period."""
+    """Processes still running in the session, or its shared-memory segments, after a grace
+    period. A zombie has exited and released everything; the one dsbench's exit leaves (Python's
+    resource tracker, which outlives the main process by design and is then reparented) waits
+    for init to reap it, which some inits do only every second or two, and others never."""
     deadline = time.monotonic() + 5.0
     while True:
         procs = []
-        for p in psutil.process_iter(["pid", "cmdline"]):
+        for p in psutil.process_iter(["pid", "cmdline", "status"]):
             try:
-                if os.getsid(p.pid) == session:
+                if os.getsid(p.pid) == session and p.info["status"] != psutil.STATUS_ZOMBIE:
                     procs.append(" ".join(p.info["cmdline"] or []))
             except (ProcessLookupError, PermissionError):
                 pass

@@ -15,7 +15,6 @@ import os
 import shutil
 import signal
 import time
-from collections.abc import Iterator
 from multiprocessing.connection import Connection, wait
 from multiprocessing.shared_memory import SharedMemory
 from typing import Any
@@ -46,21 +45,6 @@ _rings = itertools.count()
 
 
 # --- the main process's side: start workers, take batches in order, free slots, stop ---------
-
-@contextlib.contextmanager
-def _children_ignore_sigint() -> Iterator[None]:
-    """Start a worker with SIGINT ignored from its first instruction.
-
-    A terminal's Ctrl-C reaches the whole process group, workers included, and a worker still
-    importing modules would die with a traceback; an ignored signal stays ignored across exec
-    and Python installs no handler of its own over it. The main process handles Ctrl-C alone.
-    """
-    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, old)
-
 
 def _worker_failure(index: int, proc: Any) -> str:
     code = proc.exitcode
@@ -128,32 +112,39 @@ class ShmSource:
         tag = f"dsbench-{os.getpid()}-{next(_rings)}"
         try:
             for w in range(n_workers):
-                try:
-                    shm = _Segment(name=f"{tag}-{w}", create=True, size=slots * slot_bytes)
-                except OSError as exc:
-                    why = exc.strerror or str(exc)
-                    if _unlink_if_made(f"{tag}-{w}"):
-                        why = (f"the segment was made, but Python's resource tracker refused it "
-                               f"({why}); it was removed")
-                    raise DsbenchError(f"cannot allocate {fmt.nbytes(slots * slot_bytes)} of "
-                                       f"shared memory for loader worker {w}: {why}") from None
-                self.segments.append(shm)
-                data_recv, data_send = ctx.Pipe(duplex=False)
-                ctrl_recv, ctrl_send = ctx.Pipe(duplex=False)
-                spec = WorkerSpec(str(path), w, n_workers, opts.batch_size, pipeline, opts.seed,
-                                  shm.name, slots, slot_bytes, image_bytes, opts.export_opener())
-                proc = ctx.Process(target=run, args=(spec, data_send, ctrl_recv), daemon=True,
-                                   name=f"dsbench-worker-{w}")
-                with _children_ignore_sigint():
-                    proc.start()
-                data_send.close()
-                ctrl_recv.close()
-                self.procs.append(proc)
-                self.data.append(data_recv)
-                self.ctrl.append(ctrl_send)
+                # Held from the segment's creation until its worker is on the lists close()
+                # reads: a Ctrl-C in between would leave a segment or a worker it cannot stop.
+                with procs.spawning():
+                    self._start(ctx, WorkerSpec(str(path), w, n_workers, opts.batch_size,
+                                                pipeline, opts.seed, f"{tag}-{w}", slots,
+                                                slot_bytes, image_bytes, opts.export_opener()))
         except BaseException:
             self.close()
             raise
+
+    def _start(self, ctx: Any, spec: WorkerSpec) -> None:
+        """Worker `spec.worker`'s segment and process, each recorded as soon as it exists."""
+        w, size = spec.worker, spec.slots * spec.slot_bytes
+        try:
+            shm = _Segment(name=spec.shm_name, create=True, size=size)
+        except OSError as exc:
+            why = exc.strerror or str(exc)
+            if _unlink_if_made(spec.shm_name):
+                why = (f"the segment was made, but Python's resource tracker refused it "
+                       f"({why}); it was removed")
+            raise DsbenchError(f"cannot allocate {fmt.nbytes(size)} of shared memory for "
+                               f"loader worker {w}: {why}") from None
+        self.segments.append(shm)
+        data_recv, data_send = ctx.Pipe(duplex=False)
+        ctrl_recv, ctrl_send = ctx.Pipe(duplex=False)
+        proc = ctx.Process(target=run, args=(spec, data_send, ctrl_recv), daemon=True,
+                           name=f"dsbench-worker-{w}")
+        proc.start()  # the worker inherits SIGINT blocked (see procs.spawning)
+        data_send.close()
+        ctrl_recv.close()
+        self.procs.append(proc)
+        self.data.append(data_recv)
+        self.ctrl.append(ctrl_send)
 
     def next(self) -> BatchReport:
         """The next worker's next batch (blocks; a dead or silent worker fails the run)."""

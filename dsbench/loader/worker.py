@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import pickle
 import resource
-import signal
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -185,7 +184,7 @@ def run(spec: WorkerSpec, data: Connection, ctrl: Connection) -> None:
     """The worker process's body: batches until STOP, or one error message and exit code 1."""
     # Ctrl-C is the main process's to handle: it stops every worker and cleans up. A main
     # process killed outright (SIGKILL) runs no cleanup: the kernel then stops the worker.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    procs.ignore_ctrl_c()
     procs.die_with_parent()
     try:
         _loop(spec, data, ctrl)

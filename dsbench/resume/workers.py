@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
-import signal
 import time
 import traceback
-from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -37,6 +35,7 @@ STALL_S = 120.0
 
 def _worker(path: str, plan: Plan, rank: int, worker: int, epoch: int, pipeline: Pipeline,
             label: str | None, state: dict[str, Any] | None, conn: Connection) -> None:
+    procs.ignore_ctrl_c()  # the main process handles Ctrl-C and stops its workers
     procs.die_with_parent()
     try:
         export = adapters.open_export(path)
@@ -75,17 +74,6 @@ def _worker(path: str, plan: Plan, rank: int, worker: int, epoch: int, pipeline:
             conn.send(("bug", traceback.format_exc()))
 
 
-@contextlib.contextmanager
-def _sigint_ignored() -> Iterator[None]:
-    """Workers start with Ctrl-C ignored (the terminal sends it to the whole group); the main
-    process handles it alone and stops them."""
-    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, old)
-
-
 class DsbenchLoader:
     """One rank's loader for one epoch: `next()` is the next batch's items, None at the end."""
 
@@ -108,11 +96,12 @@ class DsbenchLoader:
                 proc = ctx.Process(target=_worker, daemon=True, name=f"dsbench-resume-{w}",
                                    args=(path, plan, rank, w, epoch, pipeline, label, saved[w],
                                          child))
-                with _sigint_ignored():
+                # Held until the worker is on the lists close() reads (see procs.spawning).
+                with procs.spawning():
                     proc.start()
-                child.close()
-                self.procs.append(proc)
-                self.conns.append(parent)
+                    child.close()
+                    self.procs.append(proc)
+                    self.conns.append(parent)
                 for _ in range(prefetch):
                     parent.send(1)
         except BaseException:

@@ -27,15 +27,26 @@ def one_shard(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_export(tmp_path_factory.mktemp("shard"), "wds", 300, shard_samples=300)
 
 
+# Windows of so many batches (of 8), not seconds: how far a window of seconds reads into the
+# shard depends on the machine's speed (0.2 s read 376 samples on a quiet machine, 3 x 0.6 s
+# fewer than 300 on a busy one). After the warm-up's batch, the short window reads samples 8 to
+# 88 of the shard's 300; each long one reads 320, round the shard and past where it began.
+SHORT_BATCHES, LONG_BATCHES = 10, 40
+
+
 @pytest.fixture(scope="module")
 def short_and_long(one_shard: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    return run_bench(one_shard, quick(0.2, 1)), run_bench(one_shard, quick(0.6, 3))
+    return (run_bench(one_shard, quick(rounds=1, batches=SHORT_BATCHES)),
+            run_bench(one_shard, quick(rounds=3, batches=LONG_BATCHES)))
 
 
 def test_counts_do_not_depend_on_the_window(short_and_long: tuple[dict, dict]) -> None:
     short, long = short_and_long
-    # The short window read only part of the shard, the long one went round it several times.
-    assert short["runs"][0]["samples"] < 300 < long["runs"][0]["samples"]
+    # The short window read only part of the shard, each long one went round it and further.
+    short_reads = [r["samples"] for r in short["runs"][0]["rounds"]]
+    long_reads = [r["samples"] for r in long["runs"][0]["rounds"]]
+    assert short_reads == [8 * SHORT_BATCHES] and 8 + short_reads[0] < 300
+    assert long_reads == [8 * LONG_BATCHES] * 3 and min(long_reads) > 300
     for doc in (short, long):
         assert doc["counts"]["exact"] and doc["counts"]["samples"] == 300
         assert doc["runs"][0]["files_per_sample"] == pytest.approx(1 / 300, rel=0.01)

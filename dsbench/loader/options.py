@@ -44,6 +44,7 @@ class BenchOptions:
     batches: int | None = None  # measure exactly this many batches per round instead of seconds
     transform: Transform | None = None  # replaces the training transform (e.g. a known cost)
     step: str | None = None  # --pipeline MODULE:CALLABLE: the user's per-sample step
+    step_bytes: int = 0  # its output's bytes per sample, probed before the rounds
     dataset: str | None = None  # --dataset MODULE:FACTORY: the user's Dataset, a black box
     opener: Opener | None = None  # opens the export in each worker (default: adapters)
     layout: str | None = None  # read as this layout instead of detecting it
@@ -97,7 +98,7 @@ class BenchOptions:
 
     def pipeline(self) -> Pipeline:
         if self.step is not None:
-            step = UserStep(self.step)
+            step = UserStep(self.step, self.step_bytes)
             return Pipeline(decoder=self.decoder, transform=step, on_error=self.on_error,
                             max_pixels=self.max_pixels, user=step)
         transform = self.transform or TrainTransform(normalize=self.normalize)

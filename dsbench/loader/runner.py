@@ -28,6 +28,7 @@ calls `run_bench` must do so under `if __name__ == "__main__":`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import resource
 import time
@@ -41,7 +42,7 @@ import psutil
 
 from dsbench import procs
 from dsbench.adapters.survey import new_survey, summarize
-from dsbench.errors import DsbenchError
+from dsbench.errors import DsbenchError, SampleError
 from dsbench.loader import forks, native, worker
 from dsbench.loader.counts import NOT_COUNTED, Counts, count_pass
 from dsbench.loader.dataset_source import DatasetSource
@@ -50,6 +51,7 @@ from dsbench.loader.options import BenchOptions
 from dsbench.loader.sources import ShmSource, check_memory
 from dsbench.loader.summary import summarize_run, warnings_of
 from dsbench.loader.torch_source import TorchSource
+from dsbench.loader.user import UserStep, nbytes
 from dsbench.loader.worker import BatchReport
 from dsbench.results import document as results
 from dsbench.results import machine
@@ -243,6 +245,24 @@ def prepare(path: Loc, opts: BenchOptions) -> tuple[dict[str, Any], Counts]:
     return summary, counts
 
 
+def probe_step(path: Loc, opts: BenchOptions) -> BenchOptions:
+    """A --pipeline step run on the export's first sample, for the size of its output."""
+    if opts.step is None or opts.step_bytes:
+        return opts
+    export = worker.open_export(str(path), opts.export_opener())
+    units = export.units()
+    first = next(iter(export.read_units(units[:1])), None) if units else None
+    if first is None:
+        return opts
+    try:
+        out = UserStep(opts.step).run(first)
+    except SampleError:
+        if opts.on_error == "skip":
+            return opts  # the rounds will count it; the slots keep their default room
+        raise
+    return dataclasses.replace(opts, step_bytes=max(1, nbytes(out)))
+
+
 def run_bench(path: str | Path | Loc, opts: BenchOptions, progress: Progress | None = None
               ) -> BenchResult:
     """Benchmark the export at `path` for every worker count in `opts.workers`."""
@@ -270,6 +290,7 @@ def _run_benches(paths: Sequence[str | Path | Loc], opts: BenchOptions,
     ps = [named(p) for p in paths]
     say = progress or (lambda _msg: None)
     side = list(each) if each is not None else [opts] * len(ps)
+    side = [probe_step(p, o) for p, o in zip(ps, side, strict=True)]
     for o in side:
         check_memory(o.pipeline(), o.batch_size, o.prefetch, max(opts.workers))
     prepared = [prepare(p, o) for p, o in zip(ps, side, strict=True)]

@@ -64,13 +64,22 @@ def ring_layout(pipeline: Pipeline, batch_size: int, prefetch: int) -> tuple[int
     item = int(np.dtype(pipeline.transform.out_dtype).itemsize
                * np.prod(pipeline.transform.out_shape))
     image_bytes = pages(batch_size * item)
-    return image_bytes, image_bytes + EXTRAS_BYTES, prefetch + 1
+    return image_bytes, image_bytes + extras_bytes(pipeline, batch_size), prefetch + 1
+
+
+def extras_bytes(pipeline: Pipeline, batch_size: int) -> int:
+    """Room in a slot for what is collated beside the images: the fields, or all of a
+    --pipeline step's output (a quarter more than its first sample's, for outputs that vary)."""
+    user = pipeline.user.sample_bytes if pipeline.user is not None else 0
+    return max(EXTRAS_BYTES, pages(batch_size * user * 5 // 4 + (1 << 20))) if user \
+        else EXTRAS_BYTES
 
 
 def check_memory(pipeline: Pipeline, batch_size: int, prefetch: int, workers: int) -> None:
     """Refuse, before any process starts, rings that cannot fit in shared memory."""
-    _, slot_bytes, slots = ring_layout(pipeline, batch_size, prefetch)
-    need = workers * slots * (slot_bytes - EXTRAS_BYTES)  # tmpfs holds the pages written
+    image_bytes, slot_bytes, slots = ring_layout(pipeline, batch_size, prefetch)
+    # tmpfs holds the pages written: the images, and a --pipeline step's whole output.
+    need = workers * slots * (image_bytes if pipeline.user is None else slot_bytes)
     try:
         shm_free = shutil.disk_usage("/dev/shm").free
     except OSError:

@@ -83,6 +83,9 @@ class UserStep:
     transform. Plain data (the spec), so it travels to spawned workers; loaded there."""
 
     spec: str
+    # Bytes of one sample's output (probed on the export's first sample): the ring's slots
+    # are sized for a batch of them, so that batches travel in shared memory, not the pipe.
+    sample_bytes: int = 0
     out_shape: tuple[int, ...] = (0,)  # nothing in the image slot: the output is collated apart
     out_dtype: str = "uint8"
 

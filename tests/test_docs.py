@@ -110,8 +110,8 @@ def equivalent(argv: list[str], tmp: Path) -> list[str]:
                 not Path(argv[i]).is_absolute() and argv[i] != "-":
             argv = [*argv[:i], str(tmp / argv[i]), *argv[i + 1:]]
     cmd = argv[0]
-    measures = any(a.startswith("s3://") or (not a.endswith(".json") and Path(a).is_dir())
-                   for a in argv[1:])
+    measures = "--dataset" in argv or any(
+        a.startswith("s3://") or (not a.endswith(".json") and Path(a).is_dir()) for a in argv[1:])
     if cmd == "generate":
         argv = _set(argv, "--samples", str(SAMPLES))
     if cmd == "demo":

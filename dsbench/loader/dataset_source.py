@@ -23,7 +23,7 @@ from dsbench import procs
 from dsbench.errors import DsbenchError
 from dsbench.loader import forks
 from dsbench.loader.sources import STARTUP_STALL_S
-from dsbench.loader.torch_source import shutdown
+from dsbench.loader.torch_source import shutdown, worker_error
 from dsbench.loader.user import load
 from dsbench.loader.worker import BatchReport, cpu_now, read_chars
 from dsbench.results.stages import STAGES
@@ -71,7 +71,7 @@ def _worker_init(_: int) -> None:
 
 
 def _make_classes() -> tuple[type, type]:
-    from torch.utils.data import IterableDataset, Sampler
+    from torch.utils.data import IterableDataset, Sampler, get_worker_info
 
     class Epochs(IterableDataset):
         """An iterable dataset iterated again each time it ends (epochs)."""
@@ -86,7 +86,11 @@ def _make_classes() -> tuple[type, type]:
                     n += 1
                     yield item
                 if n == 0:
-                    raise DsbenchError("the dataset yielded nothing (in this loader worker)")
+                    info = get_worker_info()
+                    raise DsbenchError(
+                        "the dataset yielded nothing in loader worker "
+                        f"{info.id if info else 0} of {info.num_workers if info else 1} (an "
+                        "iterable dataset split over more workers than it has shards?)")
 
     class Cycle(Sampler):
         """A map-style dataset's indices in order, epoch after epoch."""
@@ -138,8 +142,8 @@ class DatasetSource:
     def next(self) -> BatchReport:
         try:
             batch = next(self.it)
-        except DsbenchError:
-            raise
+        except DsbenchError as exc:
+            raise worker_error(exc) from None
         except Exception as exc:  # the user's dataset failing in a worker, or torch
             lines = [x for x in str(exc).strip().splitlines() if x.strip()]
             raise DsbenchError(f"the dataset failed: {lines[-1] if lines else type(exc).__name__}"

@@ -25,12 +25,13 @@ def _round_row(r: dict[str, Any]) -> Round:
     row: Round = {"samples": r["samples"], "batches": r["batches"], "wall_s": r["wall_s"],
                   "cpu_s": r["cpu_s"], "main_cpu_s": r["main_cpu_s"],
                   "workers_cpu_s": r["workers_cpu_s"],
-                  "workers_cpu_s_reaped": r["workers_cpu_s_reaped"],
                   "samples_per_s": r["samples_per_s"], "cpu_s_per_sample": r["cpu_s_per_sample"],
                   "accelerator_util": r["accelerator_util"], "warmup_batches": r["warmup_batches"],
                   "warmup_s": r["warmup_s"], "peak_pss_bytes": r["peak_pss_bytes"],
                   "window_files": r["window_files"], "window_bytes": r["window_bytes"],
                   "stages": {s: r["stages_s"][s] / r["samples"] for s in STAGES}}
+    if "workers_cpu_s_reaped" in r:  # not for workers forked from a server (forks.py)
+        row["workers_cpu_s_reaped"] = r["workers_cpu_s_reaped"]
     if "host_cpu_s" in r:  # rounds given by callers that did not measure the host
         row["host_cpu_s"] = r["host_cpu_s"]
         row["host_cpu_s_per_sample"] = r["host_cpu_s_per_sample"]
@@ -80,9 +81,6 @@ def summarize_run(n_workers: int, opts: BenchOptions, rounds: list[dict[str, Any
 def warnings_of(run: Run, opts: BenchOptions) -> list[str]:
     """What a person should know before comparing the run's figures."""
     out = []
-    if opts.dataset is not None:
-        out.append("files and requests per sample are not counted for a --dataset (a black "
-                   "box); its bytes per sample are what its processes read in the windows")
     w = run["workers"]
     for spread, label in ((run["samples_per_s_spread"], "samples/s"),
                           (run["cpu_s_per_sample_spread"], "CPU per sample")):
@@ -97,7 +95,8 @@ def warnings_of(run: Run, opts: BenchOptions) -> list[str]:
                    "or a smaller --batch-size")
     for r in run["rounds"]:
         # Window CPU is a part of what the reaped workers used in all; more is an accounting bug.
-        if r["workers_cpu_s"] > r["workers_cpu_s_reaped"] * 1.01 + 0.05:
+        if "workers_cpu_s_reaped" in r and \
+                r["workers_cpu_s"] > r["workers_cpu_s_reaped"] * 1.01 + 0.05:
             out.append(f"worker CPU in the window ({r['workers_cpu_s']:.3g} s) exceeds the reaped "
                        f"total ({r['workers_cpu_s_reaped']:.3g} s): CPU figures are suspect")
     return out

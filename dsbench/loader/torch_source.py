@@ -143,11 +143,7 @@ class TorchSource:
         try:
             batch = next(self.it)
         except DsbenchError as exc:
-            # torch re-raises a worker's exception with its whole traceback as the message
-            # (made one line by DsbenchError): the worker's own message ends it.
-            text = str(exc)
-            last = text.rfind("dsbench.errors.")
-            raise DsbenchError(text[last:].split(": ", 1)[-1] if last >= 0 else text) from None
+            raise worker_error(exc) from None
         except RuntimeError as exc:
             raise DsbenchError(f"torch DataLoader failed: {str(exc).splitlines()[0]}") from None
         report = batch["report"]
@@ -160,6 +156,14 @@ class TorchSource:
     def close(self) -> None:
         it, self.it = self.it, None
         shutdown(it)
+
+
+def worker_error(exc: DsbenchError) -> DsbenchError:
+    """A loader worker's DsbenchError as its own one line: torch re-raises it with the whole
+    traceback as the message (made one line by DsbenchError), which the worker's message ends."""
+    text = str(exc)
+    last = text.rfind("dsbench.errors.")
+    return DsbenchError(text[last:].split(": ", 1)[-1] if last >= 0 else text)
 
 
 def shutdown(it: Any) -> None:

@@ -217,3 +217,37 @@ def library_samples(fmt: str, path: Path) -> list[tuple[int, np.ndarray]]:
             value = r.get("image/class/label", r.get("label"))
             out.append((int(value[0]), _hwc(bytes(r["image/encoded"]))))
     return out
+
+
+def library_bytes(fmt: str, path: Path) -> list[bytes] | None:
+    """Each sample's encoded image as the format's own library hands it back, where it hands
+    back bytes (litdata only gives decoded tensors: None)."""
+    if fmt.startswith("mds"):
+        from streaming import StreamingDataset
+
+        ds = StreamingDataset(remote=str(path), local=str(path.parent / f"{fmt}-bytes-cache"),
+                              shuffle=False, batch_size=1)
+        # The `jpeg` column comes back as a PIL image over the stored bytes, not yet decoded.
+        return [ds[i]["image"].fp.getvalue() for i in range(ds.num_samples)]
+    if fmt.startswith("hf"):
+        import datasets
+
+        if fmt == "hf":
+            hds = datasets.load_from_disk(str(path))
+            hds = hds["train"] if isinstance(hds, datasets.DatasetDict) else hds
+        else:
+            hds = datasets.Dataset.from_parquet(sorted(map(str, path.glob("data/*.parquet"))))
+        hds = hds.cast_column("image", datasets.Image(decode=False))
+        return [x["image"]["bytes"] for x in hds]
+    if fmt == "lance":
+        import lance
+
+        return [r["image"] for r in lance.dataset(str(path)).to_table(columns=["image"])
+                .to_pylist()]
+    if fmt == "tfrecord":
+        from tfrecord.reader import tfrecord_loader
+
+        return [bytes(r["image/encoded"])
+                for f in sorted(p for p in path.iterdir() if not p.name.startswith(("_", ".")))
+                for r in tfrecord_loader(str(f), None)]
+    return None

@@ -195,7 +195,10 @@ def test_generate_from_an_export_writes_what_the_library_reads_back_byte_for_byt
     assert [lab for lab, _ in theirs] == [int(r.fields["cls"]) for r in source]
     for raw, (_, pixels) in zip(source, theirs, strict=True):
         assert np.array_equal(np.asarray(decode(raw)), pixels)
-    # dsbench's reader sees the same bytes the source holds.
+    # The library hands back the source's own bytes, where it hands back bytes at all, and
+    # dsbench's reader sees them too.
+    stored = formatlibs.library_bytes(fmt, out)
+    assert stored is None or stored == [r.image for r in source]
     assert [r.image for r in _ours(out)] == [r.image for r in source]
     # A second run finds the export complete and writes nothing.
     assert main(["generate", str(FORMATS_DIR / f"{name}.toml"), str(out), "--from",
@@ -217,3 +220,12 @@ def test_native_backend_without_a_library_reader_is_one_line(
     path = tiny_exports[name]
     assert main(["bench", str(path), "--backend", "native", "--rounds", "1"]) == 2
     assert_one_line_error(capsys.readouterr().err, "bench", "no native reader")
+
+
+def test_a_directory_no_format_claims_is_one_line_naming_what_it_holds(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "index.json").write_text('{"version": 2, "files": []}')
+    (tmp_path / "notes.txt").write_text("not data")
+    assert main(["inspect", str(tmp_path)]) == 2
+    assert_one_line_error(capsys.readouterr().err, "inspect", "unknown layout", "index.json",
+                          "neither MDS shards nor litdata chunks", "mds", "tfrecord")

@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import tarfile
-import tempfile
 import time
 from pathlib import Path
 
@@ -44,30 +43,28 @@ def run(argv: list[str], timeout: float = 30.0) -> subprocess.CompletedProcess[s
                           start_new_session=True)
 
 
+# Runs the command given after it and reports, as its last line of standard error, the peak
+# resident set (kB) of the command's process tree: what wait4 says of it.
+_PEAK = (
+    "import os, subprocess, sys\n"
+    "proc = subprocess.Popen(sys.argv[1:])\n"
+    "_, status, usage = os.wait4(proc.pid, 0)\n"
+    "sys.stderr.write(f'{usage.ru_maxrss}\\n')\n"
+    "sys.exit(os.waitstatus_to_exitcode(status))\n")
+
+
 def run_with_peak(argv: list[str], timeout: float = 30.0
                   ) -> tuple[subprocess.CompletedProcess[str], int]:
-    """`run`, and the peak resident set (kB) of the command's own process tree: what wait4
-    reports for this child, the largest of it and of every descendant it waited for (its loader
-    workers). This process's RUSAGE_CHILDREN would be the largest of every child the test session
-    has reaped so far (a torch job's rank, over 1 GB, among them)."""
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen([*DSBENCH, *argv], stdout=out, stderr=err,
-                                start_new_session=True)
-        deadline = time.monotonic() + timeout
-        while True:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.monotonic() > deadline:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-                raise subprocess.TimeoutExpired(proc.args, timeout)
-            time.sleep(0.01)
-        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
-        out.seek(0)
-        err.seek(0)
-        return (subprocess.CompletedProcess(proc.args, proc.returncode, out.read(), err.read()),
-                usage.ru_maxrss)
+    """`run`, and the peak resident set (kB) of the command's own process tree (it and the
+    loader workers it waited for), from wait4 in a small launcher process. Not this test
+    session's RUSAGE_CHILDREN (the largest child it ever reaped: a torch rank, over 1 GB), nor
+    wait4 on a child forked from it: a process's peak survives exec, so a child forked from a
+    test session that has imported torch and the format libraries starts at its 1.2 GB."""
+    proc = subprocess.run([sys.executable, "-c", _PEAK, *DSBENCH, *argv], capture_output=True,
+                          text=True, timeout=timeout, start_new_session=True)
+    err, _, peak = proc.stderr.rstrip("\n").rpartition("\n")
+    return (subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout,
+                                        err + "\n" if err else ""), int(peak))
 
 
 # --- files that cannot be read or written -----------------------------------------------------

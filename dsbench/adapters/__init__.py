@@ -14,9 +14,10 @@ files') magic bytes decide. A new format is a module and a registry line.
 from __future__ import annotations
 
 import importlib
+import itertools
 from pathlib import Path
 
-from dsbench.adapters import base, members
+from dsbench.adapters import base, indexed, members
 from dsbench.adapters.base import SUFFIXES, Adapter, Export, RawSample
 from dsbench.atomic import is_tmp
 from dsbench.errors import DsbenchError
@@ -121,8 +122,25 @@ def detect(path: str | Loc) -> Adapter:
             return get(name)
     if store.is_dir(p) and next(store.walk(p), None) is None:
         raise DsbenchError("empty directory: no export here", path=p)
-    raise DsbenchError(f"unknown layout: not one of {', '.join(FORMATS)} (the signatures "
-                       "looked for are in docs/formats.md)", path=p)
+    raise DsbenchError(f"unknown layout: {_found(p)}, not one of {', '.join(FORMATS)} (the "
+                       "signatures looked for are in docs/formats.md)", path=p)
+
+
+def _found(p: Loc) -> str:
+    """What a path that no adapter claims holds, for the one line that says so."""
+    if not store.is_dir(p):
+        head = b""
+        try:
+            with store.open_stream(p) as f:
+                head = f.read(8)
+        except (OSError, DsbenchError):
+            pass
+        return f"a file that starts {head!r}"
+    names = [rel for rel, _ in itertools.islice(store.walk(p), 4)]
+    shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+    index = f"; its {indexed.INDEX} lists neither MDS shards nor litdata chunks" if \
+        indexed.INDEX in names else ""
+    return f"{'files' if len(names) > 1 else 'a file'} such as {shown}{index}"
 
 
 def open_export(path: str | Loc, layout: str | None = None,

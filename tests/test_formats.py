@@ -6,6 +6,7 @@ is cut short, read from an object store, and written by `generate` through its o
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -29,7 +30,7 @@ from dsbench.export.generate import generate
 from dsbench.export.spec import FORMATS_DIR, load_spec
 from dsbench.loader.decode import make_decoder
 from dsbench.loader.options import BenchOptions
-from dsbench.loader.runner import run_bench
+from dsbench.loader.runner import run_bench, run_benches
 from dsbench.results.document import write_result
 
 
@@ -111,11 +112,12 @@ def test_inspect_names_the_layout_its_units_and_fields(fmt: str, exports: dict[s
 @pytest.mark.parametrize("fmt", [f for f in FORMATS if f != "mds-zstd"])
 def test_bench_measures_with_both_readers_at_1_and_2_workers(fmt: str, exports: dict[str, Path],
                                                              tmp_path: Path) -> None:
-    docs = {}
-    for backend in ("dsbench", "native"):
-        opts = BenchOptions(workers=(1, 2), batch_size=4, rounds=1, batches=4,
-                            warmup_batches=1, backend=backend)
-        docs[backend] = doc = run_bench(exports[fmt], opts)
+    opts = BenchOptions(workers=(1, 2), batch_size=4, rounds=1, batches=4, warmup_batches=1)
+    # Both readers in one interleaved run, as `compare EXPORT EXPORT --cand-backend native`.
+    both = run_benches([exports[fmt]] * 2, opts,
+                       each=[opts, dataclasses.replace(opts, backend="native")])
+    docs = dict(zip(("dsbench", "native"), both, strict=True))
+    for backend, doc in docs.items():
         write_result(tmp_path / f"{backend}.json", doc)  # validates against the schema
         assert [r["workers"] for r in doc["runs"]] == [1, 2]
         assert all(r["samples"] == 16 and r["cpu_s_per_sample"] > 0 for r in doc["runs"])

@@ -55,7 +55,7 @@ GATE_EXIT = {
 EXIT = {"dsbench inspect s3://nobucket/after": 2}
 # The exports the object-store docs read from a bucket: made here, uploaded to a local server.
 BUCKET, IN_BUCKET = "exports", ("before", "after")
-SAMPLES, SECONDS, ROUNDS, STEPS = 40, 0.3, 2, 400
+SAMPLES, SECONDS, ROUNDS, STEPS = 40, 0.3, 1, 400
 # `python export.py` in the CI example is a project's own export pipeline: an export written by
 # dsbench stands in for it.
 STAND_INS = {"python export.py": ["generate", "formats/after.toml"]}

@@ -98,7 +98,8 @@ def _user() -> str:
 
 
 def _context(layout: str) -> Any:
-    preload = ["dsbench.loader.torch_source", READERS[layout]]
+    # torch, which every DataLoader worker needs; the library, where it is fork-safe.
+    preload = ["torch", "dsbench.loader.torch_source", READERS[layout]]
     if layout in _PRELOAD:
         preload.append(_PRELOAD[layout])
     return forks.context(preload)

@@ -48,6 +48,25 @@ def nbytes(x: float, per: str = "") -> str:
     return f"{sig(x)} B{suffix}"
 
 
+_BYTE_UNITS = {"": 1.0, "B": 1.0, "kB": 1e3, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
+               "KiB": 2.0**10, "MiB": 2.0**20, "GiB": 2.0**30, "TiB": 2.0**40}
+
+
+def parse_nbytes(text: str) -> float:
+    """'2TB' -> 2e12, '512 GiB' -> 512 * 2**30, '1e9' -> 1e9 (decimal and binary units)."""
+    s = text.strip()
+    number = s.rstrip("".join(sorted({c for u in _BYTE_UNITS for c in u})) + " ")
+    unit = s[len(number):].strip()
+    try:
+        value = float(number)
+    except ValueError:
+        raise DsbenchError(f"{text!r} is not a size (e.g. 2TB, 512GiB, 1e12)") from None
+    if unit not in _BYTE_UNITS:
+        raise DsbenchError(f"{text!r}: unknown unit {unit!r} (known: "
+                           f"{', '.join(u for u in _BYTE_UNITS if u)})")
+    return value * _BYTE_UNITS[unit]
+
+
 def rate(x: float, unit: str = "samples/s") -> str:
     return f"{sig(x)} {unit}"
 

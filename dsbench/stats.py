@@ -45,6 +45,8 @@ _T_TABLE = {
 _NORMAL = {0.975: 1.959963985, 0.995: 2.575829304}
 # IQR / median above which a figure is flagged as too noisy to compare.
 SPREAD_WARNING = 0.10
+# Batches per worker in a round's window below which the window is mostly edge effects.
+MIN_WINDOW_BATCHES = 3
 
 
 def t_quantile(df: float, p: float = 0.975) -> float:

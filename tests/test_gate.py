@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -145,4 +146,53 @@ def test_before_against_after_fails_on_files(measured: dict[str, Any], tmp_path:
     b = write_result(tmp_path, "after.json", measured["after"])
     assert main(["gate", a, b]) == 1
     out = capsys.readouterr().out
-    assert "FAIL  files opened per sample" in out and "2.00 files/sample" in out
+    assert re.search(r"FAIL +files opened per sample", out) and "2.00 files/sample" in out
+
+
+def test_memory_past_its_limit_fails_the_gate_with_the_figure_and_the_limit() -> None:
+    base = document([run(1, pss=100e6), run(2, pss=180e6)], run_id="r")
+    cand = document([run(1, pss=800e6), run(2, pss=1.5e9)], run_id="r")
+    g = gate.evaluate(compare.compare(base, cand), gate.Thresholds())
+    mem = next(c for c in g["checks"] if c["metric"] == "peak_pss_bytes")
+    assert not g["passed"] and mem["status"] == gate.FAIL and mem["limit"] == "ratio <= 1.50"
+    # per loader worker, at the gated worker count (2)
+    assert (mem["base"], mem["cand"]) == (pytest.approx(90e6), pytest.approx(750e6))
+    looser = gate.evaluate(compare.compare(base, cand), gate.Thresholds(max_memory_ratio=10))
+    assert looser["passed"]
+
+
+def test_memory_of_an_export_against_itself_never_fails() -> None:
+    doc = document([run(1, pss=500e6)], run_id="r")
+    g = gate.evaluate(compare.compare(doc, doc), gate.Thresholds())
+    assert g["passed"] and all(c["status"] == gate.PASS for c in g["checks"])
+
+
+def test_the_guides_parquet_candidate_fails_the_gate_on_memory(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]
+                                                               ) -> None:
+    """docs/candidate.md's pair, with its own script: per-sample files against 1,000-row
+    Parquet shards that read fewer files and less CPU, and take a row group into memory."""
+    import subprocess
+    import sys
+
+    from test_docs import commands
+
+    from dsbench.export.generate import generate
+    from dsbench.export.spec import load_spec
+
+    repo = Path(__file__).resolve().parents[1]
+    generate(load_spec(repo / "formats" / "after.toml"), tmp_path / "dsbench" / "after",
+             samples=200)
+    script = next(t for k, t in commands(repo / "docs" / "candidate.md") if k == "python")
+    subprocess.run([sys.executable, "-P", "-c", script.replace("/tmp/", f"{tmp_path}/")],
+                   check=True, timeout=300)
+    saved = [str(tmp_path / "current.json"), str(tmp_path / "candidate.json")]
+    assert main(["compare", str(tmp_path / "dsbench" / "after"),
+                 str(tmp_path / "dsbench" / "candidate"), "--workers", "1", "--rounds", "3",
+                 "--seconds", "0.3", "--save", *saved]) == 0
+    capsys.readouterr()
+    assert main(["gate", *saved]) == 1
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if "peak memory per loader worker" in ln)
+    assert line.startswith("FAIL") and "ratio <= 1.50" in line and " MB" in line
+    assert re.search(r"pass +files opened per sample", out)  # fewer files: not what failed

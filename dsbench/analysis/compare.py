@@ -173,8 +173,28 @@ def metric_row(m: Metric, base: BenchResult, cand: BenchResult, workers: int,
         significant = interval.excludes_null if interval else None
         row["ratio_ci95"] = interval.as_list() if interval else None
     row |= {"ratio": ratio, "significant": bool(significant),
-            "change": _change(significant, ratio, m.higher_is_better)}
+            "change": _change(significant, ratio, m.higher_is_better),
+            "notes": [] if row["counted"] else noise_notes(m.key, rb, rc)}
     return row
+
+
+SPREADS = {"samples_per_s": "samples_per_s_spread", "cpu_s_per_sample": "cpu_s_per_sample_spread"}
+
+
+def noise_notes(key: str, rb: Mapping[str, Any], rc: Mapping[str, Any]) -> list[str]:
+    """What the runner warned about a timing on either side, in the words its verdict carries:
+    rounds that vary past stats.SPREAD_WARNING, windows under stats.MIN_WINDOW_BATCHES."""
+    notes = []
+    spread = max((r.get(SPREADS[key], 0.0) for r in (rb, rc)), default=0.0) \
+        if key in SPREADS else 0.0
+    if spread > stats.SPREAD_WARNING:
+        notes.append(f"noisy: rounds vary {fmt.percent(spread)}")
+    per_worker = [x["batches"] / r["workers"] for r in (rb, rc) for x in r["rounds"]
+                  if "batches" in x]  # older results did not record it
+    short = min(per_worker, default=float("inf"))
+    if short < stats.MIN_WINDOW_BATCHES:
+        notes.append(f"short window: {fmt.plural(short, 'batch', 'batches')} per worker")
+    return notes
 
 
 def measured_metrics(base: BenchResult, cand: BenchResult, workers: int) -> list[Metric]:
@@ -254,7 +274,9 @@ def moved_text(rows: list[dict[str, Any]]) -> str:
     """The line people read: what moved, then which stages the rounds cannot tell apart."""
     moved = [r["text"] for r in rows if r["distinguishable"]]
     unclear = [r["what"] for r in rows if r["unit"] == "s/sample" and not r["distinguishable"]]
-    parts = moved or ["nothing distinguishable from noise"]
+    # A whole-sample change can be distinguishable while no stage's own (99%) interval is.
+    parts = moved or ["nothing distinguishable from noise: no count, and no stage on its own "
+                      "(stage intervals 99% each, 95% for the five together)"]
     if unclear and moved:
         parts.append(f"not distinguishable: {', '.join(unclear)}")
     return "; ".join(parts)

@@ -1,8 +1,12 @@
 """The CI throughput gate: does a candidate export (or reader) hold against the base?
 
 Hard limits apply to figures that repeat from run to run: bytes and files per sample (counted
-over whole units, the same for the same export), and CPU per sample, which fails only when its
-whole 95% interval is over its limit, so machine noise alone cannot fail a build. Samples/s is
+over whole units, the same for the same export), and CPU per sample and peak memory per loader
+worker, which fail only when their whole 95% interval is over the limit, so machine noise alone
+cannot fail a build. Memory is the loader's peak PSS (its workers, plus what the main process
+grew by: the shared-memory ring, batches in flight) divided by its workers: a job pays it for
+every worker of every GPU of a node, and a candidate that needs 8x the memory per worker can
+no longer run the workers it had. Samples/s is
 wall-clock and noisy on shared CI machines: a soft limit that warns, unless `strict_throughput`
 makes it hard (and then it too fails only when its interval is past the limit).
 
@@ -29,6 +33,7 @@ class Thresholds:
     max_bytes_ratio: float = 1.05
     max_files_ratio: float = 1.05
     max_cpu_ratio: float = 1.10
+    max_memory_ratio: float = 1.50
     min_throughput_ratio: float = 0.90
     strict_throughput: bool = False
 
@@ -141,12 +146,16 @@ def evaluate(comparison: dict[str, Any], t: Thresholds, workers: int | None = No
                            f"{', '.join(map(str, sorted(runs)))})")
     m = {x["metric"]: x for x in runs[w]["metrics"]}
     drifted = bool((comparison.get("load_drift") or {}).get("differs"))
+    memory = _check(m["peak_pss_bytes"], t.max_memory_ratio, hard=True, drifted=drifted)
+    memory |= {"label": "peak memory per loader worker (PSS)", "base": memory["base"] / w,
+               "cand": memory["cand"] / w}
     checks = [
         _check(m["bytes_per_sample"], t.max_bytes_ratio, hard=True),
         _check(m["files_per_sample"], t.max_files_ratio, hard=True),
         _check(m["cpu_s_per_sample"], t.max_cpu_ratio, hard=True, drifted=drifted),
         _check(m["samples_per_s"], t.min_throughput_ratio, hard=t.strict_throughput,
                lower_limit=True, drifted=drifted),
+        memory,
     ]
     failed = [c for c in checks if c["status"] == FAIL]
     return {"kind": "dsbench-gate", "schema_version": 2, "workers": w,

@@ -12,8 +12,9 @@ from dsbench.commands.options import add_json_argument, add_side_arguments, emit
 from dsbench.errors import DsbenchError
 from dsbench.report.comparison import render, render_gate
 
-HELP = ("CI throughput gate: hard limits on bytes, files and CPU per sample, a soft one on "
-        "samples/s; thresholds from options or [tool.dsbench.gate] in pyproject.toml")
+HELP = ("CI throughput gate: hard limits on bytes, files and CPU per sample and on peak memory "
+        "per loader worker, a soft one on samples/s; thresholds from options or "
+        "[tool.dsbench.gate] in pyproject.toml")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -24,6 +25,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument("--max-files-ratio", type=float, help=f"(default {d.max_files_ratio:g})")
     t.add_argument("--max-cpu-ratio", type=float,
                    help=f"fails only when significant too (default {d.max_cpu_ratio:g})")
+    t.add_argument("--max-memory-ratio", type=float,
+                   help="peak memory (PSS) per loader worker; fails only when significant too "
+                        f"(default {d.max_memory_ratio:g})")
     t.add_argument("--min-throughput-ratio", type=float,
                    help=f"soft: warns (default {d.min_throughput_ratio:g})")
     t.add_argument("--strict-throughput", action="store_true", default=None,
@@ -45,8 +49,8 @@ def run(args: argparse.Namespace) -> int:
         raise DsbenchError("no such file", path=args.config)
     pyproject = args.config if args.config else gate.find_pyproject(Path.cwd())
     overrides = {k: getattr(args, k) for k in ("max_bytes_ratio", "max_files_ratio",
-                                               "max_cpu_ratio", "min_throughput_ratio",
-                                               "strict_throughput")}
+                                               "max_cpu_ratio", "max_memory_ratio",
+                                               "min_throughput_ratio", "strict_throughput")}
     thresholds = gate.load_thresholds(pyproject, overrides)
     opts, cand_opts = side_options(args)
     comparison = compare_sides([args.base, args.cand], opts, save=args.save,

@@ -207,10 +207,13 @@ _CLUSTER_OPTIONS: dict[str, tuple[str, str]] = {
     "storage": ("--storage", f"{', '.join(PROFILES)}, custom:LATENCY_S,BYTES_PER_S, a profile "
                 "written by dsbench probe (FILE.json), or one with a stated round trip added "
                 "per request (FILE.json+SECONDS)"),
+    "node_memory_bytes": ("--node-memory", "a node's memory, for what its loaders take "
+                          "(2TB, 512GiB)"),
 }
 _TYPES: dict[str, Callable[[str], Any]] = {"trainer_cores_per_gpu": float, "allreduce_s": float,
                                            "stall_prob": float, "stall_s": float,
-                                           "compute": str, "storage": str}
+                                           "compute": str, "storage": str,
+                                           "node_memory_bytes": str}
 
 
 def _default_text(name: str, d: ClusterSpec, measured_batch: bool) -> str:
@@ -221,6 +224,8 @@ def _default_text(name: str, d: ClusterSpec, measured_batch: bool) -> str:
         return d.compute.describe()
     if name == "storage":
         return d.storage.name
+    if name == "node_memory_bytes":
+        return fmt.nbytes(d.node_memory_bytes)
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
@@ -262,6 +267,11 @@ def cluster_from_args(args: argparse.Namespace, d: ClusterSpec, measured_batch: 
             raise DsbenchError(f"--compute {exc}") from None
     if "storage" in values:
         values["storage"] = parse_storage(values["storage"])
+    if "node_memory_bytes" in values:
+        try:
+            values["node_memory_bytes"] = fmt.parse_nbytes(values["node_memory_bytes"])
+        except DsbenchError as exc:
+            raise DsbenchError(f"--node-memory {exc}") from None
     return build_cluster(d, **values), sources
 
 

@@ -18,7 +18,6 @@ from dsbench.results.stages import STAGES
 from dsbench.results.types import Round, Run
 
 SKIPPED_KEPT = 20
-MIN_WINDOW_BATCHES = 3  # per worker; fewer and the window is mostly edge effects
 
 
 def _round_row(r: dict[str, Any]) -> Round:
@@ -89,7 +88,7 @@ def warnings_of(run: Run, opts: BenchOptions) -> list[str]:
                        f"{100 * spread:.3g}% between rounds (IQR/median): use a longer "
                        "--seconds, more --rounds, or a quieter machine before comparing it")
     short = min(r.get("batches", 0) for r in run["rounds"]) / w
-    if short < MIN_WINDOW_BATCHES:
+    if short < stats.MIN_WINDOW_BATCHES:
         out.append(f"the measured window with {fmt.plural(w, 'worker')} held only "
                    f"{fmt.plural(short, 'batch', 'batches')} per worker: use a longer --seconds "
                    "or a smaller --batch-size")

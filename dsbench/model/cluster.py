@@ -145,11 +145,30 @@ def extrapolate(source: Mapping[str, Any] | LoaderCost, cluster: ClusterSpec,
                      "gpu_util": [round(float(u), 4) for u in result.timeline],
                      "note": explain.timeline_note(rates, cluster, result)},
         "what_if": _what_if(cost, cluster, steps, what_if_seed, ceiling_util),
+        "memory": loader_memory(cost, cluster),
         "scaling": scaling_rows,
         "scaling_reference_p99_s": result.stats(1)["p99"],
         "mechanism": explain.scaling_mechanism(scaling_rows, result.stats(1)["p99"],
                                                _alone(result)),
     }
+
+
+MEMORY_TIGHT = 0.5  # loaders taking more than this share of a node leave little for training
+
+
+def loader_memory(cost: LoaderCost, cluster: ClusterSpec) -> dict[str, Any] | None:
+    """What a node's loader workers take of its memory: the measured peak PSS per worker times
+    workers per GPU times GPUs per node (None when the result recorded no memory)."""
+    per = cost.memory_per_worker_bytes
+    if per is None:
+        return None
+    workers = cluster.workers_per_node
+    total = per * workers
+    share = total / cluster.node_memory_bytes
+    return {"per_worker_bytes": per, "measured_workers": cost.memory_workers,
+            "workers_per_node": workers, "loaders_bytes": total,
+            "node_bytes": cluster.node_memory_bytes, "share": share, "fits": share <= 1.0,
+            "tight": share > MEMORY_TIGHT}
 
 
 def _alone(result: sim.SimResult) -> float:

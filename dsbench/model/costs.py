@@ -90,6 +90,10 @@ class LoaderCost:
     # export by unit give each worker whole units. None when unknown (stated, or samples).
     units: int | None = None
     unit_name: str = "units"
+    # Peak memory (PSS) per loader worker and the worker count it was measured at; None when
+    # stated or not recorded.
+    memory_per_worker_bytes: float | None = None
+    memory_workers: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("cpu_s_per_sample", "cpu_cv", "files_per_sample", "bytes_per_sample"):
@@ -147,7 +151,9 @@ class LoaderCost:
                 "contention": [{"load": a, "factor": b} for a, b in self.contention],
                 "files_per_sample": self.files_per_sample,
                 "bytes_per_sample": self.bytes_per_sample, "stages": dict(self.stages),
-                "stated_fields": sorted(self.stated_fields), "units": self.units}
+                "stated_fields": sorted(self.stated_fields), "units": self.units,
+                "memory_per_worker_bytes": self.memory_per_worker_bytes,
+                "memory_workers": self.memory_workers}
 
     def source_of(self, name: str) -> str:
         """'measured' or 'stated', for one of this cost's figures."""
@@ -215,7 +221,18 @@ def _from_result(doc: Mapping[str, Any], path: str | None) -> LoaderCost:
                       contention=tuple(points), files_per_sample=files, bytes_per_sample=nbytes,
                       base_workers=base_workers, path=None if path is None else str(path),
                       stages=stage_items, units=units if sharded else None,
-                      unit_name=str(export.get("unit_name") or "units"))
+                      unit_name=str(export.get("unit_name") or "units"),
+                      **_memory(parsed))
+
+
+def _memory(parsed: list[tuple[int, float, int, Any]]) -> dict[str, Any]:
+    """Peak PSS per worker, from the run with the most workers: there the main process's share
+    (the ring, batches in flight) is spread as a job with several workers per GPU spreads it."""
+    workers, _, _, run = parsed[-1]
+    pss = run.get("peak_pss_bytes")
+    if isinstance(pss, bool) or not isinstance(pss, int | float) or not pss > 0:
+        return {}
+    return {"memory_per_worker_bytes": float(pss) / workers, "memory_workers": workers}
 
 
 def _read_per_sample(run: Mapping[str, Any], export: Mapping[str, Any], key: str, where: str,

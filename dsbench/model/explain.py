@@ -107,8 +107,16 @@ def _units_row(cost: LoaderCost, cluster: ClusterSpec) -> dict[str, Any]:
     return _row("units", cost.units, text, "measured", note)
 
 
+# The shapes the timeline's note may name, each earned by the share of timeline buckets it
+# describes (docs/verdicts.md): "back to back (~100%)" needs BURST_SHARE of buckets at >= 90%
+# busy, "waits (~0%)" as many at <= 10%; "seldom wait" a mean utilization of at least SELDOM.
+BURST_SHARE = 0.10
+SELDOM = 0.90
+
+
 def timeline_note(rates: NodeRates, cluster: ClusterSpec, result: SimResult) -> str:
-    """Why the GPU timeline looks the way it does, from the per-batch time and the bursts."""
+    """Why the GPU timeline looks the way it does, from the per-batch time and the bursts; a
+    shape is named only when the timeline's buckets show it."""
     tl = result.timeline
     batch_s = rates.per_sample_s * cluster.batch_size
     w = cluster.workers_per_gpu
@@ -116,19 +124,27 @@ def timeline_note(rates: NodeRates, cluster: ClusterSpec, result: SimResult) -> 
         return "no timeline"
     high, low = float(np.mean(tl >= 0.9)), float(np.mean(tl <= 0.1))
     shares = (f"{fmt.percent(high)} of seconds at >= 90% busy, {fmt.percent(low)} at <= 10%")
+    lo, hi = np.percentile(tl[tl.size // 10:], [10, 90])  # past the start-up
+    swing = (f"the utilization swings between about {fmt.percent(lo)} and {fmt.percent(hi)} "
+             "(10th and 90th percentiles of the buckets)")
     if rates.ratio >= BALANCED[0]:
-        return (f"{shares}. The loaders keep ahead: the prefetch queues ({w} workers x "
-                f"{cluster.prefetch} batches per GPU) stay full and the GPUs seldom wait.")
-    if batch_s >= 2 * result.timeline_bucket_s:
+        mean = float(np.mean(tl))
+        if mean >= SELDOM:
+            return (f"{shares}. The loaders keep ahead: the prefetch queues ({w} workers x "
+                    f"{cluster.prefetch} batches per GPU) stay full and the GPUs seldom wait.")
+        return (f"{shares}. The loaders supply enough on average, yet the GPUs are busy "
+                f"{fmt.percent(mean)} of the time: {swing}.")
+    if batch_s >= 2 * result.timeline_bucket_s and high >= BURST_SHARE and low >= BURST_SHARE:
         return (f"{shares}. Each of the {w} workers of a GPU needs {fmt.seconds(batch_s)} per "
                 f"batch and they started together, so batches arrive in bursts of about {w}: "
                 f"the GPU computes them back to back (~100%), drains the queue, then waits for "
                 f"the next burst (~0%), a cycle of about {fmt.seconds(batch_s)}.")
-    lo, hi = np.percentile(tl[tl.size // 10:], [10, 90])  # past the start-up
     bucket = fmt.seconds(result.timeline_bucket_s)
+    if batch_s >= 2 * result.timeline_bucket_s:
+        return (f"{shares}. Each of the {w} workers of a GPU needs {fmt.seconds(batch_s)} per "
+                f"batch; seen in {bucket} buckets (the mean of the GPUs), {swing}.")
     return (f"{shares}. Batches take {fmt.seconds(batch_s)} each, under two {bucket} buckets, "
-            "so each bucket holds part of a burst and part of a wait: the utilization swings "
-            f"between about {fmt.percent(lo)} and {fmt.percent(hi)} rather than 0% and 100%.")
+            f"so each bucket holds part of a burst and part of a wait: {swing}.")
 
 
 def scaling_mechanism(rows: list[dict[str, Any]], reference_s: float, alone: float) -> str:

@@ -37,6 +37,8 @@ class ClusterSpec:
     stall_prob: float = 0.0
     stall_s: float = 0.0
     storage: StorageProfile = LOCAL
+    # A node's memory, for what its loaders take: an 8-GPU node's usual 2 TB (DGX H100).
+    node_memory_bytes: float = 2e12
 
     def __post_init__(self) -> None:
         for name in ("nodes", "gpus_per_node", "cores_per_node", "workers_per_gpu", "prefetch",
@@ -44,10 +46,12 @@ class ClusterSpec:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise DsbenchError(f"{name.replace('_', '-')} must be an integer >= 1, not {v!r}")
-        for name in ("trainer_cores_per_gpu", "allreduce_s", "stall_s"):
+        for name in ("trainer_cores_per_gpu", "allreduce_s", "stall_s", "node_memory_bytes"):
             v = getattr(self, name)
             if not (math.isfinite(v) and v >= 0):
                 raise DsbenchError(f"{name.replace('_', '-')} must be a finite number >= 0")
+        if self.node_memory_bytes <= 0:
+            raise DsbenchError("node-memory must be > 0")
         if not 0 <= self.stall_prob < 1:
             raise DsbenchError(f"stall-prob must be in [0, 1), not {self.stall_prob}")
         if self.stall_prob > 0 and self.stall_s <= 0:

@@ -1,7 +1,9 @@
 """Comparison tables for people: aligned text for terminals, GitHub markdown for CI summaries.
 
 Marks follow asv compare's habit: `+` worse, `-` better, blank when the difference is within
-noise, `x` when the two sides may not be compared at all.
+noise, `?` when one round per side gives no interval, `x` when the two sides may not be compared
+at all; every table is printed with the line that says so (LEGEND). The words of a change come
+from dsbench.report.claims.
 """
 
 from __future__ import annotations
@@ -10,40 +12,59 @@ from typing import Any
 
 from dsbench import fmt
 from dsbench.analysis.compare import format_value
+from dsbench.report import claims
 
 MARKS = {"worse": "+", "better": "-", "not distinguishable": " ", "unknown": "?"}
+LEGEND = ("marks: + worse, - better, blank: not distinguishable from noise (or a count that "
+          "did not change), ? no interval (one round per side); ratio = candidate / base, its "
+          "95% CI from the rounds; exact: counted over every unit of both exports")
+
+# Words for a ratio above and below 1, per metric: a rate is faster or slower, a cost more or
+# less, a count more or fewer.
+WORDS = {"samples_per_s": ("faster", "slower"), "files_per_sample": ("more", "fewer"),
+         "requests_per_sample": ("more", "fewer")}
 
 
-def factor(r: float, more: str, less: str) -> str:
-    """'1.07x slower'; a change too small for three digits of a ratio as a percentage."""
-    up = r >= 1
-    x = r if up else 1 / r
-    size = fmt.ratio(x) if fmt.ratio(x) != "1.00x" else fmt.percent(x - 1)
-    return f"{size} {more if up else less}"
+def change_of(row: dict[str, Any]) -> claims.Change:
+    """A compare metric row as a typed claim."""
+    ci = row["ratio_ci95"]
+    more, less = WORDS.get(row["metric"], ("more", "less"))
+    return claims.Change(row["ratio"], (ci[0], ci[1]) if ci else None, more, less,
+                         counted=row["counted"], notes=tuple(row.get("notes") or ()))
 
 
 def _change_text(row: dict[str, Any]) -> str:
-    r = row["ratio"]
-    if r is None:
+    """The table's change column: the change in words (its interval is the column before),
+    with what a warning about either side's figure earned."""
+    if row["ratio"] is None:
         return "new cost"
     if row["change"] == "unknown":
         return "unknown: needs 2+ rounds per side"
-    if row["change"] == "not distinguishable":
-        return "no change" if row["counted"] else "not distinguishable from noise"
-    if row["metric"] == "samples_per_s":
-        return factor(r, "faster", "slower")
-    return factor(r, "more", "less")
+    c = change_of(row)
+    if row["counted"]:
+        return "no change" if row["change"] == "not distinguishable" else c.factor()
+    head = "not distinguishable from noise" if row["change"] == "not distinguishable" \
+        else c.parts()[0]
+    return "; ".join((head, *c.notes))
+
+
+def ratio_cells(row: dict[str, Any]) -> tuple[str, str]:
+    """The ratio and its interval as table cells, with the digits that keep 1x readable."""
+    r, ci = row["ratio"], row["ratio_ci95"]
+    if r is None:
+        return "new", "-"
+    d = claims.ratio_digits([r, *(ci or ())])
+    if ci:
+        d = claims.apart(ci[0], ci[1], d)
+        return claims.times(r, d), f"{claims.times(ci[0], d)} to {claims.times(ci[1], d)}"
+    return claims.times(r, d), ("exact" if row.get("exact") else
+                                "counted" if row["counted"] else "-")
 
 
 def metric_rows(run: dict[str, Any]) -> list[list[str]]:
     rows = []
     for m in run["metrics"]:
-        ratio = fmt.ratio(m["ratio"]) if m["ratio"] is not None else "new"
-        ci = m["ratio_ci95"]
-        if ci:
-            ci_text = f"{fmt.ratio(ci[0])} to {fmt.ratio(ci[1])}"
-        else:
-            ci_text = "exact" if m["exact"] else ("counted" if m["counted"] else "-")
+        ratio, ci_text = ratio_cells(m)
         rows.append([MARKS[m["change"]], m["label"], format_value(m["metric"], m["base"]),
                      format_value(m["metric"], m["cand"]), ratio, ci_text, _change_text(m)])
     return rows
@@ -98,6 +119,8 @@ def render(comparison: dict[str, Any], markdown: bool = False) -> str:
         out.append(fmt.table(HEADERS, metric_rows(run), markdown=markdown))
         out.append(("\nwhere the cost moved: " if markdown else "where the cost moved: ")
                    + run["moved"])
+    if comparison["runs"]:
+        out.append(("\n" if markdown else "") + LEGEND)
     cluster = comparison.get("cluster")
     if cluster:
         e = cluster["base"]
@@ -108,21 +131,23 @@ def render(comparison: dict[str, Any], markdown: bool = False) -> str:
     return "\n".join(out)
 
 
+GATE_LEGEND = ("kind: hard limits fail the gate, soft ones warn; a timing fails only when its "
+               "whole 95% CI is past its limit, so noise alone never fails it; ratio = "
+               "candidate / base")
+
+
 def render_gate(gate: dict[str, Any], markdown: bool = False) -> str:
     icon = {"pass": "pass", "warn": "WARN", "fail": "FAIL"}
     rows = []
     for c in gate["checks"]:
-        ci = c["ratio_ci95"]
+        ratio, ci = ratio_cells(c)
         rows.append([icon[c["status"]], c["label"], format_value(c["metric"], c["base"]),
-                     format_value(c["metric"], c["cand"]),
-                     fmt.ratio(c["ratio"]) if c["ratio"] is not None else "new",
-                     f"{fmt.ratio(ci[0])} to {fmt.ratio(ci[1])}" if ci else
-                     ("exact" if c.get("exact") else "counted" if c["counted"] else "-"),
-                     c["limit"], "hard" if c["hard"] else "soft"])
+                     format_value(c["metric"], c["cand"]), ratio, ci, c["limit"],
+                     "hard" if c["hard"] else "soft"])
     verdict = "PASSED" if gate["passed"] else "FAILED"
     head = f"dsbench gate {verdict} ({fmt.plural(gate['workers'], 'loader worker')})"
     table = fmt.table(["", "check", "base", "candidate", "ratio", "95% CI", "limit", "kind"],
                       rows, markdown=markdown)
     notes = [f"{icon[c['status']]} {c['label']}: {c['why']}" for c in gate["checks"] if c["why"]]
-    body = "\n".join([table, *([""] if notes and markdown else []), *notes])
+    body = "\n".join([table, *([""] if markdown else []), GATE_LEGEND, *notes])
     return f"### {head}\n\n{body}" if markdown else f"{head}\n{body}"

@@ -39,6 +39,7 @@ COUNT_SAMPLES = 200  # after's requests counted over this many samples: 400 GETs
 BUCKET = "dsbench-demo"
 # The server probed for the cluster model: 100 first bytes (mostly after's small objects, as
 # the files are sampled by a hash of their names) and streaming with 1 and 4 readers, ~2 s.
+STORE_BATCH, STORE_SECONDS = 16, 2.0
 PROBE = ProbeOptions(objects=100, readers=(1, 4), seconds=0.5)
 
 Progress = Callable[[str], None]
@@ -90,8 +91,13 @@ def measure(paths: dict[str, Path], bench: BenchOptions, progress: Progress) -> 
         progress(f"demo: object storage skipped: {why}")
         return {"skipped": why}
     # Fewer rounds than on disk, to keep the demo short; never more than the user asked for.
+    # Smaller batches and longer windows: after's objects come at about 100 samples/s from a
+    # server sharing the cores, so a window must hold several batches per worker to be more
+    # than its edges, and seconds, not one, to average the server's hiccups (1 s rounds of 16
+    # varied 17.7% here).
     opts = dataclasses.replace(bench, workers=(1,), rounds=min(bench.rounds, STORE_ROUNDS),
-                               sweep_rounds=None,
+                               sweep_rounds=None, batch_size=min(bench.batch_size, STORE_BATCH),
+                               seconds=max(bench.seconds, STORE_SECONDS),
                                count_samples=min(bench.samples_to_count(""), COUNT_SAMPLES))
     with LocalS3() as server:
         url = server.create_bucket(BUCKET)
@@ -102,7 +108,8 @@ def measure(paths: dict[str, Path], bench: BenchOptions, progress: Progress) -> 
             progress(f"demo: uploading {name} to the local S3 server")
             uploaded[name] = server.upload_tree(paths[name], f"{url}/{name}", keep=keep)
         progress(f"demo: measuring before and after on the local S3 server with 1 loader "
-                 f"worker, {opts.rounds} interleaved rounds of {fmt.seconds(opts.seconds)}")
+                 f"worker, batches of {opts.batch_size}, {opts.rounds} interleaved rounds of "
+                 f"{fmt.seconds(opts.seconds)}")
         with _environment(server.env):
             before, after = run_benches([f"{url}/before", f"{url}/after"], opts, progress)
             # After the benches, so that the probe's connections do not warm theirs.

@@ -38,6 +38,7 @@ def render(doc: dict[str, Any]) -> str:
               f"and time-sharing {fmt.ratio(node['oversubscription'])}, file latency "
               f"{fmt.seconds(node['latency_s'])}, transfer {fmt.seconds(node['transfer_s'])})",
               f"  demand   {fmt.rate(doc['demand_samples_per_s_per_node'])}: {per}",
+              *memory_lines(doc.get("memory")),
               f"  verdict  {doc['verdict_text']}", ""]
     lines += [f"Step time ({doc['ranks']} ranks, {doc['steps']} steps simulated, the first "
               f"{doc['warmup_steps']} not counted)",
@@ -62,6 +63,25 @@ def render(doc: dict[str, Any]) -> str:
     lines += ["  " + ln for ln in fmt.table(heads, rows).splitlines()]
     lines += [f"  {doc['mechanism']}"]
     return "\n".join(lines)
+
+
+def memory_lines(mem: dict[str, Any] | None) -> list[str]:
+    """What the node's loader workers take of its memory, and whether it fits."""
+    if mem is None:  # a stated cost, or a result without peak memory: nothing to say
+        return []
+    where = (f"measured at {fmt.plural(mem['measured_workers'], 'worker')}"
+             if mem["measured_workers"] else "stated")
+    text = (f"  memory   the loaders take {fmt.nbytes(mem['loaders_bytes'])} of the node's "
+            f"{fmt.nbytes(mem['node_bytes'])} ({fmt.percent(mem['share'])}): "
+            f"{mem['workers_per_node']} workers x {fmt.nbytes(mem['per_worker_bytes'])} peak "
+            f"PSS per worker ({where})")
+    if not mem["fits"]:
+        return [text, "           would not fit: fewer workers per GPU, or an export that "
+                "needs less memory per worker (--node-memory states the node's)"]
+    if mem["tight"]:
+        return [text, "           over half the node, before the training processes' own "
+                "memory"]
+    return [text + "; the training processes' own memory comes on top"]
 
 
 def _what_if_lines(doc: dict[str, Any]) -> list[str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from dsbench import fmt
+from dsbench.report import claims
 from dsbench.report.extrapolation import sparkline
 
 _WIDTH = 100
@@ -23,25 +24,35 @@ def _mean_p99(d: dict[str, float]) -> str:
     return f"mean {fmt.seconds(d['mean'])}, p99 {fmt.seconds(d['p99'])}"
 
 
+def _check(key: str, model: float, measured: float) -> str:
+    tol = claims.TOLERANCE.get(key)
+    if tol is None or not measured:
+        return ""
+    return claims.Check(claims.LABEL[key], model, measured, tol).words().split(" (")[0]
+
+
 def model_table(doc: dict[str, Any]) -> list[str]:
-    """Measured, modelled and model / measured, one figure per row."""
+    """Measured, modelled, model / measured, and whether the model met its tolerance."""
     m, pred = doc["model"], doc["model"]["prediction"]
     st, mst = doc["step_time_s"], pred["step_time_s"]
-    rows = [[f"{k} step", fmt.seconds(st[k]), fmt.seconds(mst[k]), _ratio(m["ratios"][k])]
-            for k in ("mean", "p50", "p99", "max")]
+    rows = [[f"{k} step", fmt.seconds(st[k]), fmt.seconds(mst[k]), _ratio(m["ratios"][k]),
+             _check(k, mst[k], st[k])] for k in ("mean", "p50", "p99", "max")]
     rows.append(["utilization", fmt.percent(doc["gpu_util"]), fmt.percent(pred["gpu_util"]),
-                 _ratio(m["ratios"]["gpu_util"])])
+                 _ratio(m["ratios"]["gpu_util"]),
+                 _check("gpu_util", pred["gpu_util"], doc["gpu_util"])])
     rows.append(["data-wait share", fmt.percent(doc["data_wait_share"]),
-                 fmt.percent(pred["data_wait_share"]), ""])
+                 fmt.percent(pred["data_wait_share"]), "", ""])
     rows.append(["slow steps", fmt.percent(doc["slow_steps"]["fraction"]),
-                 fmt.percent(pred["slow_step_fraction"]), ""])
+                 fmt.percent(pred["slow_step_fraction"]), "", ""])
     if pred["independent_fraction"] is not None:
-        rows.append(["1 - (1 - q)^N", "", fmt.percent(pred["independent_fraction"]), ""])
+        rows.append(["1 - (1 - q)^N", "", fmt.percent(pred["independent_fraction"]), "", ""])
     inputs = m["inputs"]
     lines = [f"Model beside measurement ({m['steps']} steps simulated, seed {m['seed']}; "
              f"{m['note']})"]
-    lines += ["  " + ln for ln in fmt.table(["figure", "measured", "model", "model/measured"],
-                                            rows).splitlines()]
+    lines += ["  " + ln for ln in fmt.table(["figure", "measured", "model", "model/measured",
+                                             "check"], rows).splitlines()]
+    lines.append("  check: the model's tolerance, " + ", ".join(
+        f"{claims.LABEL[k]} {fmt.percent(t)}" for k, t in claims.TOLERANCE.items()))
     cpu = inputs["loader"]["cpu_s_per_sample"]
     per_step, hand, walls, leave = (inputs.get(k) for k in (
         "allreduce_per_step_s", "handover_s", "batch_wall_s", "departure_s"))
@@ -62,9 +73,11 @@ def model_table(doc: dict[str, Any]) -> list[str]:
                  f"{inputs['cluster']['cores_per_node']} cores per node")
     shared = m.get("time_sharing", {})
     if shared.get("measured") is not None:
-        lines.append(f"  time-sharing, checked: a batch took {shared['measured']:.2f}x its CPU "
+        ts = claims.job_checks({}, {}, shared)[0]
+        lines.append(f"  time-sharing: a batch took {shared['measured']:.2f}x its CPU "
                      f"(wall / CPU, measured); the model, extrapolating from CPU, "
-                     f"{shared['model']:.2f}x (contention x workers / free cores)")
+                     f"{shared['model']:.2f}x (contention x workers / free cores): "
+                     f"{ts.words()}")
         via = m.get("from_cpu")
         if via:
             r = via["ratios"]

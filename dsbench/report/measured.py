@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from dsbench import fmt
+from dsbench import fmt, stats
 from dsbench.analysis.compare import SAME, UNKNOWN, format_value
-from dsbench.report.comparison import factor
+from dsbench.report.comparison import change_of
 from dsbench.report.demo import EXPORTS
 
 RUN_LONGER = "run longer (--rounds, --seconds) or on a quieter machine"
@@ -50,17 +50,15 @@ def measured_rows(doc: dict[str, Any]) -> list[list[str]]:
         res = doc["results"][name]
         for r in sorted(res["runs"], key=lambda r: r["workers"]):
             lo, hi = r["samples_per_s_ci95"]
+            spread = r["samples_per_s_spread"]
+            noisy = (f" (noisy: rounds vary {fmt.percent(spread)})"
+                     if spread > stats.SPREAD_WARNING else "")
             rows.append([name, res["export"]["layout"], workers_text(r["workers"]),
-                         fmt.rate(r["samples_per_s"]), f"{fmt.sig(lo)} to {fmt.rate(hi)}",
+                         fmt.rate(r["samples_per_s"]), f"{fmt.sig(lo)} to {fmt.rate(hi)}{noisy}",
                          fmt.seconds(r["cpu_s_per_sample"], "sample"),
                          f"{fmt.sig(r['files_per_sample'])} files/sample",
                          fmt.nbytes(r["bytes_per_sample"], "sample")])
     return rows
-
-
-def interval_text(m: dict[str, Any]) -> str:
-    ci = m["ratio_ci95"]
-    return f"95% interval {fmt.ratio(ci[0])} to {fmt.ratio(ci[1])}" if ci else "no interval"
 
 
 def counts_text(comparison: dict[str, Any], base: str, cand: str) -> str:
@@ -75,8 +73,8 @@ def counts_text(comparison: dict[str, Any], base: str, cand: str) -> str:
         if key not in shown:  # requests: only an export in an object store makes any
             continue
         m = metric(run, key)
-        change = (factor(m["ratio"], "more", "less" if key == "bytes_per_sample" else "fewer")
-                  if m["base"] > 0 and m["change"] != SAME else "the same")
+        change = (change_of(m).factor() if m["base"] > 0 and m["change"] != SAME
+                  else "the same")
         parts.append(f"{verb} {format_value(key, m['cand'])} ({base}: "
                      f"{format_value(key, m['base'])}, {change})")
     m = metric(run, "files_per_sample")
@@ -97,11 +95,7 @@ def cpu_text(comparison: dict[str, Any], base: str, cand: str,
     m = metric(run, key)
     figures = (f"{cand} {format_value(m['metric'], m['cand'])} vs {base} "
                f"{format_value(m['metric'], m['base'])} with {workers_text(run['workers'])}")
-    if m["change"] == UNKNOWN:
-        return f"{figures}: one round per side gives no interval, so no verdict"
-    if m["change"] == SAME:
-        return f"{figures}: not distinguishable ({interval_text(m)} holds 1x)"
-    return f"{figures}: {factor(m['ratio'], 'more', 'less')} ({interval_text(m)})"
+    return f"{figures}: {change_of(m).words()}"
 
 
 def speed_text(comparison: dict[str, Any], base: str, cand: str) -> str:
@@ -111,14 +105,14 @@ def speed_text(comparison: dict[str, Any], base: str, cand: str) -> str:
                 + "; ".join(comparison["not_comparable_reasons"]))
     m, w = metric(run, "samples_per_s"), run["workers"]
     figures = f"{fmt.rate(m['cand'])} vs {fmt.rate(m['base'])} with {workers_text(w)}"
+    head, detail = change_of(m).parts()
     if m["change"] == UNKNOWN:
-        return (f"can't tell whether {cand} is slower than {base} ({figures}): one round per "
-                f"side gives no interval; {RUN_LONGER}")
+        return (f"can't tell whether {cand} is slower or faster than {base} ({figures}): one "
+                f"round per side gives no interval; {RUN_LONGER}")
     if m["change"] == SAME:
-        return (f"can't tell yet whether {cand} is slower or faster than {base} ({figures}; "
-                f"the {interval_text(m)} holds 1x): {RUN_LONGER}")
-    return (f"{cand} is {factor(m['ratio'], 'faster', 'slower')} than {base} ({figures}; "
-            f"{interval_text(m)})")
+        return (f"can't tell whether {cand} is slower or faster than {base} ({figures}; "
+                f"{head}: {detail}): {RUN_LONGER}")
+    return f"{cand} is {head} than {base} ({figures}; {detail})"
 
 
 def cpu_moves_text(comparison: dict[str, Any]) -> str:

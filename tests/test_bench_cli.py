@@ -186,3 +186,47 @@ def test_ctrl_c_stops_every_worker_and_leaves_nothing(export: Path, moment: str)
     assert "interrupted" in err and err.strip().count("\n") == 0, f"{where}: {err}"
     assert took < 10.0, where
     assert left_behind(proc.pid) == [], where
+
+
+def test_what_a_killed_run_left_the_next_run_removes(export: Path) -> None:
+    """SIGKILL to the whole run (as the OOM killer or a cancelled job may): its segments stay,
+    named by its process; the next run removes them, and says so in one line."""
+    proc = _start(export)
+    try:
+        _segment(proc, 1, written=True)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=20)
+    left = sorted(p.name for p in Path("/dev/shm").glob(f"dsbench-{proc.pid}-*"))
+    assert left == [f"dsbench-{proc.pid}-0-0", f"dsbench-{proc.pid}-0-1"]
+    again = subprocess.run([sys.executable, "-m", "dsbench", "bench", str(export), "--workers",
+                            "1", "--seconds", "0.2", "--rounds", "1", "--batch-size", "2"],
+                           capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    said = [ln for ln in again.stderr.splitlines() if "left by killed dsbench runs" in ln]
+    assert len(said) == 1 and f"process {proc.pid}" in said[0] and "2 shared-memory" in said[0]
+    assert not list(Path("/dev/shm").glob(f"dsbench-{proc.pid}-*"))
+
+
+def test_only_what_dead_processes_left_is_removed(tmp_path: Path) -> None:
+    from dsbench.loader import orphans
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    shm, temp = tmp_path / "shm", tmp_path / "tmp"
+    shm.mkdir()
+    temp.mkdir()
+    names = {"gone": f"dsbench-{dead.pid}-0-1", "mine": f"dsbench-{os.getpid()}-3-0",
+             "parent": f"dsbench-{os.getppid()}-0-0", "other": f"other-{dead.pid}-0-0"}
+    for name in names.values():
+        (shm / name).write_bytes(b"x")
+    (temp / f"dsbench-native-{dead.pid}-abc").mkdir()
+    (temp / f"dsbench-native-{os.getpid()}-def").mkdir()
+    cleared = orphans.clear(shm, temp)
+    assert cleared.segments == [names["gone"]] and cleared.owners == {dead.pid}
+    assert cleared.dirs == [f"dsbench-native-{dead.pid}-abc"]
+    assert sorted(p.name for p in shm.iterdir()) == sorted(
+        names[k] for k in ("mine", "parent", "other"))
+    assert [p.name for p in temp.iterdir()] == [f"dsbench-native-{os.getpid()}-def"]
+    assert "1 shared-memory segment and 1 temporary directory" in cleared.text()
+    assert orphans.clear(shm, temp).text() == ""

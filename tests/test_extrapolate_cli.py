@@ -142,3 +142,32 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
         main(["extrapolate", "--cpu-per-sample", "x"])
     assert exc.value.code == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_memory_of_a_nodes_loaders_from_the_measured_peak(
+        result: Path, bench_doc: dict[str, object], capsys: pytest.CaptureFixture[str]) -> None:
+    """Peak PSS per worker (at the most workers measured) x workers per GPU x GPUs per node,
+    against the node's memory; a node too small is said not to fit."""
+    runs = bench_doc["runs"]
+    assert isinstance(runs, list)
+    widest = max(runs, key=lambda r: r["workers"])
+    per = widest["peak_pss_bytes"] / widest["workers"]
+    assert main(["extrapolate", str(result), *FAST, "--workers-per-gpu", "4", "--json", "-"]) == 0
+    mem = json.loads(capsys.readouterr().out)["memory"]
+    assert mem["per_worker_bytes"] == pytest.approx(per) and mem["measured_workers"] == 2
+    assert mem["workers_per_node"] == 32 and mem["loaders_bytes"] == pytest.approx(32 * per)
+    assert mem["node_bytes"] == 2e12 and mem["fits"]
+    small = f"{int(16 * per)}"  # room for 16 workers' peaks, not 32
+    assert main(["extrapolate", str(result), *FAST, "--workers-per-gpu", "4",
+                 "--node-memory", small]) == 0
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ln.startswith("  memory"))
+    assert "32 workers x" in line and "(200%)" in line and "would not fit" in out
+
+
+def test_a_bad_node_memory_is_one_line_and_exit_2(result: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    for bad in ("lots", "2XB", "0", "-1GB"):
+        assert main(["extrapolate", str(result), *FAST, f"--node-memory={bad}"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "--node-memory" in err, err

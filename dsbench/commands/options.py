@@ -216,6 +216,9 @@ _TYPES: dict[str, Callable[[str], Any]] = {"trainer_cores_per_gpu": float, "allr
                                            "node_memory_bytes": str}
 
 
+_METAVARS = {"node_memory_bytes": "SIZE"}
+
+
 def _default_text(name: str, d: ClusterSpec, measured_batch: bool) -> str:
     if name == "batch_size" and measured_batch:
         return "the measured batch"
@@ -238,6 +241,7 @@ def add_cluster_arguments(p: argparse.ArgumentParser, d: ClusterSpec, title: str
     for name, (flag, text) in _CLUSTER_OPTIONS.items():
         flags = (flag, *batch_aliases) if name == "batch_size" else (flag,)
         g.add_argument(*flags, dest=f"cluster_{name}", type=_TYPES.get(name, int), default=None,
+                       metavar=_METAVARS.get(name),
                        help=f"{text} (default {_default_text(name, d, measured_batch)})")
 
 

@@ -24,6 +24,7 @@ import psutil
 
 from dsbench import fmt, procs
 from dsbench.errors import DsbenchError
+from dsbench.loader import orphans
 from dsbench.loader.pipeline import Pipeline
 from dsbench.loader.worker import (
     STOP,
@@ -118,6 +119,8 @@ class ShmSource:
         self.data: list[Connection] = []
         self.ctrl: list[Connection] = []
         self.turn = 0
+        # What a killed run left (its segments name its process), cleared before adding ours.
+        orphans.clear_once(fmt.progress)
         tag = f"dsbench-{os.getpid()}-{next(_rings)}"
         try:
             for w in range(n_workers):

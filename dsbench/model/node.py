@@ -51,7 +51,7 @@ class ClusterSpec:
             if not (math.isfinite(v) and v >= 0):
                 raise DsbenchError(f"{name.replace('_', '-')} must be a finite number >= 0")
         if self.node_memory_bytes <= 0:
-            raise DsbenchError("node-memory must be > 0")
+            raise DsbenchError("node-memory-bytes must be > 0")
         if not 0 <= self.stall_prob < 1:
             raise DsbenchError(f"stall-prob must be in [0, 1), not {self.stall_prob}")
         if self.stall_prob > 0 and self.stall_s <= 0:

@@ -23,8 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dsbench import fmt
 from dsbench.adapters import base
-from dsbench.loader import forks
+from dsbench.loader import forks, orphans
 from dsbench.loader.native import READERS, NativeOpener, get, view_of
 
 # Environment variables a library's caches and temporaries follow.
@@ -39,6 +40,7 @@ def private_dir() -> Path:
     """The run's private temporary directory, made by its first native round."""
     global _private
     if _private is None or not _private.is_dir():
+        orphans.clear_once(fmt.progress)  # a killed run's directory names its process
         _private = Path(tempfile.mkdtemp(prefix=f"dsbench-native-{os.getpid()}-"))
     return _private
 

@@ -177,6 +177,7 @@ def _comparisons(doc: dict[str, Any]) -> list[str]:
             out.append(f"<h3>{_e(measured.workers_text(run['workers']))}</h3>")
             out.append(f'<p class="note">95% intervals: {_e(comp["method"])}</p>')
             out.append(_table(tables.HEADERS, tables.metric_rows(run)))
+            out.append(f'<p class="note">{_e(tables.LEGEND)}</p>')
             out.append(f"<p>Where the cost moved: {_e(run['moved'])}</p>")
     return out
 

@@ -146,15 +146,19 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_memory_of_a_nodes_loaders_from_the_measured_peak(
         result: Path, bench_doc: dict[str, object], capsys: pytest.CaptureFixture[str]) -> None:
-    """Peak PSS per worker (at the most workers measured) x workers per GPU x GPUs per node,
-    against the node's memory; a node too small is said not to fit."""
+    """Peak memory per worker that the node must hold (anonymous and shared: the kernel's
+    split, page cache left out), at the most workers measured, x workers per GPU x GPUs per
+    node, against the node's memory; a node too small is said not to fit."""
     runs = bench_doc["runs"]
     assert isinstance(runs, list)
     widest = max(runs, key=lambda r: r["workers"])
-    per = widest["peak_pss_bytes"] / widest["workers"]
+    held = widest["peak_pss_anon_bytes"] + widest["peak_pss_shmem_bytes"]
+    assert 0 < held <= widest["peak_pss_bytes"]
+    per = held / widest["workers"]
     assert main(["extrapolate", str(result), *FAST, "--workers-per-gpu", "4", "--json", "-"]) == 0
     mem = json.loads(capsys.readouterr().out)["memory"]
     assert mem["per_worker_bytes"] == pytest.approx(per) and mem["measured_workers"] == 2
+    assert mem["kind"] == "anonymous + shared"
     assert mem["workers_per_node"] == 32 and mem["loaders_bytes"] == pytest.approx(32 * per)
     assert mem["node_bytes"] == 2e12 and mem["fits"]
     small = f"{int(16 * per)}"  # room for 16 workers' peaks, not 32
@@ -163,6 +167,7 @@ def test_memory_of_a_nodes_loaders_from_the_measured_peak(
     out = capsys.readouterr().out
     line = next(ln for ln in out.splitlines() if ln.startswith("  memory"))
     assert "32 workers x" in line and "(200%)" in line and "would not fit" in out
+    assert "anonymous and shared memory (page cache left out) per worker" in line
 
 
 def test_a_bad_node_memory_is_one_line_and_exit_2(result: Path,

@@ -32,6 +32,7 @@ CONFIG_MUST_MATCH = ("batch_size", "decoder", "normalize", "step_time_s", "cold"
 COUNT_TOLERANCE = 1e-9  # relative; counts differ by at least one file or byte per export
 STAGE_LEVEL = 1 - (1 - stats.LEVEL) / len(STAGES)  # simultaneous over the stages: 0.99
 
+SPLIT = ("peak_pss_anon_bytes", "peak_pss_file_bytes")
 BETTER, WORSE, SAME, UNKNOWN = "better", "worse", "not distinguishable", "unknown"
 
 
@@ -51,6 +52,9 @@ METRICS = (
     Metric("files_per_sample", "files opened per sample", False, True),
     Metric("requests_per_sample", "requests per sample", False, True),
     Metric("peak_pss_bytes", "peak memory (PSS)", False, False),
+    # The kernel's split of PSS: what a job must hold apart from clean page cache it can drop.
+    Metric("peak_pss_anon_bytes", "of it anonymous", False, False),
+    Metric("peak_pss_file_bytes", "of it file-backed", False, False),
 )
 
 
@@ -65,7 +69,7 @@ def format_value(key: str, value: float) -> str:
         return fmt.nbytes(value, "sample")
     if key == "files_per_sample":
         return f"{fmt.sig(value)} files/sample"
-    if key == "peak_pss_bytes":
+    if key.startswith("peak_pss"):
         return fmt.nbytes(value)
     return fmt.sig(value)
 
@@ -207,6 +211,8 @@ def measured_metrics(base: BenchResult, cand: BenchResult, workers: int) -> list
         if m.key == "host_cpu_s_per_sample" and not (m.key in rb and m.key in rc):
             continue
         if m.key == "requests_per_sample" and not (m.key in rb or m.key in rc):
+            continue
+        if m.key in SPLIT and not (m.key in rb and m.key in rc):  # older results lack it
             continue
         out.append(m)
     return out

@@ -28,6 +28,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument("--max-memory-ratio", type=float,
                    help="peak memory (PSS) per loader worker; fails only when significant too "
                         f"(default {d.max_memory_ratio:g})")
+    t.add_argument("--memory-allowance-mb", type=float,
+                   help="memory per worker past its ratio passes when it grew by at most this "
+                        f"many MB (default {d.memory_allowance_mb:g})")
     t.add_argument("--min-throughput-ratio", type=float,
                    help=f"soft: warns (default {d.min_throughput_ratio:g})")
     t.add_argument("--strict-throughput", action="store_true", default=None,
@@ -50,7 +53,8 @@ def run(args: argparse.Namespace) -> int:
     pyproject = args.config if args.config else gate.find_pyproject(Path.cwd())
     overrides = {k: getattr(args, k) for k in ("max_bytes_ratio", "max_files_ratio",
                                                "max_cpu_ratio", "max_memory_ratio",
-                                               "min_throughput_ratio", "strict_throughput")}
+                                               "memory_allowance_mb", "min_throughput_ratio",
+                                               "strict_throughput")}
     thresholds = gate.load_thresholds(pyproject, overrides)
     opts, cand_opts = side_options(args)
     comparison = compare_sides([args.base, args.cand], opts, save=args.save,

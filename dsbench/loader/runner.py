@@ -43,7 +43,7 @@ import psutil
 from dsbench import procs
 from dsbench.adapters.survey import new_survey, summarize
 from dsbench.errors import DsbenchError, SampleError
-from dsbench.loader import forks, native, worker
+from dsbench.loader import forks, memory, native, worker
 from dsbench.loader.counts import NOT_COUNTED, Counts, count_pass
 from dsbench.loader.dataset_source import DatasetSource
 from dsbench.loader.native.session import removed_after, session
@@ -79,26 +79,6 @@ def evict(path: Path) -> int:
     return len(files)
 
 
-def tree_pss(main_base: int = 0) -> int:
-    """Proportional set size of the loader, in bytes: every descendant of this process (the
-    workers) plus what this process grew by since it measured `main_base`. Its own base (the
-    interpreter, libraries, what measuring another export left in its allocators, such as a
-    Parquet count pass's Arrow buffers) is not this export's cost, and would make the same
-    export's figure depend on what it was measured with."""
-    me = psutil.Process()
-    total = max(0, _pss(me) - main_base)
-    for p in me.children(recursive=True):
-        total += _pss(p)
-    return total
-
-
-def _pss(p: psutil.Process) -> int:
-    try:
-        return int(p.memory_full_info().pss)
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return 0
-
-
 def _children_cpu() -> float:
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     return ru.ru_utime + ru.ru_stime
@@ -117,7 +97,7 @@ def host_busy_s() -> float:
 
 
 def _measure(source: ShmSource | TorchSource | DatasetSource, opts: BenchOptions, n_workers: int,
-             main_base: int) -> dict[str, Any]:
+             main_base: memory.Memory) -> dict[str, Any]:
     """Warm up, then the measured window; everything per window, nothing logged inside it."""
     t_start = time.perf_counter()
     before: list[BatchReport | None] = [None] * n_workers
@@ -126,7 +106,7 @@ def _measure(source: ShmSource | TorchSource | DatasetSource, opts: BenchOptions
         source.release(report)
         before[report.worker] = report
     warmup_s = time.perf_counter() - t_start
-    peak_pss = tree_pss(main_base)
+    peak_mem = memory.tree(main_base)
     step = opts.step_time_s
     reports: list[BatchReport] = []
     excluded_cpu = 0.0
@@ -149,13 +129,13 @@ def _measure(source: ShmSource | TorchSource | DatasetSource, opts: BenchOptions
             break
         if now >= next_pss:
             c = time.thread_time()
-            peak_pss = max(peak_pss, tree_pss(main_base))
+            peak_mem = memory.peak(peak_mem, memory.tree(main_base))
             excluded_cpu += time.thread_time() - c
             next_pss = time.perf_counter() + PSS_INTERVAL_S
     t1 = time.perf_counter()
     host_cpu = host_busy_s() - host0
     main_cpu = _self_cpu() - cpu0 - excluded_cpu
-    peak_pss = max(peak_pss, tree_pss(main_base))
+    peak_mem = memory.peak(peak_mem, memory.tree(main_base))
 
     after: list[BatchReport] = list(before)  # type: ignore[arg-type]
     for r in reports:
@@ -185,7 +165,7 @@ def _measure(source: ShmSource | TorchSource | DatasetSource, opts: BenchOptions
         "window_bytes": int(delta("read_chars") + delta("mapped_bytes")),
         "skipped_samples": int(delta("skipped")),
         "skipped": errors, "batch_cpu_s": [r.batch_cpu_s for r in reports],
-        "peak_pss_bytes": peak_pss, "warmup_batches": n_workers * opts.warmup_batches,
+        **memory.result_fields(peak_mem), "warmup_batches": n_workers * opts.warmup_batches,
         "warmup_s": warmup_s,
     }
 
@@ -195,7 +175,7 @@ def run_round(path: Loc, opts: BenchOptions, n_workers: int) -> dict[str, Any]:
     if opts.cold and isinstance(path, Path):
         evict(path)
     reaped0 = _children_cpu()
-    main_base = _pss(psutil.Process())  # before this round's workers and buffers exist
+    main_base = memory.of(os.getpid())  # before this round's workers and buffers exist
     source: ShmSource | TorchSource | DatasetSource
     with contextlib.ExitStack() as stack:
         if opts.backend == "native":

@@ -18,6 +18,7 @@ from dsbench.results.stages import STAGES
 from dsbench.results.types import Round, Run
 
 SKIPPED_KEPT = 20
+SPLIT = ("peak_pss_anon_bytes", "peak_pss_file_bytes", "peak_pss_shmem_bytes")
 
 
 def _round_row(r: dict[str, Any]) -> Round:
@@ -29,6 +30,9 @@ def _round_row(r: dict[str, Any]) -> Round:
                   "warmup_s": r["warmup_s"], "peak_pss_bytes": r["peak_pss_bytes"],
                   "window_files": r["window_files"], "window_bytes": r["window_bytes"],
                   "stages": {s: r["stages_s"][s] / r["samples"] for s in STAGES}}
+    for key in SPLIT:  # kernels before 5.7 give PSS without its split
+        if key in r:
+            row[key] = r[key]  # type: ignore[literal-required]  # one of SPLIT's keys
     if "workers_cpu_s_reaped" in r:  # not for workers forked from a server (forks.py)
         row["workers_cpu_s_reaped"] = r["workers_cpu_s_reaped"]
     if "host_cpu_s" in r:  # rounds given by callers that did not measure the host
@@ -68,6 +72,9 @@ def summarize_run(n_workers: int, opts: BenchOptions, rounds: list[dict[str, Any
         "batch_cpu_s": [x for r in rounds for x in r["batch_cpu_s"]],
         "rounds": [_round_row(r) for r in rounds],
     }
+    for key in SPLIT:
+        if all(key in r for r in rounds):
+            run[key] = max(r[key] for r in rounds)  # type: ignore[literal-required]  # SPLIT
     if host and len(host) == len(rounds):
         # A host busy for none of a window (a clock too coarse) has no mean on logs.
         run["host_cpu_s_per_sample"] = (stats.summarize(host).center if min(host) > 0

@@ -166,6 +166,7 @@ def loader_memory(cost: LoaderCost, cluster: ClusterSpec) -> dict[str, Any] | No
     total = per * workers
     share = total / cluster.node_memory_bytes
     return {"per_worker_bytes": per, "measured_workers": cost.memory_workers,
+            "kind": cost.memory_kind,
             "workers_per_node": workers, "loaders_bytes": total,
             "node_bytes": cluster.node_memory_bytes, "share": share, "fits": share <= 1.0,
             "tight": share > MEMORY_TIGHT}

@@ -94,6 +94,7 @@ class LoaderCost:
     # stated or not recorded.
     memory_per_worker_bytes: float | None = None
     memory_workers: int | None = None
+    memory_kind: str = "PSS"  # or "anonymous + shared": the kernel's split without page cache
 
     def __post_init__(self) -> None:
         for name in ("cpu_s_per_sample", "cpu_cv", "files_per_sample", "bytes_per_sample"):
@@ -153,7 +154,7 @@ class LoaderCost:
                 "bytes_per_sample": self.bytes_per_sample, "stages": dict(self.stages),
                 "stated_fields": sorted(self.stated_fields), "units": self.units,
                 "memory_per_worker_bytes": self.memory_per_worker_bytes,
-                "memory_workers": self.memory_workers}
+                "memory_workers": self.memory_workers, "memory_kind": self.memory_kind}
 
     def source_of(self, name: str) -> str:
         """'measured' or 'stated', for one of this cost's figures."""
@@ -226,13 +227,21 @@ def _from_result(doc: Mapping[str, Any], path: str | None) -> LoaderCost:
 
 
 def _memory(parsed: list[tuple[int, float, int, Any]]) -> dict[str, Any]:
-    """Peak PSS per worker, from the run with the most workers: there the main process's share
-    (the ring, batches in flight) is spread as a job with several workers per GPU spreads it."""
+    """Peak memory per worker, from the run with the most workers: there the main process's
+    share (the ring, batches in flight) is spread as a job with several workers per GPU spreads
+    it. The memory a node must hold: anonymous and shared, without the mapped files' page cache
+    the kernel can drop; the whole PSS for results without the kernel's split."""
     workers, _, _, run = parsed[-1]
-    pss = run.get("peak_pss_bytes")
-    if isinstance(pss, bool) or not isinstance(pss, int | float) or not pss > 0:
+    split = [run.get(k) for k in ("peak_pss_anon_bytes", "peak_pss_shmem_bytes")]
+    values = split if all(_is_size(v) for v in split) else [run.get("peak_pss_bytes")]
+    if not all(_is_size(v) for v in values) or not sum(values) > 0:
         return {}
-    return {"memory_per_worker_bytes": float(pss) / workers, "memory_workers": workers}
+    return {"memory_per_worker_bytes": float(sum(values)) / workers, "memory_workers": workers,
+            "memory_kind": "anonymous + shared" if len(values) == 2 else "PSS"}
+
+
+def _is_size(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and v >= 0
 
 
 def _read_per_sample(run: Mapping[str, Any], export: Mapping[str, Any], key: str, where: str,

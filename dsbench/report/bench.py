@@ -44,12 +44,13 @@ def render(doc: BenchResult) -> str:
             fmt.nbytes(r["bytes_per_sample"], "sample"),
             fmt.rate(r["files_per_sample"], "files/sample") if counted else "not counted",
             fmt.nbytes(r["peak_pss_bytes"]),
+            fmt.nbytes(r["peak_pss_anon_bytes"]) if "peak_pss_anon_bytes" in r else "-",
             fmt.percent(r["scaling_efficiency"]) if r["scaling_efficiency"] is not None else "-",
             fmt.percent(au) if au is not None else "-",
         ])
     main = fmt.table(["workers", "throughput", "95% CI", "CPU", "host CPU", "bytes read",
                       "files opened",
-                      "peak PSS", "scaling", "accel. util"], rows)
+                      "peak PSS", "of it anon.", "scaling", "accel. util"], rows)
     stage_rows = []
     for r in runs:
         # Stages are pooled over all rounds, so "other" is taken against the pooled CPU too

@@ -65,6 +65,9 @@ def render(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+KIND = {"PSS": "PSS", "anonymous + shared": "anonymous and shared memory (page cache left out)"}
+
+
 def memory_lines(mem: dict[str, Any] | None) -> list[str]:
     """What the node's loader workers take of its memory, and whether it fits."""
     if mem is None:  # a stated cost, or a result without peak memory: nothing to say
@@ -74,7 +77,7 @@ def memory_lines(mem: dict[str, Any] | None) -> list[str]:
     text = (f"  memory   the loaders take {fmt.nbytes(mem['loaders_bytes'])} of the node's "
             f"{fmt.nbytes(mem['node_bytes'])} ({fmt.percent(mem['share'])}): "
             f"{mem['workers_per_node']} workers x {fmt.nbytes(mem['per_worker_bytes'])} peak "
-            f"PSS per worker ({where})")
+            f"{KIND.get(mem.get('kind', 'PSS'), 'PSS')} per worker ({where})")
     if not mem["fits"]:
         return [text, "           would not fit: fewer workers per GPU, or an export that "
                 "needs less memory per worker (--node-memory states the node's)"]

@@ -87,6 +87,9 @@ class Round(TypedDict):
     warmup_batches: NotRequired[int]
     warmup_s: NotRequired[float]
     peak_pss_bytes: NotRequired[float]
+    peak_pss_anon_bytes: NotRequired[float]
+    peak_pss_file_bytes: NotRequired[float]
+    peak_pss_shmem_bytes: NotRequired[float]
     window_files: NotRequired[int]
     window_bytes: NotRequired[int]
     stages: NotRequired[dict[str, float]]
@@ -110,6 +113,9 @@ class Run(TypedDict):
     files_per_sample: float
     requests_per_sample: NotRequired[float]
     peak_pss_bytes: float
+    peak_pss_anon_bytes: NotRequired[float]
+    peak_pss_file_bytes: NotRequired[float]
+    peak_pss_shmem_bytes: NotRequired[float]
     samples: int
     skipped_samples: int
     skipped: list[dict[str, Any]]

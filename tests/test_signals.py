@@ -1,0 +1,110 @@
+"""A signal at any moment ends a command: exit 130 (SIGINT, to the whole group as a terminal's
+Ctrl-C) or 143 (SIGTERM, as a CI system cancels a job), within a few seconds, its last line on
+stderr saying so with no traceback, and no process, shared memory or half-written file left.
+
+The moments are drawn by a seeded generator over each command's run, so that they fall in its
+start-up, its survey and count pass, worker spawn, warm-up, the window, between rounds and
+worker counts, and its writes, and are the same in every run of the suite. `bench` has its own
+test at named moments (test_bench_cli.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from leftovers import left_behind
+
+from dsbench.export.generate import generate
+from dsbench.export.spec import parse_spec
+
+BOUND_S = 10.0  # a signal's run ends within this, from the moment it was sent
+_RNG = random.Random(20261205)
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("signals")
+    out = {}
+    for layout in ("files", "wds"):
+        spec = parse_spec({"name": f"tiny-{layout}", "layout": layout, "fields_as": "json",
+                           "shard_samples": 6,
+                           "image": {"sizes": "fixed", "width": 64, "height": 48},
+                           "fields": {"label": {"type": "int"}}}, "test")
+        out[layout] = root / layout
+        generate(spec, out[layout], samples=24, jobs=1)
+    return out
+
+
+def _argv(command: str, exports: dict[str, Path], tmp: Path) -> list[str]:
+    window = ["--seconds", "0.2", "--rounds", "2", "--batch-size", "2", "--workers", "1,2"]
+    return {
+        "compare": ["compare", str(exports["wds"]), str(exports["files"]), *window,
+                    "--save", str(tmp / "a.json"), str(tmp / "b.json")],
+        "gate": ["gate", str(exports["wds"]), str(exports["files"]), *window],
+        "generate": ["generate", "formats/after.toml", str(tmp / "gen"), "--samples", "300"],
+        "probe": ["probe", str(exports["files"]), "--seconds", "0.5"],
+    }[command]
+
+
+# (command, signal, seconds after start), spread over a whole run of each (here compare and gate
+# take about 6.5 s, generate about 4.4 s, probe about 1 s): 24 moments, with bench's 6 named ones
+# (test_bench_cli.py) 30. gate is compare's run and a verdict; it gets fewer.
+SPAN = {"compare": (6.0, 8), "gate": (6.0, 4), "generate": (4.2, 8), "probe": (1.0, 4)}
+MOMENTS = [(c, _RNG.choice((signal.SIGINT, signal.SIGTERM)), round(_RNG.uniform(0, s), 3))
+           for c, (s, n) in SPAN.items() for _ in range(n)]
+
+
+@pytest.mark.parametrize(("command", "sig", "delay"), MOMENTS,
+                         ids=[f"{c}-{signal.Signals(s).name}-{d}s" for c, s, d in MOMENTS])
+def test_a_signal_at_any_moment_ends_the_command_cleanly(
+        command: str, sig: int, delay: float, exports: dict[str, Path], tmp_path: Path) -> None:
+    repo = Path(__file__).resolve().parents[1]
+    proc = subprocess.Popen([sys.executable, "-m", "dsbench", *_argv(command, exports, tmp_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, cwd=repo)
+    try:
+        time.sleep(delay)
+        sent = proc.poll() is None
+        if sent:
+            # SIGINT to the group, as a terminal's Ctrl-C; SIGTERM to the command, as a CI
+            # runner's cancel (its children are its own to stop).
+            if sig == signal.SIGINT:
+                os.killpg(proc.pid, sig)
+            else:
+                proc.send_signal(sig)
+        t0 = time.monotonic()
+        _, err = proc.communicate(timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    where = f"{command}, {signal.Signals(sig).name} at {delay} s"
+    assert "Traceback" not in err, f"{where}: {err}"
+    if not sent or proc.returncode in (0, 1):
+        # It had finished (gate exits 1 on this pair), or the signal came as it was ending.
+        assert proc.returncode in (0, 1), f"{where}: {proc.returncode}: {err}"
+    else:
+        want = 130 if sig == signal.SIGINT else 143
+        assert proc.returncode == want, f"{where}: exit {proc.returncode}: {err}"
+        last = err.strip().splitlines()[-1]
+        assert last.endswith("interrupted" if want == 130 else "terminated"), f"{where}: {err}"
+    assert took < BOUND_S, f"{where}: took {took:.1f} s"
+    assert left_behind(proc.pid) == [], where
+    _nothing_half_written(command, tmp_path, where)
+
+
+def _nothing_half_written(command: str, tmp: Path, where: str) -> None:
+    """What a command writes is whole or absent: result files parse, an export holds only
+    complete units (and its manifest), no temporary file is left beside them."""
+    for p in tmp.rglob("*"):
+        assert ".tmp" not in p.name and not p.name.startswith(".dsbench"), f"{where}: {p}"
+    for name in ("a.json", "b.json"):
+        if (tmp / name).exists():
+            json.loads((tmp / name).read_text())

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -27,3 +31,21 @@ def left_behind(session: int) -> list[str]:
         if (not procs and not segments) or time.monotonic() > deadline:
             return procs + segments
         time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def group_killed_after(proc: subprocess.Popen[str]) -> Iterator[None]:
+    """Whatever the test does to `proc`, its session is SIGKILLed at the end if still running,
+    so that a failed assertion leaves no run behind."""
+    try:
+        yield
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def ended(proc: subprocess.Popen[str], timeout: float) -> tuple[str, float]:
+    """Wait for `proc` to end: its stderr, and the seconds it took from now."""
+    t0 = time.monotonic()
+    _, err = proc.communicate(timeout=timeout)
+    return err, time.monotonic() - t0

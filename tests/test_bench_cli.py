@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from leftovers import left_behind
+from leftovers import ended, group_killed_after, left_behind
 
 from dsbench.cli import main
 from dsbench.export.generate import generate
@@ -102,16 +102,11 @@ def _workers(proc: subprocess.Popen[str], n: int, timeout: float = 30.0) -> list
 
 def test_a_killed_worker_fails_the_run_quickly_and_cleanly(export: Path) -> None:
     proc = _start(export)
-    try:
+    with group_killed_after(proc):
         victim = _workers(proc, 2)[1]
         time.sleep(1.0)  # into the warm-up or the window: both must notice
         victim.send_signal(signal.SIGKILL)
-        t0 = time.monotonic()
-        _, err = proc.communicate(timeout=20)
-        took = time.monotonic() - t0
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+        err, took = ended(proc, timeout=20)
     assert proc.returncode == 2
     assert took < 5.0
     assert "killed by signal SIGKILL" in err and err.strip().count("\n") == 0, err
@@ -171,16 +166,11 @@ CTRL_C_MOMENTS = {
 def test_ctrl_c_stops_every_worker_and_leaves_nothing(export: Path, moment: str) -> None:
     reached, delay = CTRL_C_MOMENTS[moment]
     proc = _start(export)
-    try:
+    with group_killed_after(proc):
         reached(proc)
         time.sleep(delay)
         os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole group
-        t0 = time.monotonic()
-        _, err = proc.communicate(timeout=20)
-        took = time.monotonic() - t0
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+        err, took = ended(proc, timeout=20)
     where = f"Ctrl-C at {moment} + {delay:.3f} s"
     assert proc.returncode == 130, f"{where}: exit code {proc.returncode}: {err}"
     assert "interrupted" in err and err.strip().count("\n") == 0, f"{where}: {err}"

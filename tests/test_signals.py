@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from leftovers import left_behind
+from leftovers import ended, group_killed_after, left_behind
 
 from dsbench.export.generate import generate
 from dsbench.export.spec import parse_spec
@@ -70,7 +70,7 @@ def test_a_signal_at_any_moment_ends_the_command_cleanly(
     proc = subprocess.Popen([sys.executable, "-m", "dsbench", *_argv(command, exports, tmp_path)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True, cwd=repo)
-    try:
+    with group_killed_after(proc):
         time.sleep(delay)
         sent = proc.poll() is None
         if sent:
@@ -80,12 +80,7 @@ def test_a_signal_at_any_moment_ends_the_command_cleanly(
                 os.killpg(proc.pid, sig)
             else:
                 proc.send_signal(sig)
-        t0 = time.monotonic()
-        _, err = proc.communicate(timeout=60)
-        took = time.monotonic() - t0
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+        err, took = ended(proc, timeout=60)
     where = f"{command}, {signal.Signals(sig).name} at {delay} s"
     assert "Traceback" not in err, f"{where}: {err}"
     if not sent or proc.returncode in (0, 1):

@@ -26,7 +26,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument("--max-cpu-ratio", type=float,
                    help=f"fails only when significant too (default {d.max_cpu_ratio:g})")
     t.add_argument("--max-memory-ratio", type=float,
-                   help="peak memory (PSS) per loader worker; fails only when significant too "
+                   help="peak anonymous memory per loader worker (PSS for results without "
+                        "the kernel's split); fails only when significant too "
                         f"(default {d.max_memory_ratio:g})")
     t.add_argument("--memory-allowance-mb", type=float,
                    help="memory per worker past its ratio passes when it grew by at most this "

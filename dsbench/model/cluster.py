@@ -157,7 +157,8 @@ MEMORY_TIGHT = 0.5  # loaders taking more than this share of a node leave little
 
 
 def loader_memory(cost: LoaderCost, cluster: ClusterSpec) -> dict[str, Any] | None:
-    """What a node's loader workers take of its memory: the measured peak PSS per worker times
+    """What a node's loader workers take of its memory: the measured peak memory per worker
+    (anonymous + shared, or PSS for results without the split; costs._memory) times
     workers per GPU times GPUs per node (None when the result recorded no memory)."""
     per = cost.memory_per_worker_bytes
     if per is None:

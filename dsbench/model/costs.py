@@ -90,8 +90,8 @@ class LoaderCost:
     # export by unit give each worker whole units. None when unknown (stated, or samples).
     units: int | None = None
     unit_name: str = "units"
-    # Peak memory (PSS) per loader worker and the worker count it was measured at; None when
-    # stated or not recorded.
+    # Peak memory per loader worker (anonymous + shared, or PSS: memory_kind) and the worker
+    # count it was measured at; None when stated or not recorded.
     memory_per_worker_bytes: float | None = None
     memory_workers: int | None = None
     memory_kind: str = "PSS"  # or "anonymous + shared": the kernel's split without page cache

@@ -37,9 +37,9 @@ STORE_SAMPLES = 300  # of after, uploaded as 2 objects each
 STORE_ROUNDS = 5
 COUNT_SAMPLES = 200  # after's requests counted over this many samples: 400 GETs
 BUCKET = "dsbench-demo"
+STORE_BATCH, STORE_SECONDS = 16, 2.0
 # The server probed for the cluster model: 100 first bytes (mostly after's small objects, as
 # the files are sampled by a hash of their names) and streaming with 1 and 4 readers, ~2 s.
-STORE_BATCH, STORE_SECONDS = 16, 2.0
 PROBE = ProbeOptions(objects=100, readers=(1, 4), seconds=0.5)
 
 Progress = Callable[[str], None]

@@ -26,18 +26,20 @@ STAGE_COST = {"decode": 0.0030, "transform": 0.0015, "read": 0.0003, "fields": 0
 def run(workers: int = 1, *, sps: list[float] | None = None, cpu: list[float] | None = None,
         bytes_per_sample: float = 95_000.0, files_per_sample: float = 0.001,
         stages: dict[str, float] | None = None, batch_size: int = 32,
-        pss: float = 500e6) -> dict[str, Any]:
+        pss: float | list[float] = 500e6) -> dict[str, Any]:
     """One worker count's run from its rounds' samples/s and CPU s/sample; each round's stage
     costs are `stages` scaled by that round's CPU over the geometric mean of the rounds'. The
-    per-batch CPU is lognormal around the summary's CPU per batch, seeded by `workers`."""
+    per-batch CPU is lognormal around the summary's CPU per batch, seeded by `workers`. `pss`
+    is every round's peak memory, or each round's; the run's is their largest, as the runner's."""
     sps = sps or [400.0, 405.0, 395.0]
     cpu = cpu or [0.0049, 0.0050, 0.0051]
+    peaks = pss if isinstance(pss, list) else [pss] * len(sps)
     st = stages or dict(STAGE_COST)
     speed, cost = stats.summarize(sps), stats.summarize(cpu)
     rounds = [{"samples": 1000, "batches": 1000 // batch_size, "wall_s": 1000 / s,
                "cpu_s": 1000 * c, "samples_per_s": s, "cpu_s_per_sample": c,
-               "peak_pss_bytes": pss, "stages": {k: v * c / cost.center for k, v in st.items()}}
-              for s, c in zip(sps, cpu, strict=True)]
+               "peak_pss_bytes": p, "stages": {k: v * c / cost.center for k, v in st.items()}}
+              for s, c, p in zip(sps, cpu, peaks, strict=True)]
     return {"workers": workers, "batch_size": batch_size, "samples_per_s": speed.center,
             "samples_per_s_iqr": list(speed.iqr), "samples_per_s_ci95": list(speed.ci95),
             "samples_per_s_spread": speed.relative_spread,
@@ -47,7 +49,7 @@ def run(workers: int = 1, *, sps: list[float] | None = None, cpu: list[float] | 
             "stages": {s: sum(r["stages"][s] for r in rounds) / len(rounds) for s in STAGES},
             "bytes_per_sample": bytes_per_sample, "mapped_bytes_per_sample": 0.0,
             "files_per_sample": files_per_sample,
-            "peak_pss_bytes": pss, "samples": 1000 * len(sps), "skipped_samples": 0,
+            "peak_pss_bytes": max(peaks), "samples": 1000 * len(sps), "skipped_samples": 0,
             "skipped": [], "accelerator_util": None, "scaling_efficiency": 1.0,
             "batch_cpu_s": batch_cpu(cost.center * batch_size, workers), "rounds": rounds}
 

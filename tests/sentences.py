@@ -95,20 +95,103 @@ def timeline(note: str, mean_util: float) -> list[str]:
 
 
 GROWTH = re.compile(rf"at 128 \({NUM}x\)")
-TAIL_GROWTH = 1.05
+HELD = re.compile(rf"holds up {NUM}% of steps at 64 GPUs and {NUM}% at 128")
+TAIL_GROWTH, P99_SHARE = 1.05, 1.0
 
 
 def tail(text: str) -> list[str]:
+    """The tail's words against the p99 growth and the stalled share printed beside them."""
     m = GROWTH.search(text)
     if m is None:
         return [f"no growth figure in {text!r}"]
     g = float(m[1])
+    held = HELD.search(text)
     bad = []
     if "hardly moves" in text and not 1 / TAIL_GROWTH <= g <= TAIL_GROWTH:
-        bad.append(f"'hardly moves' for a p99 that changed {g}x")
-    if "sets the p99" in text and "grows" not in text and g <= TAIL_GROWTH:
-        bad.append(f"'sets the p99' for a p99 that changed {g}x")
+        bad.append(f"'hardly moves' for a p99 that changed {g}x: {text!r}")
+    if "it sets the p99" in text:
+        if g <= TAIL_GROWTH:
+            bad.append(f"'sets the p99' for a p99 that changed {g}x: {text!r}")
+        if held is None or float(held[2]) < P99_SHARE:
+            bad.append(f"'past 1% of steps it sets the p99' beside a stall in under 1% of "
+                       f"steps at 128: {text!r}")
+    if "more ranks draw a slower one" in text and g <= TAIL_GROWTH:
+        bad.append(f"growth explained for a p99 that changed {g}x: {text!r}")
+    if "lower at 128 GPUs than at 64" in text and g >= 1 / TAIL_GROWTH:
+        bad.append(f"'lower at 128' for a p99 that changed {g}x: {text!r}")
+    if not any(w in text for w in ("hardly moves", "it sets the p99", "more ranks draw",
+                                   "lower at 128")):
+        bad.append(f"the tail's change left unexplained: {text!r}")
     return bad
+
+
+SCALE = {"n": 1e-9, "µ": 1e-6, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+
+
+def figure(cell: str) -> tuple[float, float]:
+    """A printed figure ('604 MB', '4.06 ms/sample', '400 samples/s') as (value, half a unit
+    of its last printed digit): what rounding may have moved it by."""
+    number, _, unit = cell.strip().partition(" ")
+    mantissa = number.split("e")[0]
+    decimals = len(mantissa.split(".")[1]) if "." in mantissa else 0
+    exponent = int(number.split("e")[1]) if "e" in number else 0
+    scale = SCALE[unit[0]] if len(unit) > 1 and unit[0] in SCALE and unit[1] in "Bs" else 1.0
+    return float(number) * scale, 0.5 * 10.0 ** (exponent - decimals) * scale
+
+
+LIMIT = re.compile(rf"ratio (<=|>=) {NUM}(?: or \+(.+))?$")
+
+
+def gate_table(text: str) -> list[str]:
+    """Each gate row's status against its ratio, interval and limit, and the ratio against the
+    two figures beside it (the same statistic: their quotient is the ratio, to the digits
+    printed)."""
+    lines = text.splitlines()
+    rule = next(i for i, ln in enumerate(lines) if ln.startswith("----"))
+    bad = []
+    for line in lines[rule + 1:]:
+        if line.startswith("kind:"):
+            break
+        status, label, base, cand, ratio, ci, limit, kind = re.split(r"\s{2,}", line.strip())
+        r = float(ratio.rstrip("x"))
+        m = LIMIT.match(limit)
+        if m is None:
+            bad.append(f"a limit that does not read: {line!r}")
+            continue
+        lower, lim = m[1] == ">=", float(m[2])
+        past = r < lim if lower else r > lim
+        (b, eb), (c, ec) = figure(base), figure(cand)
+        if b > 0:
+            er = 0.5 * 10.0 ** -(len(ratio.rstrip("x").split(".")[1]) if "." in ratio else 0)
+            worst = (c + ec) / max(b - eb, 1e-300), (c - ec) / (b + eb)
+            if not min(worst) - er <= r <= max(worst) + er:
+                bad.append(f"{label}: ratio {ratio} is not {cand} / {base}")
+        if ci != "exact" and ci != "-":
+            lo, hi = (float(v.rstrip("x")) for v in ci.split(" to "))
+            if not lo <= r <= hi:
+                bad.append(f"{label}: ratio {ratio} outside its interval {ci}")
+            cleared = hi < lim if lower else lo > lim
+        else:
+            cleared = past
+        grew_within = False
+        if m[3]:  # an allowance: past the ratio, a growth under it passes
+            allowance = figure(m[3])[0]
+            grew_within = c - b <= allowance + ec + eb
+        if status == "pass" and past and not grew_within:
+            bad.append(f"pass past the limit: {line!r}")
+        if status in ("WARN", "FAIL") and not past:
+            bad.append(f"{status} within the limit: {line!r}")
+        if status == "FAIL" and (kind != "hard" or not cleared or grew_within):
+            bad.append(f"FAIL for a check that a figure clears: {line!r}")
+        if status == "WARN" and kind == "hard" and cleared and not grew_within \
+                and "different load" not in text:
+            bad.append(f"WARN where the whole interval is past a hard limit: {line!r}")
+    return bad
+
+
+def notes_carried(text: str, notes: list[str]) -> list[str]:
+    """Every warning raised about a figure appears in the sentence that uses it."""
+    return [f"warning {n!r} not carried into {text!r}" for n in notes if n not in text]
 
 
 CHECK = re.compile(rf"(within|missed by) {NUM}% \(model/measured {NUM}(?:; tolerance {NUM}%)?\)")

@@ -127,6 +127,13 @@ def _in_main(proc: subprocess.Popen[str], timeout: float = 30.0) -> None:
     raise AssertionError(f"dsbench bench did not reach main() (exit code {proc.poll()})")
 
 
+def _owner(pid: int) -> str:
+    """A running process's identity as the names of its segments carry it."""
+    from dsbench.loader import orphans
+
+    return f"{pid}-{orphans.start_ticks(pid)}-{orphans.namespace(pid)}"
+
+
 def _segment(proc: subprocess.Popen[str], worker: int, written: bool = False,
              timeout: float = 30.0) -> None:
     """Wait until worker `worker`'s shared-memory ring exists (the main process is creating
@@ -134,7 +141,7 @@ def _segment(proc: subprocess.Popen[str], worker: int, written: bool = False,
     a worker writes: its first batch is built, so warm-up is under way). The segment must be in
     the run's memory map: one of the same name that a killed run of a recycled pid left is not
     this run's."""
-    path = Path(f"/dev/shm/dsbench-{proc.pid}-0-{worker}")
+    path = Path(f"/dev/shm/dsbench-{_owner(proc.pid)}-0-{worker}")
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and proc.poll() is None:
         with contextlib.suppress(OSError):  # not there yet
@@ -184,11 +191,12 @@ def test_what_a_killed_run_left_the_next_run_removes(export: Path) -> None:
     proc = _start(export)
     try:
         _segment(proc, 1, written=True)
+        owner = _owner(proc.pid)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate(timeout=20)
     left = sorted(p.name for p in Path("/dev/shm").glob(f"dsbench-{proc.pid}-*"))
-    assert left == [f"dsbench-{proc.pid}-0-0", f"dsbench-{proc.pid}-0-1"]
+    assert left == [f"dsbench-{owner}-0-0", f"dsbench-{owner}-0-1"]
     again = subprocess.run([sys.executable, "-m", "dsbench", "bench", str(export), "--workers",
                             "1", "--seconds", "0.2", "--rounds", "1", "--batch-size", "2"],
                            capture_output=True, text=True, timeout=120)
@@ -199,24 +207,36 @@ def test_what_a_killed_run_left_the_next_run_removes(export: Path) -> None:
 
 
 def test_only_what_dead_processes_left_is_removed(tmp_path: Path) -> None:
+    """Removed: what a process that is gone made, and what an earlier process of a recycled id
+    made (a live process has the id, but started at another time). Kept: this process's, a
+    running process's, another PID namespace's (its processes are not visible here) and names
+    that are not dsbench's."""
     from dsbench.loader import orphans
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
+    ns, ppid = orphans.namespace(), os.getppid()
+    started = orphans.start_ticks(ppid)
+    assert started  # a Linux /proc, as the ring needs
     shm, temp = tmp_path / "shm", tmp_path / "tmp"
     shm.mkdir()
     temp.mkdir()
-    names = {"gone": f"dsbench-{dead.pid}-0-1", "mine": f"dsbench-{os.getpid()}-3-0",
-             "parent": f"dsbench-{os.getppid()}-0-0", "other": f"other-{dead.pid}-0-0"}
+    names = {"gone": f"dsbench-{dead.pid}-5-{ns}-0-1",
+             "recycled": f"dsbench-{ppid}-{started - 1}-{ns}-0-0",
+             "mine": f"dsbench-{orphans.owner()}-3-0",
+             "parent": f"dsbench-{ppid}-{started}-{ns}-0-0",
+             "elsewhere": f"dsbench-{dead.pid}-5-{ns + 1}-0-0",
+             "other": f"other-{dead.pid}-5-{ns}-0-0"}
     for name in names.values():
         (shm / name).write_bytes(b"x")
-    (temp / f"dsbench-native-{dead.pid}-abc").mkdir()
-    (temp / f"dsbench-native-{os.getpid()}-def").mkdir()
+    (temp / f"dsbench-native-{dead.pid}-5-{ns}-abc").mkdir()
+    (temp / f"dsbench-native-{orphans.owner()}-def").mkdir()
     cleared = orphans.clear(shm, temp)
-    assert cleared.segments == [names["gone"]] and cleared.owners == {dead.pid}
-    assert cleared.dirs == [f"dsbench-native-{dead.pid}-abc"]
+    assert sorted(cleared.segments) == sorted([names["gone"], names["recycled"]])
+    assert cleared.owners == {dead.pid, ppid}
+    assert cleared.dirs == [f"dsbench-native-{dead.pid}-5-{ns}-abc"]
     assert sorted(p.name for p in shm.iterdir()) == sorted(
-        names[k] for k in ("mine", "parent", "other"))
-    assert [p.name for p in temp.iterdir()] == [f"dsbench-native-{os.getpid()}-def"]
-    assert "1 shared-memory segment and 1 temporary directory" in cleared.text()
+        names[k] for k in ("mine", "parent", "elsewhere", "other"))
+    assert [p.name for p in temp.iterdir()] == [f"dsbench-native-{orphans.owner()}-def"]
+    assert "2 shared-memory segments and 1 temporary directory" in cleared.text()
     assert orphans.clear(shm, temp).text() == ""

@@ -227,3 +227,54 @@ def test_the_guides_parquet_candidate_fails_the_gate_on_memory(tmp_path: Path,
     line = next(ln for ln in out.splitlines() if "memory per loader worker" in ln)
     assert line.startswith("FAIL") and "ratio <= 1.50 or +100 MB" in line and " MB" in line
     assert re.search(r"pass +files opened per sample", out)  # fewer files: not what failed
+
+
+def test_memory_figures_and_ratio_are_one_statistic_and_the_allowance_applies_to_it() -> None:
+    """A run's peak is its rounds' largest; the ratio is of the rounds' geometric means. The
+    figures the gate shows and its allowance take the ratio's statistic: figures whose quotient
+    is the ratio printed beside them."""
+    base = document([run(1, pss=[45e6, 50e6, 55e6])], run_id="r")
+    cand = document([run(1, pss=[140e6, 141e6, 142e6])], run_id="r")
+    g = gate.evaluate(compare.compare(base, cand), gate.Thresholds())
+    mem = next(c for c in g["checks"] if c["metric"] == "peak_pss_bytes")
+    assert mem["cand"] / mem["base"] == pytest.approx(mem["ratio"])
+    assert mem["base"] == pytest.approx((45e6 * 50e6 * 55e6) ** (1 / 3))
+    # 141 MB - 49.8 MB: 91.2 MB more per worker, within the 100 MB allowance (the runs'
+    # largest peaks, 55 and 142 MB, would have said 87.0 MB).
+    assert mem["status"] == gate.PASS and "91.2 MB more" in mem["why"]
+    assert not gate.evaluate(compare.compare(base, cand),
+                             gate.Thresholds(memory_allowance_mb=0))["passed"]
+
+
+def test_an_allowance_of_zero_is_allowed_and_a_negative_one_is_refused() -> None:
+    assert gate.Thresholds(memory_allowance_mb=0).memory_allowance_mb == 0
+    with pytest.raises(DsbenchError, match="memory_allowance_mb must be a number >= 0"):
+        gate.Thresholds(memory_allowance_mb=-1)
+    with pytest.raises(DsbenchError, match="max_memory_ratio must be a positive number"):
+        gate.Thresholds(max_memory_ratio=0)
+
+
+def test_memory_fails_even_when_the_sides_were_measured_under_different_load() -> None:
+    """Load changes how fast a loader runs, not what it holds: memory stays a hard check."""
+    def side(pss: float, load: float) -> dict[str, Any]:
+        return document([run(pss=[pss, pss * 1.01, pss * 0.99])],
+                        machine=dict(MACHINE, load_avg_1m=load))
+
+    g = gate.evaluate(compare.compare(side(100e6, 0.3), side(900e6, 2.5)), gate.Thresholds())
+    assert _status(g, "cpu_s_per_sample") == "pass"
+    mem = next(c for c in g["checks"] if c["metric"] == "peak_pss_bytes")
+    assert mem["status"] == gate.FAIL and "different load" not in mem["why"]
+
+
+def test_a_limit_prints_with_its_digits_and_a_ratio_on_its_side_of_it() -> None:
+    from dsbench.report.comparison import render_gate
+
+    base = document([run(cpu=[0.00500, 0.00500, 0.00500])], run_id="r")
+    cand = document([run(cpu=[0.005515, 0.005516, 0.005517])], run_id="r")  # 1.103x
+    g = gate.evaluate(compare.compare(base, cand), gate.Thresholds(max_cpu_ratio=1.105))
+    text = render_gate(g)
+    line = next(ln for ln in text.splitlines() if "CPU per sample" in ln)
+    assert "ratio <= 1.105" in line and line.startswith("pass")
+    at_110 = render_gate(gate.evaluate(compare.compare(base, cand), gate.Thresholds()))
+    line = next(ln for ln in at_110.splitlines() if "CPU per sample" in ln)
+    assert line.startswith("FAIL") and "1.103x" in line and "ratio <= 1.10 " in line

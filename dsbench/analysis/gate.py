@@ -47,8 +47,11 @@ class Thresholds:
             if f.name == "strict_throughput":
                 if not isinstance(v, bool):
                     raise DsbenchError(f"gate threshold {f.name} must be true or false, not {v!r}")
-            elif isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
-                raise DsbenchError(f"gate threshold {f.name} must be a positive number, not {v!r}")
+            elif isinstance(v, bool) or not isinstance(v, int | float) or not (
+                    v >= 0 if f.name == "memory_allowance_mb" else v > 0):
+                # An allowance of 0 is a ratio with no floor; a ratio of 0 means nothing.
+                kind = "a number >= 0" if f.name == "memory_allowance_mb" else "a positive number"
+                raise DsbenchError(f"gate threshold {f.name} must be {kind}, not {v!r}")
 
 
 def find_pyproject(start: Path) -> Path | None:
@@ -123,9 +126,13 @@ def _check(metric: dict[str, Any], limit: float, hard: bool, lower_limit: bool =
         over, cleared, why = past(ratio), False, "no interval (one round, or a schema 1 count)"
     status = PASS if not over else (FAIL if hard and cleared else WARN)
     sign = ">=" if lower_limit else "<="
+    digits = 3  # as many as the limit was given with: 1.105 is not printed as 1.10
+    while digits < 10 and float(fmt.sig(limit, digits)) != limit:
+        digits += 1
     return {"metric": metric["metric"], "label": metric["label"], "status": status,
             "hard": hard, "ratio": ratio, "ratio_ci95": ci, "limit": f"ratio {sign} "
-            f"{fmt.sig(limit)}", "base": metric["base"], "cand": metric["cand"],
+            f"{fmt.sig(limit, digits)}", "limit_ratio": limit, "base": metric["base"],
+            "cand": metric["cand"],
             "counted": metric["counted"], "exact": bool(metric.get("exact")),
             "why": why if over else ""}
 
@@ -153,8 +160,9 @@ def evaluate(comparison: dict[str, Any], t: Thresholds, workers: int | None = No
     # Anonymous memory where both sides split it: file-backed pages of mapped shards are page
     # cache the kernel drops, not memory the job must hold.
     anon = "peak_pss_anon_bytes" in m
+    # Not `drifted`: the load on the machine changes how fast a loader runs, not what it holds.
     memory = _check(m["peak_pss_anon_bytes" if anon else "peak_pss_bytes"],
-                    t.max_memory_ratio, hard=True, drifted=drifted)
+                    t.max_memory_ratio, hard=True)
     memory |= {"label": "peak anonymous memory per loader worker" if anon else
                "peak memory per loader worker (PSS)", "base": memory["base"] / w,
                "cand": memory["cand"] / w}

@@ -2,9 +2,13 @@
 
 A run removes its shared-memory ring and its temporary directory however it ends, except when it
 is killed outright (SIGKILL, the OOM killer, a machine that loses power): then nothing of it runs
-to clean up. Both carry the id of the process that made them (`dsbench-<pid>-<ring>-<worker>` in
-/dev/shm, `dsbench-native-<pid>-...` in the temporary directory), so the next run removes those
-whose owner is gone, and only those: a run still going, or another user's, keeps its own.
+to clean up. Both carry the identity of the process that made them (`owner()`: its id, its start
+time and its PID namespace; `dsbench-<owner>-<ring>-<worker>` in /dev/shm,
+`dsbench-native-<owner>-...` in the temporary directory), so the next run removes those whose
+owner is gone, and only those: a run still going, or another user's, keeps its own. The start
+time tells a dead owner from a later process that was given its id (containers start every run
+at the same small ids); the namespace keeps a run from judging another container's entries in a
+/dev/shm they share, whose processes it cannot see.
 """
 
 from __future__ import annotations
@@ -17,8 +21,35 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 SHM = Path("/dev/shm")
-_SEGMENT = re.compile(r"^dsbench-(\d+)-\d+-\d+$")
-_TEMP = re.compile(r"^dsbench-native-(\d+)-")
+_OWNER = r"(\d+)-(\d+)-(\d+)"  # pid, start time, PID namespace
+_SEGMENT = re.compile(rf"^dsbench-{_OWNER}-\d+-\d+$")
+_TEMP = re.compile(rf"^dsbench-native-{_OWNER}-")
+
+
+def start_ticks(pid: int | str) -> int | None:
+    """When the process started (clock ticks since boot; /proc/PID/stat's 22nd field), or None
+    when there is no such process here; 0 where the system has no /proc."""
+    if not Path("/proc/self/stat").exists():
+        return 0
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: count from its last ')'.
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def namespace(pid: int | str = "self") -> int:
+    """The process's PID namespace (its inode), 0 where the system has none."""
+    try:
+        return os.stat(f"/proc/{pid}/ns/pid").st_ino
+    except OSError:
+        return 0
+
+
+def owner() -> str:
+    """This process's identity in the names of what it makes: 'PID-START-NAMESPACE'."""
+    return f"{os.getpid()}-{start_ticks('self') or 0}-{namespace()}"
 
 
 @dataclass
@@ -43,14 +74,21 @@ class Cleared:
                 f"{pids}, no longer running)")
 
 
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+def gone(pid: int, start: int, ns: int) -> bool:
+    """Whether the process that made an entry is gone: no process has its id, or the one that
+    has it started at another time. Entries of another PID namespace are never judged gone."""
+    if ns != namespace():
         return False
-    except PermissionError:  # another user's process: alive, and not ours to judge
-        return True
-    return True
+    now = start_ticks(pid)
+    if now == 0:  # no /proc: the id alone
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
+    return now is None or now != start
 
 
 def _orphaned(entry: Path, pattern: re.Pattern[str]) -> int | None:
@@ -58,14 +96,12 @@ def _orphaned(entry: Path, pattern: re.Pattern[str]) -> int | None:
     m = pattern.match(entry.name)
     if m is None:
         return None
-    pid = int(m[1])
+    pid, start, ns = int(m[1]), int(m[2]), int(m[3])
     try:
         mine = entry.lstat().st_uid == os.getuid()
     except OSError:
         return None
-    if not mine or pid == os.getpid() or alive(pid):
-        return None
-    return pid
+    return pid if mine and gone(pid, start, ns) else None
 
 
 def clear(shm: Path = SHM, temp: Path | None = None) -> Cleared:

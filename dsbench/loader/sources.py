@@ -121,7 +121,7 @@ class ShmSource:
         self.turn = 0
         # What a killed run left (its segments name its process), cleared before adding ours.
         orphans.clear_once(fmt.progress)
-        tag = f"dsbench-{os.getpid()}-{next(_rings)}"
+        tag = f"dsbench-{orphans.owner()}-{next(_rings)}"
         try:
             for w in range(n_workers):
                 # Held from the segment's creation until its worker is on the lists close()

@@ -169,8 +169,9 @@ def loader_memory(cost: LoaderCost, cluster: ClusterSpec) -> dict[str, Any] | No
     return {"per_worker_bytes": per, "measured_workers": cost.memory_workers,
             "kind": cost.memory_kind,
             "workers_per_node": workers, "loaders_bytes": total,
-            "node_bytes": cluster.node_memory_bytes, "share": share, "fits": share <= 1.0,
-            "tight": share > MEMORY_TIGHT}
+            # A node filled exactly (to float rounding) fits: 1 + 1e-9 is not over it.
+            "node_bytes": cluster.node_memory_bytes, "share": share,
+            "fits": share <= 1.0 + 1e-9, "tight": share > MEMORY_TIGHT * (1 + 1e-9)}
 
 
 def _alone(result: sim.SimResult) -> float:

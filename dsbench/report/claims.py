@@ -31,11 +31,20 @@ MAX_DIGITS = 6  # past this a ratio is 1 for every purpose a person has
 def ratio_digits(values: Iterable[float], digits: int = 3) -> int:
     """Significant digits for ratios such that none that differs from 1 prints as 1 ("1.00"),
     and none above 1 as below it, or the other way: the sides of 1x stay readable."""
-    vs = [v for v in values if v != 1.0 and v > 0]
-    one = fmt.sig(1.0, digits)
-    while digits < MAX_DIGITS and any(fmt.sig(v, digits) == one for v in vs):
+    return side_digits(values, 1.0, digits)
+
+
+def side_digits(values: Iterable[float], mark: float, digits: int = 3) -> int:
+    """Significant digits for each value to print on its own side of `mark` (a threshold a word
+    depends on): 1.0497 against 1.05 prints 1.0497, not 1.05."""
+    vs = [v for v in values if v != mark and v > 0]
+
+    def reads_true(v: float, d: int) -> bool:
+        shown = float(fmt.sig(v, d))
+        return shown != mark and (shown > mark) == (v > mark)
+
+    while digits < MAX_DIGITS and not all(reads_true(v, digits) for v in vs):
         digits += 1
-        one = fmt.sig(1.0, digits)
     return digits
 
 
@@ -149,7 +158,9 @@ class Check:
 
     @property
     def within(self) -> bool:
-        return self.miss <= self.tolerance
+        # A miss equal to the tolerance is within it; float division must not make 1.1/1.0 a
+        # miss "by 10.0000000%".
+        return self.miss <= self.tolerance * (1 + 1e-9)
 
     def words(self) -> str:
         """'within 10% (model/measured 1.003)' or 'missed by 37.0% (model/measured 1.370;
@@ -165,7 +176,7 @@ class Check:
         return f"missed by {fmt.sig(100 * self.miss, d - 1)}% ({r}; tolerance {tol})"
 
     def _reads_true(self, digits: int) -> bool:
-        shown = abs(float(fmt.sig(self.ratio, digits)) - 1.0) <= self.tolerance
+        shown = abs(float(fmt.sig(self.ratio, digits)) - 1.0) <= self.tolerance * (1 + 1e-9)
         if self.within:
             return shown
         return not shown and float(fmt.sig(100 * self.miss, digits - 1)) > 100 * self.tolerance

@@ -38,9 +38,9 @@ def _change_text(row: dict[str, Any]) -> str:
     with what a warning about either side's figure earned."""
     if row["ratio"] is None:
         return "new cost"
-    if row["change"] == "unknown":
-        return "unknown: needs 2+ rounds per side"
     c = change_of(row)
+    if row["change"] == "unknown":
+        return "; ".join(("unknown: needs 2+ rounds per side", *c.notes))
     if row["counted"]:
         return "no change" if row["change"] == "not distinguishable" else c.factor()
     head = "not distinguishable from noise" if row["change"] == "not distinguishable" \
@@ -49,11 +49,14 @@ def _change_text(row: dict[str, Any]) -> str:
 
 
 def ratio_cells(row: dict[str, Any]) -> tuple[str, str]:
-    """The ratio and its interval as table cells, with the digits that keep 1x readable."""
+    """The ratio and its interval as table cells, with the digits that keep 1x readable, and
+    a gate's limit: 1.103 against 'ratio <= 1.10' prints 1.103x."""
     r, ci = row["ratio"], row["ratio_ci95"]
     if r is None:
         return "new", "-"
     d = claims.ratio_digits([r, *(ci or ())])
+    if row.get("limit_ratio") is not None:
+        d = max(d, claims.side_digits([r, *(ci or ())], row["limit_ratio"]))
     if ci:
         d = claims.apart(ci[0], ci[1], d)
         return claims.times(r, d), f"{claims.times(ci[0], d)} to {claims.times(ci[1], d)}"

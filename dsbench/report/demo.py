@@ -68,9 +68,10 @@ DEMO_CLUSTER = ClusterSpec(batch_size=256, compute=Distribution("const", 0.15),
 NETWORK_LATENCY_S = 1e-3
 
 # 9 paired rounds at 1 worker detect a 10% change at 5% noise per round 94% of the time
-# (tests/test_stats.py); 3 rounds at 2 workers describe the scaling. About 70 s of measuring.
+# (tests/test_stats.py); 5 rounds at 2 workers describe the scaling.
 # Two workers on two cores share them with the main process, so their rounds vary more: with 3
-# rounds a demo here saw after's spread (IQR / median) at 12.9%, past the 10% that warns.
+# rounds a demo here saw after's spread (IQR / median) at 12.9%, past the 10% that warns; the
+# spread is an interquartile range, which 5 rounds estimate with less of that noise.
 DEMO_BENCH = BenchOptions(workers=(1, 2), seconds=1.0, rounds=9, sweep_rounds=5)
 
 

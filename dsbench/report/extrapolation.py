@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from dsbench import fmt
+from dsbench.report import claims
 
 _SPARK = " ▁▂▃▄▅▆▇█"
 _SPARK_WIDTH = 100
@@ -72,12 +73,14 @@ def memory_lines(mem: dict[str, Any] | None) -> list[str]:
     """What the node's loader workers take of its memory, and whether it fits."""
     if mem is None:  # a stated cost, or a result without peak memory: nothing to say
         return []
-    where = (f"measured at {fmt.plural(mem['measured_workers'], 'worker')}"
-             if mem["measured_workers"] else "stated")
+    # Digits that keep a share on its side of the node (100%) and of half of it.
+    share = mem["share"]
+    d = max(claims.side_digits([share], 1.0), claims.side_digits([share], 0.5))
     text = (f"  memory   the loaders take {fmt.nbytes(mem['loaders_bytes'])} of the node's "
-            f"{fmt.nbytes(mem['node_bytes'])} ({fmt.percent(mem['share'])}): "
+            f"{fmt.nbytes(mem['node_bytes'])} ({fmt.sig(100 * share, d)}%): "
             f"{mem['workers_per_node']} workers x {fmt.nbytes(mem['per_worker_bytes'])} peak "
-            f"{KIND.get(mem.get('kind', 'PSS'), 'PSS')} per worker ({where})")
+            f"{KIND.get(mem.get('kind', 'PSS'), 'PSS')} per worker (measured at "
+            f"{fmt.plural(mem['measured_workers'], 'worker')})")
     if not mem["fits"]:
         return [text, "           would not fit: fewer workers per GPU, or an export that "
                 "needs less memory per worker (--node-memory states the node's)"]

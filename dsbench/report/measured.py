@@ -73,8 +73,10 @@ def counts_text(comparison: dict[str, Any], base: str, cand: str) -> str:
         if key not in shown:  # requests: only an export in an object store makes any
             continue
         m = metric(run, key)
-        change = (change_of(m).factor() if m["base"] > 0 and m["change"] != SAME
-                  else "the same")
+        if m["base"] <= 0:  # no ratio to give: say whether the candidate has any
+            change = "the same" if m["cand"] <= 0 else f"{base} had none"
+        else:
+            change = "the same" if m["change"] == SAME else change_of(m).factor()
         parts.append(f"{verb} {format_value(key, m['cand'])} ({base}: "
                      f"{format_value(key, m['base'])}, {change})")
     m = metric(run, "files_per_sample")
@@ -107,8 +109,8 @@ def speed_text(comparison: dict[str, Any], base: str, cand: str) -> str:
     figures = f"{fmt.rate(m['cand'])} vs {fmt.rate(m['base'])} with {workers_text(w)}"
     head, detail = change_of(m).parts()
     if m["change"] == UNKNOWN:
-        return (f"can't tell whether {cand} is slower or faster than {base} ({figures}): one "
-                f"round per side gives no interval; {RUN_LONGER}")
+        return (f"can't tell whether {cand} is slower or faster than {base} ({figures}; "
+                f"{detail}): {RUN_LONGER}")
     if m["change"] == SAME:
         return (f"can't tell whether {cand} is slower or faster than {base} ({figures}; "
                 f"{head}: {detail}): {RUN_LONGER}")

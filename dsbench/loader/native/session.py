@@ -1,7 +1,7 @@
 """A native reader's round: where the library's temporaries go, and how its workers start.
 
 The libraries write temporaries and caches where the environment says (TMPDIR; the Hugging
-Face cache under HF_HOME): a directory private to the run, `dsbench-native-<pid>-...` under
+Face cache under HF_HOME): a directory private to the run, `dsbench-native-<owner>-...` under
 the system's temporary directory, takes them, and is removed when the run ends; a round's own
 files (a cache of decompressed shards) go in a subdirectory removed with the round,
 as is the shared memory the library made (`Reader.close`).
@@ -41,7 +41,7 @@ def private_dir() -> Path:
     global _private
     if _private is None or not _private.is_dir():
         orphans.clear_once(fmt.progress)  # a killed run's directory names its process
-        _private = Path(tempfile.mkdtemp(prefix=f"dsbench-native-{os.getpid()}-"))
+        _private = Path(tempfile.mkdtemp(prefix=f"dsbench-native-{orphans.owner()}-"))
     return _private
 
 

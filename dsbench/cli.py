@@ -14,7 +14,7 @@ import threading
 from collections.abc import Sequence
 
 from dsbench import __version__
-from dsbench.errors import DsbenchError
+from dsbench.errors import DsbenchError, Interrupted
 
 # Module names under dsbench.commands; each has HELP, add_arguments(parser) and run(args) -> int.
 COMMANDS = ["demo", "generate", "inspect", "bench", "compare", "gate", "extrapolate", "budget",
@@ -80,6 +80,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{name}: interrupted", file=sys.stderr)
         return 130
+    except Interrupted as exc:
+        print(f"{name}: interrupted by {signal.Signals(exc.signum).name}; {exc.stopped}",
+              file=sys.stderr)
+        return 128 + exc.signum
     except Terminated:
         print(f"{name}: terminated", file=sys.stderr)
         return 143

@@ -25,3 +25,13 @@ class DsbenchError(Exception):
 
 class SampleError(DsbenchError):
     """One sample could not be read or decoded; `--on-error skip` counts these, not fails."""
+
+
+class Interrupted(Exception):
+    """A signal that a launcher caught for its children (torch's elastic agent turns SIGINT and
+    SIGTERM into an exception of its own): the run stopped, and every child with it. The
+    command line ends it as it ends a Ctrl-C, with 128 + the signal's number."""
+
+    def __init__(self, signum: int, stopped: str) -> None:
+        super().__init__(stopped)
+        self.signum, self.stopped = signum, stopped

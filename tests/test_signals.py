@@ -45,22 +45,38 @@ def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def _argv(command: str, exports: dict[str, Path], tmp: Path) -> list[str]:
     window = ["--seconds", "0.2", "--rounds", "2", "--batch-size", "2", "--workers", "1,2"]
+    resume = ["resume", str(exports["files"]), "--restart-at", "2", "--ranks", "2", "--workers",
+              "1", "--batch-size", "2", "--json", str(tmp / "a.json")]
     return {
         "compare": ["compare", str(exports["wds"]), str(exports["files"]), *window,
                     "--save", str(tmp / "a.json"), str(tmp / "b.json")],
         "gate": ["gate", str(exports["wds"]), str(exports["files"]), *window],
         "generate": ["generate", "formats/after.toml", str(tmp / "gen"), "--samples", "300"],
         "probe": ["probe", str(exports["files"]), "--seconds", "0.5"],
+        "job": ["job", str(exports["wds"]), "--ranks", "2", "--workers", "1", "--batch-size",
+                "2", "--compute", "0.01", "--steps", "200", "--json", str(tmp / "a.json")],
+        "resume": resume,
+        # torch's StatefulDataLoader: its workers spawn and import torch, seconds each
+        "resume-torch": [*resume, "--backend", "torch", "--policy", "stateful"],
+        # the demo runs the others in turn, torch's launcher among them, whose handlers it
+        # must not keep
+        "demo": ["demo", "--cache", str(tmp / "cache"), "--samples", "40", "--workers", "1",
+                 "--seconds", "0.3", "--rounds", "1", "--steps", "300", "--nodes", "2",
+                 "--network-latency", "0.004", "--json", str(tmp / "a.json")],
     }[command]
 
 
 # (command, signal, seconds after start), spread over a whole run of each (here compare and gate
-# take about 6.5 s, generate about 4.4 s, probe about 1 s): 24 moments, with bench's 6 named ones
-# (test_bench_cli.py) 30. gate is compare's run and a verdict: it gets fewer; probe's moments
-# cost a second each, compare's three: the suite's time is shared.
-SPAN = {"compare": (6.0, 6), "gate": (6.0, 2), "generate": (4.2, 6), "probe": (1.0, 10)}
-MOMENTS = [(c, _RNG.choice((signal.SIGINT, signal.SIGTERM)), round(_RNG.uniform(0, s), 3))
-           for c, (s, n) in SPAN.items() for _ in range(n)]
+# take about 6.5 s, generate about 4.4 s, probe about 1 s, job 8 s, resume 3.5 s, the demo 33 s):
+# 31 moments, with bench's 6 named ones (test_bench_cli.py) 37. gate is compare's run and a
+# verdict: it gets fewer; probe's moments cost a second each, compare's three, the demo's up to
+# half a minute: the suite's time is shared. The demo's moments fall after its job check (its
+# compare, probe and job are the commands above), where torch's launcher has run.
+SPAN = {"compare": (0.0, 6.0, 6), "gate": (0.0, 6.0, 2), "generate": (0.0, 4.2, 6),
+        "probe": (0.0, 1.0, 10), "job": (0.0, 8.0, 2), "resume": (0.0, 3.5, 2),
+        "resume-torch": (2.0, 6.0, 2), "demo": (21.0, 27.0, 1)}
+MOMENTS = [(c, _RNG.choice((signal.SIGINT, signal.SIGTERM)), round(_RNG.uniform(a, b), 3))
+           for c, (a, b, n) in SPAN.items() for _ in range(n)]
 
 
 @pytest.mark.parametrize(("command", "sig", "delay"), MOMENTS,
@@ -95,7 +111,11 @@ def test_a_signal_at_any_moment_ends_the_command_cleanly(
         want = 130 if sig == signal.SIGINT else 143
         assert proc.returncode == want, f"{where}: exit {proc.returncode}: {err}"
         last = err.strip().splitlines()[-1]
-        assert last.endswith("interrupted" if want == 130 else "terminated"), f"{where}: {err}"
+        # 'dsbench compare: interrupted'; a launcher's: 'interrupted by SIGTERM; every rank
+        # stopped'
+        said = ("interrupted" if want == 130 else "terminated",
+                f"interrupted by {signal.Signals(sig).name}; every rank stopped")
+        assert last.endswith(said), f"{where}: {err}"
     assert took < BOUND_S, f"{where}: took {took:.1f} s"
     assert left_behind(proc.pid) == [], where
     _nothing_half_written(command, tmp_path, where)

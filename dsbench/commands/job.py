@@ -9,8 +9,6 @@ launcher says which, and rank 0 prints the report and writes `--json`.
 from __future__ import annotations
 
 import argparse
-import signal
-import sys
 from pathlib import Path
 
 from dsbench import fmt
@@ -91,19 +89,14 @@ def run(args: argparse.Namespace) -> int:
     counts = sweep or (args.ranks if args.ranks is not None else _D.ranks,)
     jobs = [options(args, n) for n in counts]  # every count checked before any job starts
     share.check(args.path, args.workers, max(counts), args.layout)
-    from dsbench.job.launch import Interrupted, launch
+    from dsbench.job.launch import launch
 
     docs = []
-    try:
-        for opts in jobs:
-            fmt.progress(f"job: {opts.ranks} rank{'s' if opts.ranks != 1 else ''} x "
-                         f"{opts.workers} loader worker{'s' if opts.workers != 1 else ''}, "
-                         f"{opts.steps} steps")
-            docs.append(launch(args.path, opts))
-    except Interrupted as exc:
-        print(f"dsbench job: interrupted by {signal.Signals(exc.signum).name}; every rank "
-              "stopped", file=sys.stderr)
-        return 128 + exc.signum
+    for opts in jobs:  # a signal ends the launch in errors.Interrupted, which the cli reports
+        fmt.progress(f"job: {opts.ranks} rank{'s' if opts.ranks != 1 else ''} x "
+                     f"{opts.workers} loader worker{'s' if opts.workers != 1 else ''}, "
+                     f"{opts.steps} steps")
+        docs.append(launch(args.path, opts))
     doc = docs[-1]
     if sweep:
         doc["sweep"] = predict.tail_rows(docs)

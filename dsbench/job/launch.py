@@ -29,21 +29,13 @@ from typing import Any
 import psutil
 
 from dsbench import atomic
-from dsbench.errors import DsbenchError
+from dsbench.errors import DsbenchError, Interrupted
 from dsbench.job.options import JobOptions
 from dsbench.job.rank import PEER_LOST, RANK_ERROR
 
 RENDEZVOUS_TIMEOUT_S = 120  # every rank imports torch first: seconds each on a busy machine
 MONITOR_INTERVAL_S = 0.1
 TMP_PREFIX = "dsbench-job-"
-
-
-class Interrupted(Exception):
-    """The launcher got SIGINT or SIGTERM; every rank was stopped."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
 
 
 def _quiet_torch_logging() -> None:
@@ -136,6 +128,10 @@ def launch(path: str, opts: JobOptions) -> dict[str, Any]:
             max_restarts=0, monitor_interval=MONITOR_INTERVAL_S, start_method="spawn",
             logs_specs=DefaultLogsSpecs(log_dir=str(tmp / "logs"), redirects=Std.ALL),
             shutdown_timeout=2)
+        # The agent sets its own SIGINT and SIGTERM handlers (they raise its SignalException)
+        # and leaves them: put dsbench's back, or a Ctrl-C after a job (in the demo) would end
+        # in the agent's exception.
+        handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             # -P: the working directory does not go first on sys.path, so a folder named
             # dsbench there (a user's data, such as /tmp/dsbench) cannot stand in for the package.
@@ -144,7 +140,11 @@ def launch(path: str, opts: JobOptions) -> dict[str, Any]:
         except ChildFailedError as exc:
             raise DsbenchError(describe(exc.failures, opts.ranks, tmp / "logs")) from None
         except SignalException as exc:
-            raise Interrupted(int(exc.sigval)) from None
+            raise Interrupted(int(exc.sigval), "every rank stopped") from None
+        finally:
+            for sig, handler in handlers.items():
+                if handler is not None:
+                    signal.signal(sig, handler)
         try:
             doc: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
         except (OSError, ValueError):

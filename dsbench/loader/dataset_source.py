@@ -137,7 +137,8 @@ class DatasetSource:
                                  multiprocessing_context=forks.context(
                                      ["torch", "dsbench.loader.dataset_source"]),
                                  timeout=opts.stall_s or STARTUP_STALL_S, **kwargs)
-        self.it: Any = iter(self.loader)
+        with procs.spawning():  # workers start with SIGINT blocked: the main process stops them
+            self.it: Any = iter(self.loader)
 
     def next(self) -> BatchReport:
         try:

@@ -19,6 +19,8 @@ from collections.abc import Iterator
 from multiprocessing import forkserver
 from typing import Any
 
+from dsbench import procs
+
 
 def context(preload: list[str]) -> Any:
     """The multiprocessing context whose workers fork from the server, started if need be."""
@@ -27,7 +29,11 @@ def context(preload: list[str]) -> Any:
     multiprocessing.util.get_temp_dir()
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(preload)
-    forkserver.ensure_running()
+    # Started with SIGINT blocked (procs.spawning), which the server and every worker forked
+    # from it inherit: a terminal's Ctrl-C reaches the whole group, and a worker interrupted
+    # mid-start would print a traceback; the main process handles it and stops them.
+    with procs.spawning():
+        forkserver.ensure_running()
     return ctx
 
 

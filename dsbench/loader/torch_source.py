@@ -137,7 +137,8 @@ class TorchSource:
                                  prefetch_factor=opts.prefetch, collate_fn=torch_collate,
                                  multiprocessing_context=context,
                                  timeout=opts.stall_s or STARTUP_STALL_S)
-        self.it: Any = iter(self.loader)
+        with procs.spawning():  # workers start with SIGINT blocked: the main process stops them
+            self.it: Any = iter(self.loader)
 
     def next(self) -> BatchReport:
         try:

@@ -102,7 +102,10 @@ class TorchLoader:
                     self.loader.load_state_dict(state)
             else:
                 self.loader = DataLoader(dataset, **kwargs)
-            self.it: Any = iter(self.loader)
+            # Workers start with SIGINT blocked (a Ctrl-C to the group must not interrupt one
+            # mid-import); the main process handles it and stops them.
+            with procs.spawning():
+                self.it: Any = iter(self.loader)
 
     def next(self) -> list[Item] | None:
         try:

@@ -1,6 +1,6 @@
 """Performance checks of the loader benchmark itself (not part of the default test run).
 
-    pytest benchmarks/test_bench_perf.py -s [--benchmark-enable]
+    pytest -n 0 benchmarks/test_bench_perf.py -s [--benchmark-enable]
 
 Every figure is a ratio measured within one test, on CPU time where the question allows, because
 wall time on a shared machine is noise. Each test records its figures in `benchmark.extra_info`

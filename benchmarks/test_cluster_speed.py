@@ -1,6 +1,7 @@
 """Speed of the cluster model's Monte-Carlo: 128 ranks x 10,000 steps within 2 s.
 
-Run with `python -m pytest benchmarks/test_cluster_speed.py --benchmark-enable`; under the
+Run with `python -m pytest -n 0 benchmarks/test_cluster_speed.py --benchmark-enable` (one
+process: pytest-benchmark times nothing under the suite's two); under the
 project's default `--benchmark-disable` the body runs once and is timed with perf_counter.
 """
 

@@ -115,6 +115,8 @@ def tail(text: str) -> list[str]:
         if held is None or float(held[2]) < P99_SHARE:
             bad.append(f"'past 1% of steps it sets the p99' beside a stall in under 1% of "
                        f"steps at 128: {text!r}")
+    if "under the 1% of steps" in text and (held is None or float(held[2]) >= P99_SHARE):
+        bad.append(f"'under the 1% of steps' beside a stall in 1% or more at 128: {text!r}")
     if "more ranks draw a slower one" in text and g <= TAIL_GROWTH:
         bad.append(f"growth explained for a p99 that changed {g}x: {text!r}")
     if "lower at 128 GPUs than at 64" in text and g >= 1 / TAIL_GROWTH:

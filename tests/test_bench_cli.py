@@ -226,17 +226,19 @@ def test_only_what_dead_processes_left_is_removed(tmp_path: Path) -> None:
              "mine": f"dsbench-{orphans.owner()}-3-0",
              "parent": f"dsbench-{ppid}-{started}-{ns}-0-0",
              "elsewhere": f"dsbench-{dead.pid}-5-{ns + 1}-0-0",
-             "other": f"other-{dead.pid}-5-{ns}-0-0"}
+             "other": f"other-{dead.pid}-5-{ns}-0-0",
+             "earlier version's": f"dsbench-{dead.pid}-0-0"}
     for name in names.values():
         (shm / name).write_bytes(b"x")
     (temp / f"dsbench-native-{dead.pid}-5-{ns}-abc").mkdir()
     (temp / f"dsbench-native-{orphans.owner()}-def").mkdir()
     cleared = orphans.clear(shm, temp)
-    assert sorted(cleared.segments) == sorted([names["gone"], names["recycled"]])
+    assert sorted(cleared.segments) == sorted([names["gone"], names["recycled"],
+                                               names["earlier version's"]])
     assert cleared.owners == {dead.pid, ppid}
     assert cleared.dirs == [f"dsbench-native-{dead.pid}-5-{ns}-abc"]
     assert sorted(p.name for p in shm.iterdir()) == sorted(
         names[k] for k in ("mine", "parent", "elsewhere", "other"))
     assert [p.name for p in temp.iterdir()] == [f"dsbench-native-{orphans.owner()}-def"]
-    assert "2 shared-memory segments and 1 temporary directory" in cleared.text()
+    assert "3 shared-memory segments and 1 temporary directory" in cleared.text()
     assert orphans.clear(shm, temp).text() == ""

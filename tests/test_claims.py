@@ -137,7 +137,8 @@ def test_tail_sentences_agree_with_the_p99s_beside_them() -> None:
         p99_128 = p99_64 * float(rng.choice([1.0, rng.uniform(0.9, 1.1), rng.uniform(1, 2),
                                              1.05 + rng.uniform(-1e-3, 1e-3)]))
         # Stalls in no step, in under 1% of steps at 128 ranks, and in more.
-        q = float(rng.choice([0.0, 0.00005, 0.001, 0.02]))
+        # (7.85e-5: 0.9998% of steps at 128, which 3 digits would print as 1.00%)
+        q = float(rng.choice([0.0, 0.00005, 7.85e-5, 0.001, 0.02]))
         doc = {"tails": {"after": {"64": {"p99_s": p99_64, "mean_s": mean},
                                    "128": {"p99_s": p99_128, "mean_s": mean}}},
                "cluster_spec": {"stall_prob": q, "stall_s": float(rng.uniform(0.01, 1.0))}}
@@ -185,7 +186,7 @@ def test_memory_lines_say_would_not_fit_exactly_when_it_would_not() -> None:
                                    node_memory_bytes=node)
         text = " ".join(memory_lines(cluster.loader_memory(cost, spec)))  # type: ignore[arg-type]
         share = per * gpus * workers / node  # exactly full or half full: to float rounding
-        kind = "over" if share > 1 + 1e-9 else "tight" if share > 0.5 + 1e-9 else "fits"
+        kind = "over" if share > 1 + 1e-5 else "tight" if share > 0.5 * (1 + 1e-5) else "fits"
         seen[kind] += 1
         assert ("would not fit" in text) == (kind == "over"), text
         assert ("over half the node" in text) == (kind == "tight"), text
@@ -281,3 +282,13 @@ def test_a_warning_reaches_the_sentences_of_a_comparison_with_no_interval() -> N
     assert not sentences.notes_carried(measured.speed_text(cmp, "before", "after"), sps["notes"])
     row = next(ln for ln in tables.render(cmp).splitlines() if " samples/s " in ln)
     assert "unknown" in row and sps["notes"][0] in row
+
+
+@pytest.mark.parametrize(("model", "words"), [
+    (1.1, "within 10.0%"), (1.1000000002, "within 10.0%"), (1.10001, "missed by 10.001%"),
+    (0.9, "within 10.0%"), (1.25, "missed by 25.0%")])
+def test_a_check_at_its_tolerance_is_within_and_a_miss_prints_past_it(model: float,
+                                                                     words: str) -> None:
+    text = claims.Check("mean step", model, 1.0, 0.10).words()
+    assert text.startswith(words), text
+    assert not sentences.checks(f"mean step {text}", [0.10])

@@ -25,7 +25,7 @@ from dsbench.export.generate import generate
 from dsbench.export.spec import parse_spec
 
 BOUND_S = 10.0  # a signal's run ends within this, from the moment it was sent
-ENDING_S = 1.0  # a run that ends on its own this soon after a signal was already ending
+ENDING_S = 2.0  # a run that ends on its own this soon after a signal was already ending
 _RNG = random.Random(20261205)
 
 

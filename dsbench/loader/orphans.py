@@ -8,7 +8,8 @@ time and its PID namespace; `dsbench-<owner>-<ring>-<worker>` in /dev/shm,
 owner is gone, and only those: a run still going, or another user's, keeps its own. The start
 time tells a dead owner from a later process that was given its id (containers start every run
 at the same small ids); the namespace keeps a run from judging another container's entries in a
-/dev/shm they share, whose processes it cannot see.
+/dev/shm they share, whose processes it cannot see. Names made by earlier versions carry the
+id alone, and are judged by it alone.
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ SHM = Path("/dev/shm")
 _OWNER = r"(\d+)-(\d+)-(\d+)"  # pid, start time, PID namespace
 _SEGMENT = re.compile(rf"^dsbench-{_OWNER}-\d+-\d+$")
 _TEMP = re.compile(rf"^dsbench-native-{_OWNER}-")
+# Names of earlier versions, with the process id alone: judged by it alone.
+_OLD_SEGMENT = re.compile(r"^dsbench-(\d+)-\d+-\d+$")
+_OLD_TEMP = re.compile(r"^dsbench-native-(\d+)-[^-]*$")
 
 
 def start_ticks(pid: int | str) -> int | None:
@@ -81,27 +85,38 @@ def gone(pid: int, start: int, ns: int) -> bool:
         return False
     now = start_ticks(pid)
     if now == 0:  # no /proc: the id alone
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            return False
-        return False
+        return not _alive(pid)
     return now is None or now != start
 
 
 def _orphaned(entry: Path, pattern: re.Pattern[str]) -> int | None:
     """The dead owner of `entry`, or None when it is not an orphan of ours."""
     m = pattern.match(entry.name)
-    if m is None:
+    old = None if m else (_OLD_SEGMENT if pattern is _SEGMENT else _OLD_TEMP).match(entry.name)
+    if m is None and old is None:
         return None
-    pid, start, ns = int(m[1]), int(m[2]), int(m[3])
     try:
         mine = entry.lstat().st_uid == os.getuid()
     except OSError:
         return None
-    return pid if mine and gone(pid, start, ns) else None
+    if not mine:
+        return None
+    if m is not None:
+        pid = int(m[1])
+        return pid if gone(pid, int(m[2]), int(m[3])) else None
+    assert old is not None
+    pid = int(old[1])
+    return pid if pid != os.getpid() and not _alive(pid) else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def clear(shm: Path = SHM, temp: Path | None = None) -> Cleared:

@@ -26,6 +26,7 @@ from typing import Any
 from dsbench import fmt
 
 MAX_DIGITS = 6  # past this a ratio is 1 for every purpose a person has
+CHECK_DIGITS = 10  # a check prints its ratio with at most this many
 
 
 def ratio_digits(values: Iterable[float], digits: int = 3) -> int:
@@ -158,28 +159,38 @@ class Check:
 
     @property
     def within(self) -> bool:
-        # A miss equal to the tolerance is within it; float division must not make 1.1/1.0 a
-        # miss "by 10.0000000%".
-        return self.miss <= self.tolerance * (1 + 1e-9)
+        # A miss equal to the tolerance is within it: float division must not make 1.1/1.0 a
+        # miss "by 10.0000000%"; nor may a miss too small to print at CHECK_DIGITS.
+        slack = self.tolerance * (1 + 1e-9)
+        return self.miss <= slack or abs(float(fmt.sig(self.ratio, CHECK_DIGITS)) - 1) <= slack
 
     def words(self) -> str:
         """'within 10% (model/measured 1.003)' or 'missed by 37.0% (model/measured 1.370;
         tolerance 10%)', with the digits it takes for the printed figures to agree with the
         verdict (a miss of 10.04% is not printed as 10.0% against a tolerance of 10%)."""
         d = 4
-        while d < 10 and not self._reads_true(d):
+        while d < CHECK_DIGITS and not self._reads_true(d):
             d += 1
         r = f"model/measured {fmt.sig(self.ratio, d)}"
         tol = fmt.percent(self.tolerance)
         if self.within:
             return f"within {tol} ({r})"
-        return f"missed by {fmt.sig(100 * self.miss, d - 1)}% ({r}; tolerance {tol})"
+        return f"missed by {self._missed_by(d)}% ({r}; tolerance {tol})"
+
+    def _missed_by(self, digits: int) -> str:
+        """The miss in percent, from the ratio as printed, with the digits that keep it above
+        the tolerance."""
+        pct = 100 * abs(float(fmt.sig(self.ratio, digits)) - 1.0)
+        d = digits - 1
+        while d < CHECK_DIGITS and float(fmt.sig(pct, d)) <= 100 * self.tolerance:
+            d += 1
+        return fmt.sig(pct, d)
 
     def _reads_true(self, digits: int) -> bool:
         shown = abs(float(fmt.sig(self.ratio, digits)) - 1.0) <= self.tolerance * (1 + 1e-9)
         if self.within:
             return shown
-        return not shown and float(fmt.sig(100 * self.miss, digits - 1)) > 100 * self.tolerance
+        return not shown and float(self._missed_by(digits)) > 100 * self.tolerance
 
 
 def missed(checks: Iterable[Check]) -> list[Check]:

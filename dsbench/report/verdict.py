@@ -100,10 +100,13 @@ def tail_text(doc: dict[str, Any], name: str) -> str:
             return head + " No per-rank stall is assumed (--stall-prob 0)." + lower
         return (head + " No per-rank stall is assumed (--stall-prob 0), so the tail is the "
                 "loader's own rhythm, which every rank shares: it hardly moves with ranks.")
-    held64, held128 = 1 - (1 - q) ** 64, 1 - (1 - q) ** 128
+    # The shares print on their side of the 1% a p99 sees, and the words go by the printed share.
+    shares = [100 * (1 - (1 - q) ** n) for n in (64, 128)]
+    sd = claims.side_digits(shares, 100 * P99_SHARE)
+    held128 = float(fmt.sig(shares[1], sd)) / 100
     held = (f" Every step waits for the slowest rank, so the assumed stall "
             f"({fmt.seconds(stall)} in {fmt.percent(q)} of rank-steps) holds up "
-            f"{fmt.percent(held64)} of steps at 64 GPUs and {fmt.percent(held128)} at 128")
+            f"{fmt.sig(shares[0], sd)}% of steps at 64 GPUs and {fmt.sig(shares[1], sd)}% at 128")
     sets = held128 >= P99_SHARE and a["mean_s"] + stall >= a["p99_s"]
     if grew and sets:
         return (head + held + "; past 1% of steps it sets the p99. Any rare per-rank delay "

@@ -103,15 +103,18 @@ def measure(paths: dict[str, Path], bench: BenchOptions, progress: Progress) -> 
         url = server.create_bucket(BUCKET)
         chosen = {"before": _first_shard(paths["before"]),
                   "after": _first_samples(paths["after"], STORE_SAMPLES)}
+        # Named so that the runner's warnings about these runs ("before-on-s3: samples/s ...
+        # varies") are not read as about the exports on disk.
+        where = {name: f"{url}/{name}-on-s3" for name in chosen}
         uploaded = {}
         for name, keep in chosen.items():
             progress(f"demo: uploading {name} to the local S3 server")
-            uploaded[name] = server.upload_tree(paths[name], f"{url}/{name}", keep=keep)
+            uploaded[name] = server.upload_tree(paths[name], where[name], keep=keep)
         progress(f"demo: measuring before and after on the local S3 server with 1 loader "
                  f"worker, batches of {opts.batch_size}, {opts.rounds} interleaved rounds of "
                  f"{fmt.seconds(opts.seconds)}")
         with _environment(server.env):
-            before, after = run_benches([f"{url}/before", f"{url}/after"], opts, progress)
+            before, after = run_benches([where["before"], where["after"]], opts, progress)
             # After the benches, so that the probe's connections do not warm theirs.
             profile = probe(url, PROBE, progress)
     return {"server": f"moto {_version('moto')} (S3 API) on 127.0.0.1",

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import fcntl
+import json
+import os
+import shutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,16 +43,44 @@ def write_export(root: Path, layout: str, samples: int, **extra: Any) -> Path:
     return out
 
 
+def once_per_run(factory: pytest.TempPathFactory, name: str,
+                 make: Callable[[Path], None]) -> Path:
+    """A directory that `make` fills once per test run. The suite runs in several processes
+    (pytest-xdist), each with its own session: the first to ask makes it under a lock in the
+    run's shared temporary directory and the others wait for it and reuse it, instead of each
+    spending the same seconds again. Run in one process, it is that session's own."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        out = factory.mktemp(name)
+        make(out)
+        return out
+    root = factory.getbasetemp().parent  # this run's, shared by its workers
+    out, done = root / name, root / f"{name}.done"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not done.exists():
+            shutil.rmtree(out, ignore_errors=True)  # what a worker that failed making it left
+            out.mkdir()
+            make(out)
+            done.touch()
+    return out
+
+
+TINY = {"before": ("wds", {"shard_samples": 100}),
+        "after": ("files", {"fields": {"embedding": {"type": "embedding", "dim": 64,
+                                                     "encoding": "json"}}}),
+        "arrow": ("arrow", {"shard_samples": 100})}
+
+
 @pytest.fixture(scope="session")
 def tiny_exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A before-like WebDataset export (shards of 100), an after-like per-sample one and an
     arrow candidate (shards of 100), as in the demo."""
-    root = tmp_path_factory.mktemp("tiny")
-    return {"before": write_export(root, "wds", 200, shard_samples=100),
-            "after": write_export(root, "files", 200,
-                                  fields={"embedding": {"type": "embedding", "dim": 64,
-                                                        "encoding": "json"}}),
-            "arrow": write_export(root, "arrow", 200, shard_samples=100)}
+    def make(root: Path) -> None:
+        for layout, extra in TINY.values():
+            write_export(root, layout, 200, **extra)
+
+    root = once_per_run(tmp_path_factory, "tiny", make)
+    return {name: root / f"{layout}-200" for name, (layout, _) in TINY.items()}
 
 
 def quick(seconds: float = 0.2, rounds: int = 3, workers: tuple[int, ...] = (1,),
@@ -59,14 +91,20 @@ def quick(seconds: float = 0.2, rounds: int = 3, workers: tuple[int, ...] = (1,)
 
 
 @pytest.fixture(scope="session")
-def measured(tiny_exports: dict[str, Path]) -> dict[str, BenchResult]:
-    """Documents the real runner wrote for the tiny exports, measured once per session in one
+def measured(tmp_path_factory: pytest.TempPathFactory,
+             tiny_exports: dict[str, Path]) -> dict[str, BenchResult]:
+    """Documents the real runner wrote for the tiny exports, measured once per run in one
     interleaved run: before, after, arrow, and before a second time ("before_again"), so that
     compare, gate, the demo's verdict and the report also see real noise and real counts."""
-    names = ("before", "after", "arrow")
-    paths = [tiny_exports[n] for n in names] + [tiny_exports["before"]]
-    docs = run_benches(paths, quick())
-    return dict(zip((*names, "before_again"), docs, strict=True))
+    names = ("before", "after", "arrow", "before_again")
+
+    def make(root: Path) -> None:
+        paths = [tiny_exports[n] for n in names[:3]] + [tiny_exports["before"]]
+        for name, doc in zip(names, run_benches(paths, quick()), strict=True):
+            (root / f"{name}.json").write_text(json.dumps(doc))
+
+    root = once_per_run(tmp_path_factory, "measured", make)
+    return {name: json.loads((root / f"{name}.json").read_text()) for name in names}
 
 
 @pytest.fixture(scope="module")

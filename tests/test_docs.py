@@ -119,9 +119,9 @@ def equivalent(argv: list[str], tmp: Path) -> list[str]:
     if cmd == "generate":
         argv = _set(argv, "--samples", str(SAMPLES))
     if cmd == "demo":
-        # The demo's measured 2-rank job is tested in tests/test_demo.py.
-        if "--no-job" not in argv:
-            argv = [*argv, "--no-job"]
+        # The demo's measured 2-rank job and its object-store leg are tested in
+        # tests/test_demo.py.
+        argv = [*argv, *(o for o in ("--no-job", "--no-object-store") if o not in argv)]
         argv = _set(argv, "--cache", str(tmp / "demo-cache"))
         argv = _set(argv, "--samples", str(SAMPLES))
     if cmd == "demo" or (cmd in ("bench", "compare", "gate") and measures):

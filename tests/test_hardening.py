@@ -18,7 +18,7 @@ import psutil
 import pytest
 import resultdocs as rd
 from conftest import write_export
-from leftovers import left_behind
+from leftovers import ended, group_killed_after, left_behind
 from PIL import Image
 
 from dsbench.adapters import base
@@ -296,19 +296,14 @@ def _workers(proc: subprocess.Popen[str]) -> list[psutil.Process]:
 @pytest.mark.parametrize("how", ["stopped", "terminated"])
 def test_a_stopped_worker_or_sigterm_ends_the_run_cleanly(long_export: Path, how: str) -> None:
     proc = _bench(long_export)
-    try:
+    with group_killed_after(proc):
         victim = _workers(proc)[1]
         time.sleep(1.0)  # into the warm-up or the window
-        t0 = time.monotonic()
         if how == "stopped":
             victim.send_signal(signal.SIGSTOP)
         else:
             os.killpg(proc.pid, signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
-        took = time.monotonic() - t0
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+        err, took = ended(proc, timeout=30)
     assert took < 10.0
     if how == "stopped":
         assert proc.returncode == 2 and err.count("\n") == 1, err

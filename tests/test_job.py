@@ -73,9 +73,13 @@ def test_a_two_rank_job_with_torch_loaders_writes_a_valid_document_and_extrapola
     # the ranks must still import the package.
     (tmp_path / "dsbench").mkdir()
     monkeypatch.chdir(tmp_path)
+    handlers = [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)]
     assert main(["job", str(shards), "--ranks", "2", "--workers", "1", "--batch-size", "8",
                  "--compute", "0.01", "--steps", "30", "--backend", "torch",
                  "--json", str(out)]) == 0
+    # torch's launcher sets handlers of its own and leaves them; the job puts these back (a
+    # Ctrl-C after a job, as in the demo, is then dsbench's to report).
+    assert [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)] == handlers
     doc = result.read(out)  # validates against the schema
     _check_records(doc, 2, 30)
     assert doc["loader"]["backend"] == "torch" and doc["launch"]["launcher"] == "dsbench"

@@ -33,6 +33,14 @@ def left_behind(session: int) -> list[str]:
         time.sleep(0.1)
 
 
+def as_in_a_terminal() -> None:
+    """Popen's preexec_fn for a run that gets a Ctrl-C: SIGINT at its default action, as a
+    terminal's foreground job has it. A shell starts a script's background jobs (`cmd &`) with
+    SIGINT ignored, and a program that starts with it ignored keeps ignoring it, as shells
+    intend; a suite run from such a job would otherwise send Ctrl-C to runs that never see it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @contextlib.contextmanager
 def group_killed_after(proc: subprocess.Popen[str]) -> Iterator[None]:
     """Whatever the test does to `proc`, its session is SIGKILLed at the end if still running,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from leftovers import ended, group_killed_after, left_behind
+from leftovers import as_in_a_terminal, ended, group_killed_after, left_behind
 
 from dsbench.cli import main
 from dsbench.export.generate import generate
@@ -79,7 +79,7 @@ def _start(export: Path) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "dsbench", "bench", str(export), "--workers",
                              "2", "--seconds", "60", "--rounds", "1", "--batch-size", "2"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=as_in_a_terminal)
 
 
 def _cmdline(p: psutil.Process) -> str:

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from leftovers import ended, group_killed_after, left_behind
+from leftovers import as_in_a_terminal, ended, group_killed_after, left_behind
 
 from dsbench.export.generate import generate
 from dsbench.export.spec import parse_spec
@@ -87,7 +87,7 @@ def test_a_signal_at_any_moment_ends_the_command_cleanly(
     repo = Path(__file__).resolve().parents[1]
     proc = subprocess.Popen([sys.executable, "-m", "dsbench", *_argv(command, exports, tmp_path)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, cwd=repo)
+                            start_new_session=True, cwd=repo, preexec_fn=as_in_a_terminal)
     with group_killed_after(proc):
         time.sleep(delay)
         sent = proc.poll() is None

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dsbench import fmt, stats
+from dsbench.loader.order import SEQUENTIAL
 from dsbench.results.stages import STAGES
 from dsbench.results.types import BenchResult, Run
 
@@ -74,9 +75,23 @@ def format_value(key: str, value: float) -> str:
     return fmt.sig(value)
 
 
-def not_comparable(base: BenchResult, cand: BenchResult) -> list[str]:
-    """Why two results must not be compared as ratios; empty when they may."""
+def order_of(doc: BenchResult) -> str:
+    """The order a result was read in (`--order`), in words; results from before orders
+    existed were read sequentially."""
+    config = doc["config"]
+    order = config.get("order", SEQUENTIAL)
+    buffer = config.get("shuffle_buffer")
+    return order if order == SEQUENTIAL or buffer is None else \
+        f"{order} (buffer {buffer} samples)"
+
+
+def not_comparable(base: BenchResult, cand: BenchResult, any_order: bool = False) -> list[str]:
+    """Why two results must not be compared as ratios; empty when they may. Two orders are
+    two access patterns with their own costs: compared only when asked (`any_order`)."""
     reasons = []
+    if not any_order and order_of(base) != order_of(cand):
+        reasons.append(f"read in different orders: {order_of(base)} vs {order_of(cand)} "
+                       "(--any-order compares them)")
     for key in MACHINE_MUST_MATCH:
         a, b = base["machine"].get(key), cand["machine"].get(key)
         if a != b:
@@ -295,9 +310,11 @@ def moved_text(rows: list[dict[str, Any]]) -> str:
 
 
 def compare(base: BenchResult, cand: BenchResult, *,
-            cluster: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
-    """The comparison as plain data. `cluster` holds extrapolations of each side, if made."""
-    reasons = not_comparable(base, cand)
+            cluster: dict[str, dict[str, Any]] | None = None, any_order: bool = False
+            ) -> dict[str, Any]:
+    """The comparison as plain data. `cluster` holds extrapolations of each side, if made;
+    `any_order` compares results read in different orders."""
+    reasons = not_comparable(base, cand, any_order)
     paired = is_paired(base, cand)
     out: dict[str, Any] = {
         "kind": "dsbench-comparison", "schema_version": 2,
@@ -305,6 +322,7 @@ def compare(base: BenchResult, cand: BenchResult, *,
         "cand": {"path": cand["config"]["path"], "layout": cand["export"].get("layout")},
         "comparable": not reasons, "not_comparable_reasons": reasons, "paired": paired,
         "readers": {"base": reader(base), "cand": reader(cand)},
+        "orders": {"base": order_of(base), "cand": order_of(cand)},
         "load_drift": load_drift(base, cand),
         "method": ("paired t on per-round log ratios (one interleaved run)" if paired else
                    "Welch t on log values (measured apart: assumes both saw the same machine)"),

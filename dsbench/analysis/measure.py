@@ -51,17 +51,19 @@ def cluster_predictions(base: BenchResult, cand: BenchResult, cluster: ClusterSp
 def compare_sides(paths: Sequence[str], opts: BenchOptions, *,
                   save: Sequence[str] | None = None, progress: Progress | None = None,
                   cluster: Callable[[int], ClusterSpec] | None = None,
-                  cand_opts: BenchOptions | None = None) -> dict[str, Any]:
+                  cand_opts: BenchOptions | None = None, any_order: bool = False
+                  ) -> dict[str, Any]:
     """Load or measure both sides (saving their results when asked) and compare them; when
     `cluster` is given and they are comparable, predict both on the cluster it builds from
-    the measured batch size. `cand_opts` reads the candidate otherwise (another backend)."""
+    the measured batch size. `cand_opts` reads the candidate otherwise (another backend);
+    `any_order` compares results read in different orders."""
     base, cand = load_or_measure(paths, opts, progress,
                                  [opts, cand_opts] if cand_opts is not None else None)
     for path, doc in zip(save or (), (base, cand), strict=False):
         write_result(path, doc)
         if progress:
             progress(f"wrote {path}")
-    comparison = compare(base, cand)
+    comparison = compare(base, cand, any_order=any_order)
     if cluster is not None and comparison["comparable"]:
         spec = cluster(base["runs"][0]["batch_size"])
         comparison["cluster"] = cluster_predictions(base, cand, spec, paths=paths)

@@ -36,7 +36,8 @@ def run(args: argparse.Namespace) -> int:
     comparison = compare_sides(
         [args.base, args.cand], opts, save=args.save, progress=fmt.progress,
         cluster=None if args.no_cluster else lambda batch: cluster_from_args(
-            args, ClusterSpec(), measured_batch=batch)[0], cand_opts=cand_opts)
+            args, ClusterSpec(), measured_batch=batch)[0], cand_opts=cand_opts,
+        any_order=args.any_order)
     if not comparison["comparable"]:
         # As the gate says it: ratios of results measured on other machines or with other
         # options would be printed as findings, and a script reading --json must not take

@@ -59,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
     thresholds = gate.load_thresholds(pyproject, overrides)
     opts, cand_opts = side_options(args)
     comparison = compare_sides([args.base, args.cand], opts, save=args.save,
-                               progress=fmt.progress, cand_opts=cand_opts)
+                               progress=fmt.progress, cand_opts=cand_opts,
+                               any_order=args.any_order)
     result = gate.evaluate(comparison, thresholds, args.gate_workers)
     markdown = render_gate(result, markdown=True) + "\n\n" + render(comparison, markdown=True)
     if args.summary:

@@ -22,6 +22,7 @@ from dsbench.errors import DsbenchError
 from dsbench.loader.counts import DEFAULT_MAX_SAMPLES, REMOTE_MAX_SAMPLES
 from dsbench.loader.decode import DECODERS
 from dsbench.loader.options import BACKENDS, BenchOptions
+from dsbench.loader.order import ORDERS
 from dsbench.model.costs import DIST_SYNTAX, Distribution
 from dsbench.model.node import ClusterSpec
 from dsbench.model.profiles import PROFILES, parse_storage
@@ -142,6 +143,15 @@ def add_window_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup,
     p.add_argument("--max-pixels", type=int, default=d.max_pixels, metavar="N",
                    help="an image of more pixels is a bad sample, refused from its header "
                         f"before decoding (default {d.max_pixels})")
+    p.add_argument("--order", choices=ORDERS, default=d.order,
+                   help="how each worker reads its share: sequential (its units in order, "
+                        "epoch after epoch) or shuffle (units permuted each epoch and, on "
+                        "shard layouts, samples drawn from a shuffle buffer, as webdataset "
+                        f"and streaming loaders read; default {d.order}; "
+                        "docs/access-patterns.md)")
+    p.add_argument("--shuffle-buffer", type=int, default=d.shuffle_buffer, metavar="N",
+                   help="with --order shuffle on a shard layout: samples each worker holds "
+                        f"to draw from (default {d.shuffle_buffer})")
     p.add_argument("--count-samples", type=int, default=None, metavar="N",
                    help="files, bytes and requests per sample are counted over whole units up "
                         f"to N samples; 0 counts every unit (default {DEFAULT_MAX_SAMPLES}, "
@@ -161,7 +171,8 @@ def window_options(args: argparse.Namespace, **more: Any) -> BenchOptions:
                         sweep_rounds=args.sweep_rounds, decoder=args.decoder,
                         cold=args.cold, layout=args.layout, count_samples=args.count_samples,
                         max_pixels=args.max_pixels, image_field=args.image_field,
-                        step=args.pipeline, **more)
+                        step=args.pipeline, order=args.order,
+                        shuffle_buffer=args.shuffle_buffer, **more)
 
 
 # --- the two sides of compare and gate ------------------------------------------------------------
@@ -179,6 +190,10 @@ def add_side_arguments(p: argparse.ArgumentParser) -> None:
                         "native` puts dsbench's reader and the format's library side by side")
     m.add_argument("--save", nargs=2, metavar=("BASE_JSON", "CAND_JSON"),
                    help="write both sides' result documents")
+    p.add_argument("--any-order", action="store_true",
+                   help="compare results read in different orders (--order): by default "
+                        "they are not comparable, as a shuffled read costs what a sequential "
+                        "one does not")
 
 
 def side_options(args: argparse.Namespace) -> tuple[BenchOptions, BenchOptions | None]:

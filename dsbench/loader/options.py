@@ -11,6 +11,7 @@ from dsbench import adapters
 from dsbench.errors import DsbenchError
 from dsbench.loader.counts import DEFAULT_MAX_SAMPLES, REMOTE_MAX_SAMPLES
 from dsbench.loader.decode import DECODERS, DEFAULT_MAX_PIXELS
+from dsbench.loader.order import DEFAULT_BUFFER, ORDERS, SEQUENTIAL, Order
 from dsbench.loader.pipeline import Pipeline, TrainTransform, Transform
 from dsbench.loader.user import UserStep, load
 from dsbench.loader.worker import Opener
@@ -53,6 +54,8 @@ class BenchOptions:
     stall_s: float | None = None  # a worker silent this long fails the run (None: adaptive)
     # Samples of whole units to count; 0: every unit; None: the default for where the export is.
     count_samples: int | None = None
+    order: str = SEQUENTIAL  # one of order.ORDERS: how each worker reads its share
+    shuffle_buffer: int = DEFAULT_BUFFER  # samples per worker, with --order shuffle on shards
 
     def __post_init__(self) -> None:
         def bad(option: str, value: object, want: str) -> DsbenchError:
@@ -61,7 +64,7 @@ class BenchOptions:
                                    for w in self.workers):
             raise bad("workers", self.workers, "a list of positive integers")
         for name, lo in (("batch_size", 1), ("rounds", 1), ("warmup_batches", 1),
-                         ("prefetch", 1), ("count_samples", 0)):
+                         ("prefetch", 1), ("count_samples", 0), ("shuffle_buffer", 0)):
             value = getattr(self, name)
             if name == "count_samples" and value is None:
                 continue
@@ -83,6 +86,14 @@ class BenchOptions:
             raise bad("batches", self.batches, "a positive integer")
         if self.backend not in BACKENDS:
             raise bad("backend", self.backend, " or ".join(BACKENDS))
+        if self.order not in ORDERS:
+            raise bad("order", self.order, " or ".join(ORDERS))
+        if self.order != SEQUENTIAL and (self.backend == "native" or self.dataset is not None):
+            # A format's own reader and a user's Dataset order their reads themselves.
+            raise DsbenchError(f"--order {self.order} orders dsbench's reads (--backend "
+                               "dsbench or torch); a --dataset or --backend native reads in "
+                               "its own order, which is measured as it is with --order "
+                               "sequential")
         if self.decoder not in DECODERS:
             raise bad("decoder", self.decoder, " or ".join(DECODERS))
         if self.layout is not None:
@@ -104,6 +115,9 @@ class BenchOptions:
         transform = self.transform or TrainTransform(normalize=self.normalize)
         return Pipeline(decoder=self.decoder, transform=transform, on_error=self.on_error,
                         max_pixels=self.max_pixels)
+
+    def reading_order(self) -> Order:
+        return Order(self.order, self.shuffle_buffer, self.seed)
 
     def rounds_for(self, index: int) -> int:
         """Rounds of the `index`-th worker count: the verdicts use the first, so it gets the
@@ -133,4 +147,5 @@ class BenchOptions:
                 "layout": self.layout, "image_field": self.image_field,
                 "stall_s": self.stall_s, "max_pixels": self.max_pixels,
                 "transform": type(self.pipeline().transform).__name__,
-                "pipeline": self.step, "dataset": self.dataset}
+                "pipeline": self.step, "dataset": self.dataset, "order": self.order,
+                "shuffle_buffer": self.shuffle_buffer if self.order != SEQUENTIAL else None}

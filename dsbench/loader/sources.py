@@ -129,7 +129,8 @@ class ShmSource:
                 with procs.spawning():
                     self._start(ctx, WorkerSpec(str(path), w, n_workers, opts.batch_size,
                                                 pipeline, opts.seed, f"{tag}-{w}", slots,
-                                                slot_bytes, image_bytes, opts.export_opener()))
+                                                slot_bytes, image_bytes, opts.export_opener(),
+                                                opts.reading_order()))
         except BaseException:
             self.close()
             raise

@@ -1,6 +1,7 @@
 """The same work through torch.utils.data.DataLoader: `--backend torch`, the cross-check.
 
-Its workers iterate `TorchSamples`, an `IterableDataset` over `Export.read` with worker info,
+Its workers iterate `TorchSamples`, an `IterableDataset` over the worker's share of the export in
+the run's order (order.py), with worker info,
 created on first use so that importing this module never imports torch, and `torch_collate`
 stacks each batch the way torch does (into shared memory) and attaches the same report that
 dsbench's own workers send.
@@ -18,6 +19,7 @@ import numpy as np
 from dsbench import procs
 from dsbench.adapters import base
 from dsbench.errors import DsbenchError
+from dsbench.loader.order import IN_ORDER, Order, worker_samples
 from dsbench.loader.pipeline import BatchBuilder, Pipeline, collate_fields
 from dsbench.loader.sources import STARTUP_STALL_S
 from dsbench.loader.worker import (
@@ -25,7 +27,6 @@ from dsbench.loader.worker import (
     BatchReport,
     Opener,
     cpu_now,
-    endless,
     error_record,
     open_export,
     read_chars,
@@ -80,8 +81,9 @@ def _make_torch_samples() -> type:
         perf_counter when the sample was begun)."""
 
         def __init__(self, path: str, pipeline: Pipeline, seed: int,
-                     opener: Opener | None = None) -> None:
+                     opener: Opener | None = None, order: Order = IN_ORDER) -> None:
             self.path, self.pipeline, self.seed, self.opener = path, pipeline, seed, opener
+            self.order = order
 
         def __iter__(self) -> Iterator[tuple[Any, ...]]:
             global _torch_last_cpu, _torch_setup_opens
@@ -90,8 +92,8 @@ def _make_torch_samples() -> type:
             export = open_export(self.path, self.opener)
             _torch_setup_opens = base.io_counters()[0]  # set-up, as in worker.py: not counted
             procs.settle_heap()
-            builder = BatchBuilder(self.pipeline, lambda skip: endless(export, worker,
-                                                                      n_workers, skip),
+            builder = BatchBuilder(self.pipeline, lambda skip: worker_samples(
+                export, self.order, worker, n_workers, skip),
                                    np.random.default_rng([self.seed, worker]))
             reported = 0
             _torch_last_cpu = time.process_time()
@@ -131,7 +133,8 @@ class TorchSource:
             raise DsbenchError("--backend torch needs torch: pip install 'dsbench[torch]'"
                                ) from None
         dataset = __getattr__("TorchSamples")(str(path), pipeline, opts.seed,
-                                               opener or opts.export_opener())
+                                               opener or opts.export_opener(),
+                                               opts.reading_order())
         # Same start method as ShmSource, for the same reason; in-order delivery is the default.
         self.loader = DataLoader(dataset, batch_size=opts.batch_size, num_workers=n_workers,
                                  prefetch_factor=opts.prefetch, collate_fn=torch_collate,

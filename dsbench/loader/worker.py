@@ -1,7 +1,8 @@
 """One loader worker: read its slice of the export, build whole batches, hand them over.
 
-A worker does one thing and returns plain data. It owns the disjoint slice
-`units[worker::n_workers]` and cycles over it (epochs), so a time-bounded round never runs dry.
+A worker does one thing and returns plain data. It reads its share of the export in the run's
+order (order.py: its disjoint slice of units, in order or shuffled) epoch after epoch, so a
+time-bounded round never runs dry.
 Each batch is written into a free slot of the worker's shared-memory ring (images, then the
 collated fields as a pickle whose array buffers lie out of band next to it); only a small
 `BatchReport` goes over the pipe. The main process sends a slot index back when it is done with
@@ -23,7 +24,7 @@ import pickle
 import resource
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.shared_memory import SharedMemory
@@ -33,8 +34,9 @@ import numpy as np
 
 from dsbench import adapters, procs
 from dsbench.adapters import base
-from dsbench.adapters.base import Export, RawSample
+from dsbench.adapters.base import Export
 from dsbench.errors import DsbenchError, SampleError
+from dsbench.loader.order import IN_ORDER, Order, worker_samples
 from dsbench.loader.pipeline import BatchBuilder, Pipeline, StageTimes
 from dsbench.results.stages import STAGES
 
@@ -81,23 +83,11 @@ class WorkerSpec:
     slot_bytes: int
     image_bytes: int
     opener: Opener | None = None
+    order: Order = IN_ORDER
 
 
 def open_export(path: str, opener: Opener | None) -> Export:
     return opener(path) if opener is not None else adapters.open_export(path)
-
-
-def endless(export: Export, worker: int, n_workers: int,
-            skip: base.SkipHandler) -> Iterator[RawSample]:
-    """The worker's slice, epoch after epoch."""
-    while True:
-        n = 0
-        for sample in export.read(worker, n_workers, skip):
-            n += 1
-            yield sample
-        if n == 0:
-            raise DsbenchError(f"worker {worker} of {n_workers} read no samples from its slice "
-                               "(empty, or every sample was skipped)", path=export.path)
 
 
 class ReadChars:
@@ -205,8 +195,8 @@ def _loop(spec: WorkerSpec, data: Connection, ctrl: Connection) -> None:
     setup_opens = base.io_counters()[0]
     procs.settle_heap()
     rng = np.random.default_rng([spec.seed, spec.worker])
-    builder = BatchBuilder(spec.pipeline, lambda skip: endless(export, spec.worker,
-                                                              spec.n_workers, skip), rng)
+    builder = BatchBuilder(spec.pipeline, lambda skip: worker_samples(
+        export, spec.order, spec.worker, spec.n_workers, skip), rng)
     transform = spec.pipeline.transform
     shape = (spec.batch_size, *transform.out_shape)
     shm = SharedMemory(spec.shm_name)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dsbench import fmt
+from dsbench.analysis.compare import order_of
 from dsbench.results.document import STAGES
 from dsbench.results.types import BenchResult
 
@@ -72,7 +73,8 @@ def render(doc: BenchResult) -> str:
             f"{cfg['path']}: {doc['export'].get('layout', '?')} export, {backend}, "
             + (f"your step {cfg['pipeline']}" if cfg.get("pipeline")
                else f"decoder {cfg['decoder']}"))
-    head = (f"{what}, batch {cfg['batch_size']}, {cfg['rounds']} rounds of "
+    order = "" if cfg.get("dataset") else f", read in order: {order_of(doc)}"
+    head = (f"{what}{order}, batch {cfg['batch_size']}, {cfg['rounds']} rounds of "
             f"{fmt.seconds(cfg['seconds'])}" + (", cold cache" if cfg["cold"] else ""))
     skipped = sum(r["skipped_samples"] for r in runs)
     tail = f"\nskipped {skipped} bad samples (see 'skipped' in --json)" if skipped else ""

@@ -12,6 +12,7 @@ from typing import Any
 
 from dsbench import fmt
 from dsbench.analysis.compare import format_value
+from dsbench.loader.order import SEQUENTIAL
 from dsbench.report import claims
 
 MARKS = {"worse": "+", "better": "-", "not distinguishable": " ", "unknown": "?"}
@@ -111,6 +112,12 @@ def render(comparison: dict[str, Any], markdown: bool = False) -> str:
     readers = comparison.get("readers") or {}
     if readers.get("base") != readers.get("cand"):
         out.append(f"read by: base {readers['base']}, candidate {readers['cand']}")
+    orders = comparison.get("orders") or {}
+    if orders.get("base") != orders.get("cand"):
+        out.append(f"read in different orders: base {orders['base']}, candidate "
+                   f"{orders['cand']}")
+    elif orders.get("base", SEQUENTIAL) != SEQUENTIAL:
+        out.append(f"order: {orders['base']}")
     warning = drift_warning(comparison)
     if warning:
         out.append(warning)

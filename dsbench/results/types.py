@@ -63,6 +63,8 @@ class Config(TypedDict):
     dataset: NotRequired[str | None]
     stall_s: NotRequired[float | None]
     max_pixels: NotRequired[int]
+    order: NotRequired[str]  # absent before orders existed: sequential
+    shuffle_buffer: NotRequired[int | None]
 
 
 class Statistics(TypedDict):

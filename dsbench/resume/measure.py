@@ -26,9 +26,9 @@ from typing import Any, Protocol
 
 from dsbench import __version__, adapters
 from dsbench.errors import DsbenchError
+from dsbench.loader.order import Plan, batches_per_rank, shuffle_of
 from dsbench.loader.pipeline import Pipeline
 from dsbench.resume import figures
-from dsbench.resume.order import Plan, batches_per_rank, shuffle_of
 from dsbench.resume.work import Item
 
 POLICIES = ("none", "fast-forward", "stateful")

@@ -21,8 +21,8 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from dsbench import adapters, procs
 from dsbench.errors import DsbenchError
+from dsbench.loader.order import Plan, SampleStream, fresh_state
 from dsbench.loader.pipeline import Pipeline
-from dsbench.resume.order import Plan, SampleStream, fresh_state
 from dsbench.resume.work import Item, SampleWork
 
 STALL_S = 120.0

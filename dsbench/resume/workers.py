@@ -24,8 +24,8 @@ import numpy as np
 
 from dsbench import adapters, procs
 from dsbench.errors import DsbenchError
+from dsbench.loader.order import Plan, SampleStream
 from dsbench.loader.pipeline import Pipeline
-from dsbench.resume.order import Plan, SampleStream
 from dsbench.resume.work import Item, SampleWork, collate
 
 STOP = -1

@@ -1,4 +1,5 @@
-"""The order a training job reads an export in, one epoch at a time, and the state that fixes it.
+"""The order a training job reads an export in, one epoch at a time, and the state that fixes it:
+one module for `bench --order`, `resume` and the job.
 
 An epoch's order is a pure function of (seed, epoch, rank, ranks, worker, workers):
 
@@ -15,6 +16,10 @@ An epoch's order is a pure function of (seed, epoch, rank, ranks, worker, worker
 where it stands: the epoch, the read cursor (unit position, samples taken from that unit), the
 buffer as locators (unit position, offset) in buffer order, the generator's state, whether it
 ran dry. Restoring re-reads the buffered samples by locator, so no sample bytes are saved.
+
+`bench` reads in one of ORDERS: `sequential`, each worker its units `[w::workers]` in sorted
+order, epoch after epoch (what the loader did before orders existed; results without an order
+read as it), or `shuffle`, the streams above for one rank, a fresh permutation each epoch.
 """
 
 from __future__ import annotations
@@ -26,11 +31,16 @@ from typing import Any
 
 import numpy as np
 
-from dsbench.adapters.base import Export, RawSample
+from dsbench.adapters.base import Export, RawSample, SkipHandler
 from dsbench.errors import DsbenchError
 
 SHUFFLE_SAMPLE = "sample"  # the units are samples: a permutation of the units shuffles samples
 SHUFFLE_SHARD = "shard+buffer"  # the units are shards: their order, then a shuffle buffer
+
+SEQUENTIAL, SHUFFLE = "sequential", "shuffle"
+ORDERS = (SEQUENTIAL, SHUFFLE)
+# Samples a shuffling worker holds to draw from, as webdataset's `.shuffle(1000)` in its examples
+DEFAULT_BUFFER = 1000
 
 
 def shuffle_of(layout: str) -> str:
@@ -92,9 +102,9 @@ class SampleStream:
     """One worker's samples of one epoch, in order; `state()` continues it exactly."""
 
     def __init__(self, export: Export, plan: Plan, rank: int, worker: int, epoch: int,
-                 state: dict[str, Any] | None = None) -> None:
+                 state: dict[str, Any] | None = None, skip: SkipHandler = None) -> None:
         st = dict(state) if state is not None else fresh_state(plan, epoch, rank, worker)
-        self.export, self.plan = export, plan
+        self.export, self.plan, self.skip = export, plan, skip
         self.epoch: int = st["epoch"]
         self.units = plan.slot(self.epoch, rank, worker)
         self.pos: int = st["pos"]
@@ -127,7 +137,7 @@ class SampleStream:
         """The next sample from the units, advancing the cursor; None past the last unit."""
         while self.pos < len(self.units):
             if self.reader is None:
-                self.reader = iter(self.export.read_units([self.units[self.pos]]))
+                self.reader = iter(self.export.read_units([self.units[self.pos]], self.skip))
                 for _ in range(self.offset):  # resume inside a unit: skip what was taken
                     next(self.reader, None)
             raw = next(self.reader, None)
@@ -162,3 +172,52 @@ class SampleStream:
         return {"epoch": self.epoch, "pos": self.pos, "offset": self.offset,
                 "buffer": [list(loc) for loc, _ in self.buffer], "done": self.done,
                 "emitted": self.emitted, "rng": self.rng.bit_generator.state}
+
+
+@dataclass(frozen=True)
+class Order:
+    """How `bench` orders what its workers read: one of ORDERS, and for `shuffle` the buffer
+    (samples per worker, for shard layouts) and the seed of the epochs' permutations."""
+
+    name: str = SEQUENTIAL
+    buffer: int = DEFAULT_BUFFER
+    seed: int = 0
+
+    def describe(self, layout: str) -> str:
+        """The order in words, as reports print it."""
+        if self.name == SEQUENTIAL:
+            return "sequential (each worker's units in order, epoch after epoch)"
+        if shuffle_of(layout) == SHUFFLE_SAMPLE:
+            return "shuffle (samples permuted each epoch)"
+        return f"shuffle (shards permuted each epoch, a buffer of {self.buffer} samples " \
+               "per worker)"
+
+
+IN_ORDER = Order()
+
+
+def worker_samples(export: Export, order: Order, worker: int, n_workers: int,
+                   skip: SkipHandler = None) -> Iterator[RawSample]:
+    """One bench worker's samples, epoch after epoch, in `order`; a DsbenchError when an epoch
+    gives it none (an empty slice, or every sample skipped), which would otherwise spin."""
+    plan = None
+    if order.name == SHUFFLE:
+        layout = shuffle_of(export.layout)
+        plan = Plan(tuple(export.units()), order.seed, 1, n_workers, 1,
+                    order.buffer if layout == SHUFFLE_SHARD else 0, layout)
+    epoch = 0
+    while True:
+        n = 0
+        if plan is None:
+            for raw in export.read(worker, n_workers, skip):
+                n += 1
+                yield raw
+        else:
+            stream = SampleStream(export, plan, 0, worker, epoch, skip=skip)
+            while (got := stream.next()) is not None:
+                n += 1
+                yield got[0]
+        if n == 0:
+            raise DsbenchError(f"worker {worker} of {n_workers} read no samples from its slice "
+                               "(empty, or every sample was skipped)", path=export.path)
+        epoch += 1

@@ -1,0 +1,139 @@
+"""`bench --order`: what each worker reads, epoch after epoch, sequentially or shuffled; results
+say which order they were read in, and two orders are not compared unless asked."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+import resultdocs as rd
+from conftest import write_export
+
+from dsbench import adapters
+from dsbench.analysis import compare
+from dsbench.cli import main
+from dsbench.errors import DsbenchError
+from dsbench.loader.options import BenchOptions
+from dsbench.loader.order import SEQUENTIAL, SHUFFLE, Order, worker_samples
+from dsbench.results.document import write_result
+
+SHARD = 6
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # 10 shards of 6 samples, written by webdataset's own writer
+    return write_export(tmp_path_factory.mktemp("order"), "wds", 60, shard_samples=SHARD)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_export(tmp_path_factory.mktemp("order"), "files", 20)
+
+
+def _epochs(path: Path, order: Order, worker: int, workers: int, epochs: int
+            ) -> list[list[tuple[str, str]]]:
+    """(key, source file) of each sample a worker reads, epoch by epoch."""
+    export = adapters.open_export(path)
+    share = sum(export.unit_samples(u) for u in export.units()[worker::workers])
+    stream = worker_samples(export, order, worker, workers)
+    return [[(s.key, s.source) for s in itertools.islice(stream, share)] for _ in range(epochs)]
+
+
+def test_sequential_reads_each_workers_units_in_order_every_epoch(shards: Path) -> None:
+    export = adapters.open_export(shards)
+    want = [s.key for s in export.read_units(export.units()[1::2])]
+    for epoch in _epochs(shards, Order(SEQUENTIAL), 1, 2, 2):
+        assert [k for k, _ in epoch] == want
+
+
+@pytest.mark.parametrize("buffer", [0, 12])
+def test_shuffle_reads_every_sample_once_per_epoch_in_a_new_order(shards: Path,
+                                                                 buffer: int) -> None:
+    order = Order(SHUFFLE, buffer=buffer, seed=3)
+    per_worker = [_epochs(shards, order, w, 2, 3) for w in range(2)]
+    everything = sorted(s.key for s in adapters.open_export(shards).read())
+    for e in range(3):
+        keys = [k for w in range(2) for k, _ in per_worker[w][e]]
+        assert sorted(keys) == everything  # each sample once across the workers
+    sequential = _epochs(shards, Order(SEQUENTIAL), 0, 2, 1)[0]
+    first, second, third = per_worker[0]
+    assert first != sequential and first != second != third
+    # The same seed gives the same epochs: the order is a function of (seed, epoch, worker).
+    assert _epochs(shards, order, 0, 2, 3) == per_worker[0]
+
+
+def test_without_a_buffer_a_shard_is_read_whole_and_with_one_shards_mix(shards: Path) -> None:
+    def runs(epoch: list[tuple[str, str]]) -> int:
+        """How many stretches of consecutive samples from one shard the epoch holds."""
+        return sum(1 for _ in itertools.groupby(src for _, src in epoch))
+
+    alone = _epochs(shards, Order(SHUFFLE, buffer=0), 0, 1, 1)[0]
+    assert runs(alone) == 10  # shards permuted, each read front to back
+    mixed = _epochs(shards, Order(SHUFFLE, buffer=12), 0, 1, 1)[0]
+    assert runs(mixed) > 20
+
+
+def test_per_sample_files_are_permuted_sample_by_sample(files: Path) -> None:
+    export = adapters.open_export(files)
+    epochs = _epochs(files, Order(SHUFFLE, buffer=1000, seed=1), 0, 1, 2)
+    assert sorted(k for k, _ in epochs[0]) == sorted(export.units())
+    assert epochs[0] != epochs[1] != sorted(epochs[0])
+
+
+def test_bench_says_its_order_and_compare_refuses_two_orders_unless_asked(
+        shards: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    window = ["--workers", "1", "--seconds", "0.2", "--rounds", "1", "--batch-size", "4"]
+    paths = {}
+    for order in (SEQUENTIAL, SHUFFLE):
+        paths[order] = tmp_path / f"{order}.json"
+        assert main(["bench", str(shards), *window, "--order", order, "--shuffle-buffer", "12",
+                     "--json", str(paths[order])]) == 0
+        out = capsys.readouterr().out
+        doc = json.loads(paths[order].read_text())
+        assert doc["config"]["order"] == order
+        if order == SHUFFLE:
+            assert doc["config"]["shuffle_buffer"] == 12
+            assert "read in order: shuffle (buffer 12 samples)" in out
+        else:
+            assert doc["config"]["shuffle_buffer"] is None
+            assert "read in order: sequential" in out
+    # A shuffled read opens the same shards as a sequential one: the counts are the export's.
+    docs = {o: json.loads(p.read_text()) for o, p in paths.items()}
+    assert docs[SHUFFLE]["counts"] == docs[SEQUENTIAL]["counts"]
+
+    assert main(["compare", str(paths[SEQUENTIAL]), str(paths[SHUFFLE]), "--no-cluster"]) == 2
+    err = capsys.readouterr().err
+    assert "read in different orders: sequential vs shuffle (buffer 12 samples)" in err
+    assert err.count("\n") == 1
+    assert main(["compare", str(paths[SEQUENTIAL]), str(paths[SHUFFLE]), "--no-cluster",
+                 "--any-order"]) == 0
+    assert "read in different orders: base sequential, candidate shuffle (buffer 12 samples)" \
+        in capsys.readouterr().out
+
+
+def test_a_result_from_before_orders_existed_reads_as_sequential(tmp_path: Path) -> None:
+    old = rd.document([rd.run(1)])
+    assert "order" not in old["config"]
+    shuffled = rd.document([rd.run(1)], order=SHUFFLE, shuffle_buffer=1000)
+    write_result(tmp_path / "old.json", old)
+    assert compare.order_of(old) == SEQUENTIAL
+    assert compare.not_comparable(old, rd.document([rd.run(1)], order=SEQUENTIAL,
+                                                   shuffle_buffer=None)) == []
+    assert compare.not_comparable(old, shuffled) == [
+        "read in different orders: sequential vs shuffle (buffer 1000 samples) (--any-order "
+        "compares them)"]
+    assert compare.not_comparable(old, shuffled, any_order=True) == []
+
+
+@pytest.mark.parametrize(("extra", "needle"), [
+    ({"order": "random"}, "--order must be sequential or shuffle"),
+    ({"order": SHUFFLE, "shuffle_buffer": -1}, "--shuffle-buffer must be an integer >= 0"),
+    ({"order": SHUFFLE, "backend": "native"}, "reads in its own order"),
+])
+def test_bad_order_options_are_refused_before_anything_runs(extra: dict[str, object],
+                                                            needle: str) -> None:
+    with pytest.raises(DsbenchError, match=needle):
+        BenchOptions(**extra)  # type: ignore[arg-type]

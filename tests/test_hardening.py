@@ -23,6 +23,7 @@ from PIL import Image
 
 from dsbench.adapters import base
 from dsbench.cli import main
+from dsbench.errors import DsbenchError
 from dsbench.export import write
 from dsbench.export.write import Writer
 from dsbench.results.document import write_result
@@ -311,3 +312,36 @@ def test_a_stopped_worker_or_sigterm_ends_the_run_cleanly(long_export: Path, how
     else:
         assert proc.returncode == 143 and "terminated" in err and "Traceback" not in err, err
     assert left_behind(proc.pid) == []
+
+
+def test_a_failed_worker_is_reported_even_while_it_is_still_exiting() -> None:
+    """A worker that failed on a sample closes its pipes and says why, then takes a moment to
+    exit: freeing its slot meanwhile meets a closed pipe, and the run must report the worker's
+    reason, not a BrokenPipeError (seen under load)."""
+    import multiprocessing
+
+    from dsbench.loader.sources import ShmSource
+    from dsbench.loader.worker import BatchReport
+
+    ctx = multiprocessing.get_context("fork")
+    data_recv, data_send = ctx.Pipe(duplex=False)
+    ctrl_recv, ctrl_send = ctx.Pipe(duplex=False)
+
+    def failing() -> None:
+        ctrl_recv.close()
+        data_send.send(("error", "usersteps:fails_at_5 failed on sample 5", True))
+        time.sleep(0.5)  # the exit that lags behind the closed pipe
+
+    proc = ctx.Process(target=failing)
+    proc.start()
+    data_send.close()
+    ctrl_recv.close()
+    try:
+        assert data_recv.poll(30)  # its control pipe is closed by now
+        source = ShmSource.__new__(ShmSource)
+        source.procs, source.data, source.ctrl = [proc], [data_recv], [ctrl_send]
+        report = BatchReport(0, 0, 0, [], [], 0.0, 0.0, 0.0, 0.0, 0, 0, 0, 0, [], None)
+        with pytest.raises(DsbenchError, match="failed on sample 5"):
+            source.release(report)
+    finally:
+        proc.join(10)

@@ -42,6 +42,8 @@ STALL_FACTOR, MIN_STALL_S, MAX_STALL_S, STARTUP_STALL_S = 20.0, 5.0, 300.0, 60.0
 # Room in each slot for the collated fields; tmpfs allocates only the pages written, and fields
 # that do not fit travel over the pipe instead.
 EXTRAS_BYTES = 16 << 20
+# How long a worker that closed its control pipe gets to exit before it is reported.
+STOP_WAIT_S = 5.0
 _rings = itertools.count()
 
 
@@ -174,11 +176,17 @@ class ShmSource:
         return msg
 
     def release(self, report: BatchReport) -> None:
+        w = report.worker
         try:
-            self.ctrl[report.worker].send_bytes(b"%d" % report.slot)
+            self.ctrl[w].send_bytes(b"%d" % report.slot)
         except OSError:
+            # The worker closed its end: it is exiting, after saying why if it failed on the
+            # data. Its exit code can lag behind the closed pipe (seen under load: a traceback
+            # of the BrokenPipeError instead of the sample's error), so wait for it first.
+            self.procs[w].join(STOP_WAIT_S)
             self._check_alive()
-            raise
+            raise DsbenchError(f"loader worker {w} (pid {self.procs[w].pid}) stopped taking "
+                               "its freed batches; the run is void") from None
 
     def _recv(self, w: int) -> BatchReport:
         conn = self.data[w]

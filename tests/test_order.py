@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -16,8 +17,18 @@ from dsbench.analysis import compare
 from dsbench.cli import main
 from dsbench.errors import DsbenchError
 from dsbench.loader.options import BenchOptions
-from dsbench.loader.order import SEQUENTIAL, SHUFFLE, Order, worker_samples
+from dsbench.loader.order import (
+    SEQUENTIAL,
+    SHUFFLE,
+    Order,
+    WorkerSamples,
+    batch_where,
+    order_figures,
+)
+from dsbench.loader.pipeline import collate_fields, parse_fields
+from dsbench.loader.runner import run_bench
 from dsbench.results.document import write_result
+from dsbench.results.types import OrderFigures
 
 SHARD = 6
 
@@ -38,7 +49,7 @@ def _epochs(path: Path, order: Order, worker: int, workers: int, epochs: int
     """(key, source file) of each sample a worker reads, epoch by epoch."""
     export = adapters.open_export(path)
     share = sum(export.unit_samples(u) for u in export.units()[worker::workers])
-    stream = worker_samples(export, order, worker, workers)
+    stream = WorkerSamples(export, order, worker, workers)
     return [[(s.key, s.source) for s in itertools.islice(stream, share)] for _ in range(epochs)]
 
 
@@ -137,3 +148,52 @@ def test_bad_order_options_are_refused_before_anything_runs(extra: dict[str, obj
                                                             needle: str) -> None:
     with pytest.raises(DsbenchError, match=needle):
         BenchOptions(**extra)  # type: ignore[arg-type]
+
+
+def _expected(path: Path, order: Order, batch: int, skip: int, take: int) -> OrderFigures:
+    """The order figures of batches skip..skip+take of one worker's stream, replayed here."""
+    export = adapters.open_export(path)
+    stream = WorkerSamples(export, order, 0, 1)
+    wheres = []
+    for i in range(skip + take):
+        raws = list(itertools.islice(stream, batch))
+        where = batch_where(stream, [r.key for r in raws],
+                            collate_fields([parse_fields(r) for r in raws]))
+        if i >= skip:
+            assert where is not None
+            wheres.append(where)
+    return order_figures(export, wheres)
+
+
+@pytest.mark.parametrize(("layout", "order"), [
+    ("wds", Order(SEQUENTIAL)), ("wds", Order(SHUFFLE, buffer=12, seed=0)),
+    ("files", Order(SEQUENTIAL)), ("files", Order(SHUFFLE, seed=0))])
+def test_the_order_figures_are_those_of_the_order_the_workers_read(
+        layout: str, order: Order, shards: Path, files: Path) -> None:
+    path = shards if layout == "wds" else files
+    opts = BenchOptions(workers=(1,), batch_size=4, rounds=1, batches=7, warmup_batches=1,
+                        order=order.name, shuffle_buffer=order.buffer)
+    got = run_bench(path, opts)["runs"][0]["order_figures"]
+    # One worker: the warm-up batch, then the 7 measured ones, in the stream's own order.
+    want = _expected(path, order, 4, 1, 7)
+    assert got == pytest.approx(want)
+    assert got["batches"] == 7 and got["label_entropy_bits"] is not None
+    if order.name == SEQUENTIAL:
+        assert got["source_distance"] == 1.0  # front to back, 60 and 20 samples: no wrap yet
+    else:
+        assert got["source_distance"] > 1.0
+
+
+def test_order_figures_count_units_labels_and_distances(shards: Path) -> None:
+    export = adapters.open_export(shards)
+    # shard 0 samples 0-2 and shard 1 sample 0 (source positions 0, 1, 2, 6); then shard 3
+    # sample 5 and shard 0 sample 0 (positions 23 and 0)
+    figures = order_figures(export, [([0, 0, 0, 1], [0, 1, 2, 0], [3, 3, 7, 7]),
+                                     ([3, 0], [5, 0], [3, 9])])
+    assert figures["units_per_batch"] == pytest.approx((2 + 2) / 2)
+    # Each batch holds two labels equally often: 1 bit. All six: label 3 three times, 7 twice,
+    # 9 once.
+    assert figures["label_entropy_bits"] == pytest.approx(1.0)
+    assert figures["label_entropy_all_bits"] == pytest.approx(
+        -sum(p * math.log2(p) for p in (3 / 6, 2 / 6, 1 / 6)))
+    assert figures["source_distance"] == pytest.approx((1 + 1 + 4 + 23) / 4)

@@ -335,5 +335,7 @@ def compare(base: BenchResult, cand: BenchResult, *,
                    for m in measured_metrics(base, cand, w)]
         rows = attribution(metrics, stage_rows(base, cand, w, paired))
         out["runs"].append({"workers": w, "metrics": metrics, "attribution": rows,
-                            "moved": moved_text(rows)})
+                            "moved": moved_text(rows), "order_figures": {
+                                "base": run_for(base, w).get("order_figures"),
+                                "cand": run_for(cand, w).get("order_figures")}})
     return out

@@ -25,7 +25,9 @@ read as it), or `shuffle`, the streams above for one rank, a fresh permutation e
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+import statistics
+from collections import Counter
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +35,7 @@ import numpy as np
 
 from dsbench.adapters.base import Export, RawSample, SkipHandler
 from dsbench.errors import DsbenchError
+from dsbench.results.types import OrderFigures
 
 SHUFFLE_SAMPLE = "sample"  # the units are samples: a permutation of the units shuffles samples
 SHUFFLE_SHARD = "shard+buffer"  # the units are shards: their order, then a shuffle buffer
@@ -116,6 +119,7 @@ class SampleStream:
         # (locator, sample): the locator is what the state keeps of a buffered sample.
         self.buffer: list[tuple[tuple[int, int], RawSample]] = self._reread(st["buffer"])
         self.reader: Iterator[RawSample] | None = None
+        self.last_offset = 0
 
     def _reread(self, locators: list[list[int]]) -> list[tuple[tuple[int, int], RawSample]]:
         """The buffered samples again, read by locator: their units, in buffer order."""
@@ -163,8 +167,9 @@ class SampleStream:
         if self.plan.buffer:
             i = int(self.rng.integers(len(self.buffer)))
             self.buffer[i], self.buffer[-1] = self.buffer[-1], self.buffer[i]
-        (pos, _), raw = self.buffer.pop() if self.plan.buffer else self.buffer.pop(0)
+        (pos, off), raw = self.buffer.pop() if self.plan.buffer else self.buffer.pop(0)
         self.emitted += 1
+        self.last_offset = off  # where in its unit the sample is (bench's order figures)
         return raw, self.units[pos]
 
     def state(self) -> dict[str, Any]:
@@ -195,29 +200,142 @@ class Order:
 
 IN_ORDER = Order()
 
+# The label field when none is named: the first of these names the samples have (WebDataset's
+# `.cls` member is `cls`; dsbench's definitions call it `label`).
+LABEL_NAMES = ("label", "cls", "class", "target")
 
-def worker_samples(export: Export, order: Order, worker: int, n_workers: int,
-                   skip: SkipHandler = None) -> Iterator[RawSample]:
-    """One bench worker's samples, epoch after epoch, in `order`; a DsbenchError when an epoch
-    gives it none (an empty slice, or every sample skipped), which would otherwise spin."""
-    plan = None
-    if order.name == SHUFFLE:
-        layout = shuffle_of(export.layout)
-        plan = Plan(tuple(export.units()), order.seed, 1, n_workers, 1,
-                    order.buffer if layout == SHUFFLE_SHARD else 0, layout)
-    epoch = 0
-    while True:
-        n = 0
-        if plan is None:
-            for raw in export.read(worker, n_workers, skip):
-                n += 1
-                yield raw
-        else:
-            stream = SampleStream(export, plan, 0, worker, epoch, skip=skip)
-            while (got := stream.next()) is not None:
-                n += 1
-                yield got[0]
-        if n == 0:
-            raise DsbenchError(f"worker {worker} of {n_workers} read no samples from its slice "
-                               "(empty, or every sample was skipped)", path=export.path)
-        epoch += 1
+
+class WorkerSamples:
+    """One bench worker's samples, epoch after epoch, in `order`, remembering where each came
+    from: `where(key)` is (the unit's index in `export.units()`, the sample's offset in it),
+    once, for the order figures. A DsbenchError when an epoch gives the worker no sample (an
+    empty slice, or every sample skipped), which would otherwise spin."""
+
+    def __init__(self, export: Export, order: Order, worker: int, n_workers: int,
+                 skip: SkipHandler = None) -> None:
+        self.export, self.order, self.worker, self.n_workers = export, order, worker, n_workers
+        # A format's own reader (--backend native) yields its share with no units to name.
+        self.units: list[str] = export.units() if hasattr(export, "units") else []
+        self.index = {u: i for i, u in enumerate(self.units)}
+        # Per key, in reading order: a key can come twice before a batch is built (the end of
+        # one epoch and the start of the next in one batch).
+        self._where: dict[str, list[tuple[int, int]]] = {}
+        self._samples = self._epochs(skip)
+
+    def __iter__(self) -> Iterator[RawSample]:
+        return self
+
+    def __next__(self) -> RawSample:
+        return next(self._samples)
+
+    def where(self, key: str) -> tuple[int, int] | None:
+        found = self._where.get(key)
+        if not found:
+            return None
+        got = found.pop(0)
+        if not found:
+            del self._where[key]
+        return got
+
+    def _read(self, key: str, unit: int, offset: int) -> None:
+        self._where.setdefault(key, []).append((unit, offset))
+
+    def _epochs(self, skip: SkipHandler) -> Iterator[RawSample]:
+        plan = None
+        if self.order.name == SHUFFLE:
+            layout = shuffle_of(self.export.layout)
+            plan = Plan(tuple(self.units), self.order.seed, 1, self.n_workers, 1,
+                        self.order.buffer if layout == SHUFFLE_SHARD else 0, layout)
+        epoch = 0
+        while True:
+            n = 0
+            if not self.units:
+                for raw in self.export.read(self.worker, self.n_workers, skip):
+                    n += 1
+                    yield raw
+            elif plan is None:
+                for unit in self.units[self.worker::self.n_workers]:
+                    for off, raw in enumerate(self.export.read_units([unit], skip)):
+                        n += 1
+                        self._read(raw.key, self.index[unit], off)
+                        yield raw
+            else:
+                stream = SampleStream(self.export, plan, 0, self.worker, epoch, skip=skip)
+                while (got := stream.next()) is not None:
+                    n += 1
+                    self._read(got[0].key, self.index[got[1]], stream.last_offset)
+                    yield got[0]
+            if n == 0:
+                raise DsbenchError(f"worker {self.worker} of {self.n_workers} read no samples "
+                                   "from its slice (empty, or every sample was skipped)",
+                                   path=self.export.path)
+            epoch += 1
+
+
+# Where a batch's samples came from: their units' indexes, their offsets in them, and their labels
+# (None when the samples have none); what the order figures are computed from.
+Where = tuple[list[int], list[int], list[int] | None]
+
+
+def batch_where(samples: WorkerSamples, keys: list[str], fields: dict[str, Any]
+                ) -> Where | None:
+    """Where a batch built from `samples` came from; None where that is not known (a format's
+    own reader, or a key read twice before it was built)."""
+    found = [samples.where(k) for k in keys]
+    if not found or any(f is None for f in found):
+        return None
+    return [f[0] for f in found if f], [f[1] for f in found if f], labels_of(fields)
+
+
+def labels_of(fields: dict[str, Any]) -> list[int] | None:
+    """A batch's integer labels from its collated fields (the first of LABEL_NAMES that holds
+    integers), or None."""
+    for name in LABEL_NAMES:
+        value = fields.get(name)
+        if isinstance(value, np.ndarray) and value.ndim == 1 and \
+                np.issubdtype(value.dtype, np.integer):
+            return [int(v) for v in value]
+    return None
+
+
+# Positions in the source order need every earlier unit's sample count (tar headers, footers,
+# indexes: read in the main process after the rounds); past this many units it is not read.
+DISTANCE_MAX_UNITS = 4096
+
+
+def entropy_bits(labels: Sequence[int]) -> float:
+    """Shannon entropy of these labels' distribution, in bits."""
+    counts = Counter(labels)
+    n = len(labels)
+    return max(0.0, -sum(c / n * math.log2(c / n) for c in counts.values()))
+
+
+def order_figures(export: Export, batches: Sequence[Where]) -> OrderFigures:
+    """How random the batches a run delivered were, from where their samples came from:
+    distinct units per batch; label entropy per batch beside that of every label the run
+    delivered; the mean distance, in samples of the source order (each worker's units in
+    sorted order, front to back), between consecutive samples of a batch."""
+    out: OrderFigures = {
+        "batches": len(batches),
+        "units_per_batch": statistics.fmean(len(set(u)) for u, _, _ in batches),
+        "label_entropy_bits": None, "label_entropy_all_bits": None, "source_distance": None}
+    labelled = [labels for _, _, labels in batches if labels]
+    if labelled:
+        out["label_entropy_bits"] = statistics.fmean(entropy_bits(x) for x in labelled)
+        out["label_entropy_all_bits"] = entropy_bits([x for b in labelled for x in b])
+    last = max(max(u) for u, _, _ in batches)
+    if export.layout == "files":
+        start = list(range(last + 1))  # a unit is one sample
+    elif last < DISTANCE_MAX_UNITS and hasattr(export, "unit_samples"):
+        # (an export a caller's opener made may not count its units' samples)
+        units = export.units()
+        start = [0]
+        for unit in units[:last]:
+            start.append(start[-1] + export.unit_samples(unit))
+    else:
+        return out
+    steps = [abs((start[u1] + o1) - (start[u0] + o0))
+             for units, offsets, _ in batches
+             for u0, o0, u1, o1 in zip(units, offsets, units[1:], offsets[1:], strict=False)]
+    out["source_distance"] = statistics.fmean(steps) if steps else None
+    return out

@@ -48,6 +48,7 @@ from dsbench.loader.counts import NOT_COUNTED, Counts, count_pass
 from dsbench.loader.dataset_source import DatasetSource
 from dsbench.loader.native.session import removed_after, session
 from dsbench.loader.options import BenchOptions
+from dsbench.loader.order import order_figures
 from dsbench.loader.sources import ShmSource, check_memory
 from dsbench.loader.summary import summarize_run, warnings_of
 from dsbench.loader.torch_source import TorchSource
@@ -167,6 +168,8 @@ def _measure(source: ShmSource | TorchSource | DatasetSource, opts: BenchOptions
         "skipped": errors, "batch_cpu_s": [r.batch_cpu_s for r in reports],
         **memory.result_fields(peak_mem), "warmup_batches": n_workers * opts.warmup_batches,
         "warmup_s": warmup_s,
+        # Where each batch's samples came from, for the order figures (not in the document).
+        "where": [r.where for r in reports],
     }
 
 
@@ -296,6 +299,10 @@ def _run_benches(paths: Sequence[str | Path | Loc], opts: BenchOptions,
                     f"{1e3 * r['cpu_s_per_sample']:.3g} ms CPU/sample")
         for k in range(len(ps)):
             run = summarize_run(n_workers, side[k], rounds[k], prepared[k][1])
+            where = [w for r in rounds[k] for w in r["where"]]
+            if where and all(w is not None for w in where):
+                export = worker.open_export(str(ps[k]), side[k].export_opener())
+                run["order_figures"] = order_figures(export, where)
             runs[k].append(run)
             warnings[k] += warnings_of(run, side[k])
     docs = []

@@ -19,7 +19,7 @@ import numpy as np
 from dsbench import procs
 from dsbench.adapters import base
 from dsbench.errors import DsbenchError
-from dsbench.loader.order import IN_ORDER, Order, worker_samples
+from dsbench.loader.order import IN_ORDER, Order, WorkerSamples, labels_of
 from dsbench.loader.pipeline import BatchBuilder, Pipeline, collate_fields
 from dsbench.loader.sources import STARTUP_STALL_S
 from dsbench.loader.worker import (
@@ -55,6 +55,9 @@ def torch_collate(items: list[tuple[Any, ...]]) -> dict[str, Any]:
                   if all(isinstance(o, np.ndarray) for o in outputs)
                   else default_collate(outputs))
     fields = collate_fields([it[3] for it in items])
+    found = [it[8] for it in items]
+    where = None if any(f is None for f in found) else (
+        [f[0] for f in found], [f[1] for f in found], labels_of(fields))
     for name, value in fields.items():
         if isinstance(value, np.ndarray):
             fields[name] = torch.from_numpy(value)
@@ -68,7 +71,7 @@ def torch_collate(items: list[tuple[Any, ...]]) -> dict[str, Any]:
                          c1 - _torch_last_cpu, w1 - items[0][7], w1, cpu_now(),
                          read_chars(),
                          opens - _torch_setup_opens, mapped, last[5],
-                         errors, None)
+                         errors, None, where)
     _torch_last_cpu = c1
     return {"images": images, "fields": fields, "report": report}
 
@@ -78,7 +81,7 @@ def _make_torch_samples() -> type:
 
     class TorchSamples(IterableDataset):
         """Yields (worker, key, pixels, fields, stage CPU s, skipped so far, new errors,
-        perf_counter when the sample was begun)."""
+        perf_counter when the sample was begun, (unit index, offset) or None)."""
 
         def __init__(self, path: str, pipeline: Pipeline, seed: int,
                      opener: Opener | None = None, order: Order = IN_ORDER) -> None:
@@ -92,8 +95,13 @@ def _make_torch_samples() -> type:
             export = open_export(self.path, self.opener)
             _torch_setup_opens = base.io_counters()[0]  # set-up, as in worker.py: not counted
             procs.settle_heap()
-            builder = BatchBuilder(self.pipeline, lambda skip: worker_samples(
-                export, self.order, worker, n_workers, skip),
+            streams: list[WorkerSamples] = []  # the one the builder opens, for where()
+
+            def read(skip: base.SkipHandler) -> WorkerSamples:
+                streams.append(WorkerSamples(export, self.order, worker, n_workers, skip))
+                return streams[-1]
+
+            builder = BatchBuilder(self.pipeline, read,
                                    np.random.default_rng([self.seed, worker]))
             reported = 0
             _torch_last_cpu = time.process_time()
@@ -106,7 +114,7 @@ def _make_torch_samples() -> type:
                 new = builder.skipped[reported:ERRORS_KEPT]
                 reported += len(new)
                 yield (worker, key, pixels, fields, t, len(builder.skipped),
-                       [error_record(e) for e in new], began)
+                       [error_record(e) for e in new], began, streams[0].where(key))
 
     TorchSamples.__module__ = __name__
     TorchSamples.__qualname__ = "TorchSamples"

@@ -36,7 +36,7 @@ from dsbench import adapters, procs
 from dsbench.adapters import base
 from dsbench.adapters.base import Export
 from dsbench.errors import DsbenchError, SampleError
-from dsbench.loader.order import IN_ORDER, Order, worker_samples
+from dsbench.loader.order import IN_ORDER, Order, Where, WorkerSamples, batch_where
 from dsbench.loader.pipeline import BatchBuilder, Pipeline, StageTimes
 from dsbench.results.stages import STAGES
 
@@ -66,6 +66,7 @@ class BatchReport(NamedTuple):
     skipped: int  # cumulative skipped samples
     errors: list[dict[str, Any]]  # skipped samples new since the previous report (capped)
     extras: tuple[Any, ...] | None  # where the collated fields are (see pack_fields)
+    where: Where | None = None  # the samples' units, offsets and labels (order.batch_where)
 
 
 @dataclass(frozen=True)
@@ -195,8 +196,13 @@ def _loop(spec: WorkerSpec, data: Connection, ctrl: Connection) -> None:
     setup_opens = base.io_counters()[0]
     procs.settle_heap()
     rng = np.random.default_rng([spec.seed, spec.worker])
-    builder = BatchBuilder(spec.pipeline, lambda skip: worker_samples(
-        export, spec.order, spec.worker, spec.n_workers, skip), rng)
+    streams: list[WorkerSamples] = []  # the one the builder opens, kept for batch_where
+
+    def read(skip: base.SkipHandler) -> WorkerSamples:
+        streams.append(WorkerSamples(export, spec.order, spec.worker, spec.n_workers, skip))
+        return streams[-1]
+
+    builder = BatchBuilder(spec.pipeline, read, rng)
     transform = spec.pipeline.transform
     shape = (spec.batch_size, *transform.out_shape)
     shm = SharedMemory(spec.shm_name)
@@ -235,7 +241,8 @@ def _loop(spec: WorkerSpec, data: Connection, ctrl: Connection) -> None:
             data.send(BatchReport(
                 spec.worker, seq, slot, keys, times.seconds, c2 - c0, w2 - w0, w2, cpu_now(),
                 read_chars() - ctrl_bytes, opens - setup_opens, mapped,
-                len(builder.skipped), [error_record(e) for e in new], extras))
+                len(builder.skipped), [error_record(e) for e in new], extras,
+                batch_where(streams[0], keys, fields)))
             seq += 1
     finally:
         shm.close()

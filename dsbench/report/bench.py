@@ -28,6 +28,29 @@ def requests_text(doc: BenchResult) -> str:
     return text
 
 
+def order_text(doc: BenchResult) -> str:
+    """How random the measured batches were, per worker count: beside their cost, so that a
+    cheaper order and a less random one are seen together."""
+    rows = []
+    for r in doc["runs"]:
+        q = r.get("order_figures")
+        if q is None:
+            continue
+        bits = q["label_entropy_bits"]
+        rows.append([str(r["workers"]), f"{fmt.sig(q['units_per_batch'])} units/batch",
+                     "-" if bits is None else f"{fmt.sig(bits)} bits",
+                     "-" if q["label_entropy_all_bits"] is None
+                     else f"{fmt.sig(q['label_entropy_all_bits'])} bits",
+                     "-" if q["source_distance"] is None
+                     else f"{fmt.sig(q['source_distance'])} samples"])
+    if not rows:
+        return ""
+    return ("\n\nHow random the measured batches were (read in order: "
+            f"{order_of(doc)})\n"
+            + fmt.table(["workers", "units per batch", "label entropy per batch",
+                         "of all labels read", "apart in the source order"], rows))
+
+
 def render(doc: BenchResult) -> str:
     """The result as two tables for people: throughput and cost, then CPU per stage."""
     runs = doc["runs"]
@@ -78,6 +101,6 @@ def render(doc: BenchResult) -> str:
             f"{fmt.seconds(cfg['seconds'])}" + (", cold cache" if cfg["cold"] else ""))
     skipped = sum(r["skipped_samples"] for r in runs)
     tail = f"\nskipped {skipped} bad samples (see 'skipped' in --json)" if skipped else ""
-    return (f"{head}\n\n{main}\n{HOST_NOTE}{requests_text(doc)}\n\n"
+    return (f"{head}\n\n{main}\n{HOST_NOTE}{requests_text(doc)}{order_text(doc)}\n\n"
             "CPU per sample by stage (other: main process, hand-over, idle wake-ups)\n"
             f"{stages}{tail}")

@@ -102,6 +102,24 @@ def drift_warning(comparison: dict[str, Any]) -> str:
             "in one run (dsbench compare PATH PATH)")
 
 
+def _figures(q: dict[str, Any]) -> str:
+    bits = q["label_entropy_bits"]
+    apart = q["source_distance"]
+    return (f"{fmt.sig(q['units_per_batch'])} units/batch"
+            + ("" if bits is None else
+               f", label entropy {fmt.sig(bits)} bits/batch of "
+               f"{fmt.sig(q['label_entropy_all_bits'])} bits over all labels read")
+            + ("" if apart is None else
+               f", consecutive samples {fmt.sig(apart)} samples apart in the source order"))
+
+
+def order_text(figures: dict[str, Any]) -> str:
+    """How random each side's batches were, beside what they cost."""
+    sides = [(name, figures.get(key)) for name, key in (("base", "base"), ("candidate", "cand"))]
+    said = [f"{name} {_figures(q)}" for name, q in sides if q]
+    return ("how random the batches were: " + "; ".join(said)) if said else ""
+
+
 def render(comparison: dict[str, Any], markdown: bool = False) -> str:
     """The whole comparison: header, per worker count a metric table and the attribution."""
     base, cand = comparison["base"], comparison["cand"]
@@ -129,6 +147,9 @@ def render(comparison: dict[str, Any], markdown: bool = False) -> str:
         out.append(fmt.table(HEADERS, metric_rows(run), markdown=markdown))
         out.append(("\nwhere the cost moved: " if markdown else "where the cost moved: ")
                    + run["moved"])
+        randomness = order_text(run.get("order_figures") or {})
+        if randomness:
+            out.append(("\n" if markdown else "") + randomness)
     if comparison["runs"]:
         out.append(("\n" if markdown else "") + LEGEND)
     cluster = comparison.get("cluster")

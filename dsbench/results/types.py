@@ -97,6 +97,14 @@ class Round(TypedDict):
     stages: NotRequired[dict[str, float]]
 
 
+class OrderFigures(TypedDict):
+    batches: int
+    units_per_batch: float
+    label_entropy_bits: float | None
+    label_entropy_all_bits: float | None
+    source_distance: float | None
+
+
 class Run(TypedDict):
     workers: int
     batch_size: int
@@ -114,6 +122,7 @@ class Run(TypedDict):
     mapped_bytes_per_sample: float
     files_per_sample: float
     requests_per_sample: NotRequired[float]
+    order_figures: NotRequired[OrderFigures]
     peak_pss_bytes: float
     peak_pss_anon_bytes: NotRequired[float]
     peak_pss_file_bytes: NotRequired[float]

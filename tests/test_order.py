@@ -197,3 +197,16 @@ def test_order_figures_count_units_labels_and_distances(shards: Path) -> None:
     assert figures["label_entropy_all_bits"] == pytest.approx(
         -sum(p * math.log2(p) for p in (3 / 6, 2 / 6, 1 / 6)))
     assert figures["source_distance"] == pytest.approx((1 + 1 + 4 + 23) / 4)
+
+
+def test_extrapolate_says_which_order_its_measurement_was_read_in(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for name, extra in (("old", {}), ("shuffled", {"order": SHUFFLE, "shuffle_buffer": 500})):
+        path = tmp_path / f"{name}.json"
+        write_result(path, rd.document([rd.run(1)], **extra))
+        assert main(["extrapolate", str(path), "--steps", "200", "--json", "-"]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        want = "shuffle (buffer 500 samples)" if extra else SEQUENTIAL
+        assert doc["loader"]["order"] == want
+        cpu = next(r for r in doc["inputs"] if r["name"] == "cpu_s_per_sample")
+        assert cpu["note"].endswith(f"read in order: {want}")

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dsbench import fmt, stats
-from dsbench.loader.order import SEQUENTIAL
+from dsbench.loader.order import order_label
 from dsbench.results.stages import STAGES
 from dsbench.results.types import BenchResult, Run
 
@@ -78,11 +78,7 @@ def format_value(key: str, value: float) -> str:
 def order_of(doc: BenchResult) -> str:
     """The order a result was read in (`--order`), in words; results from before orders
     existed were read sequentially."""
-    config = doc["config"]
-    order = config.get("order", SEQUENTIAL)
-    buffer = config.get("shuffle_buffer")
-    return order if order == SEQUENTIAL or buffer is None else \
-        f"{order} (buffer {buffer} samples)"
+    return order_label(doc["config"])
 
 
 def not_comparable(base: BenchResult, cand: BenchResult, any_order: bool = False) -> list[str]:

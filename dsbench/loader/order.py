@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -199,6 +199,15 @@ class Order:
 
 
 IN_ORDER = Order()
+
+
+def order_label(config: Mapping[str, Any]) -> str:
+    """The order a result's config says it was read in, in words; results from before orders
+    existed were read sequentially."""
+    order = str(config.get("order", SEQUENTIAL))
+    buffer = config.get("shuffle_buffer")
+    return order if order == SEQUENTIAL or buffer is None else \
+        f"{order} (buffer {buffer} samples)"
 
 # The label field when none is named: the first of these names the samples have (WebDataset's
 # `.cls` member is `cls`; dsbench's definitions call it `label`).

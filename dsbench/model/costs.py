@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from dsbench.errors import DsbenchError
+from dsbench.loader.order import order_label
 
 DIST_SYNTAX = "SECONDS, normal:MEAN,SD or lognormal:MEAN,SD (seconds), e.g. normal:0.25,0.01"
 
@@ -95,6 +96,7 @@ class LoaderCost:
     memory_per_worker_bytes: float | None = None
     memory_workers: int | None = None
     memory_kind: str = "PSS"  # or "anonymous + shared": the kernel's split without page cache
+    order: str | None = None  # the order the measured export was read in (bench --order)
 
     def __post_init__(self) -> None:
         for name in ("cpu_s_per_sample", "cpu_cv", "files_per_sample", "bytes_per_sample"):
@@ -154,7 +156,8 @@ class LoaderCost:
                 "bytes_per_sample": self.bytes_per_sample, "stages": dict(self.stages),
                 "stated_fields": sorted(self.stated_fields), "units": self.units,
                 "memory_per_worker_bytes": self.memory_per_worker_bytes,
-                "memory_workers": self.memory_workers, "memory_kind": self.memory_kind}
+                "memory_workers": self.memory_workers, "memory_kind": self.memory_kind,
+                "order": self.order}
 
     def source_of(self, name: str) -> str:
         """'measured' or 'stated', for one of this cost's figures."""
@@ -207,6 +210,7 @@ def _from_result(doc: Mapping[str, Any], path: str | None) -> LoaderCost:
     # Contention: CPU per sample at W workers over the base run, placed at load W / cores.
     by_load = {0.0: 1.0} | {w / cores: cpu / base_cpu for w, cpu, _, _ in parsed if w <= cores}
     points = sorted(by_load.items())
+    config = doc.get("config")
     raw_export = doc.get("export")
     export: Mapping[str, Any] = raw_export if isinstance(raw_export, Mapping) else {}
     files = _read_per_sample(base, export, "files_per_sample", where, path)
@@ -223,6 +227,7 @@ def _from_result(doc: Mapping[str, Any], path: str | None) -> LoaderCost:
                       base_workers=base_workers, path=None if path is None else str(path),
                       stages=stage_items, units=units if sharded else None,
                       unit_name=str(export.get("unit_name") or "units"),
+                      order=order_label(config if isinstance(config, Mapping) else {}),
                       **_memory(parsed))
 
 

@@ -46,7 +46,9 @@ def inputs(cost: LoaderCost, cluster: ClusterSpec,
     (storage also "measured + stated" or "profile + stated": a stated latency added)."""
     where = f"{cost.path}: " if cost.path else ""
     base = (f"{where}{len(cost.batch_cpu_s)} batches of {cost.measured_batch} samples, "
-            f"{cost.base_workers} worker(s)") if cost.origin == "measured" else ""
+            f"{cost.base_workers} worker(s)"
+            + (f", read in order: {cost.order}" if cost.order else "")) \
+        if cost.origin == "measured" else ""
     rows = [_row("cpu_s_per_sample", cost.cpu_s_per_sample,
                  fmt.seconds(cost.cpu_s_per_sample, "sample"), cost.source_of("cpu_s_per_sample"),
                  base)]

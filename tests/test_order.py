@@ -210,3 +210,22 @@ def test_extrapolate_says_which_order_its_measurement_was_read_in(
         assert doc["loader"]["order"] == want
         cpu = next(r for r in doc["inputs"] if r["name"] == "cpu_s_per_sample")
         assert cpu["note"].endswith(f"read in order: {want}")
+
+
+def test_the_ceiling_is_the_loader_handing_over_built_batches(
+        shards: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "ceiling.json"
+    assert main(["bench", str(shards), "--workers", "1", "--seconds", "0.2", "--rounds", "2",
+                 "--batch-size", "4", "--ceiling", "--json", str(out)]) == 0
+    run = json.loads(out.read_text())["runs"][0]
+    c = run["ceiling"]
+    # Nothing read or decoded: the same loader is many times faster than reading.
+    assert c["samples_per_s"] > run["samples_per_s"]
+    lo, hi = c["fraction_ci95"]
+    assert 0 < lo <= c["fraction"] <= hi and c["fraction"] < 1
+    assert "of the loader's ceiling" in capsys.readouterr().out
+
+
+def test_the_ceiling_is_refused_where_dsbench_does_not_build_the_batches() -> None:
+    with pytest.raises(DsbenchError, match="--ceiling replays built batches"):
+        BenchOptions(ceiling=True, backend="torch")

@@ -41,6 +41,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="your own torch Dataset or IterableDataset, built by FACTORY(), "
                         "measured as a black box through torch's DataLoader "
                         "(docs/pipeline.md)")
+    p.add_argument("--ceiling", action="store_true",
+                   help="also measure the same loader handing over batches it already built "
+                        "(no reading, decoding or transforms), rounds interleaved, and report "
+                        "the throughput as a fraction of that ceiling: how much of the time is "
+                        "the export's and how much the loader's (docs/access-patterns.md)")
     p.add_argument("--seed", type=int, default=d.seed, help="transform seed (default 0)")
     p.add_argument("--stall-timeout", type=float, default=None, metavar="S",
                    help="a worker silent this long fails the run (default: 20 times its usual "
@@ -52,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
     opts = window_options(args, warmup_batches=args.warmup_batches, step_time_s=args.step_time,
                           normalize=args.normalize, on_error=args.on_error,
                           backend=args.backend, prefetch=args.prefetch, seed=args.seed,
-                          stall_s=args.stall_timeout, dataset=args.dataset)
+                          stall_s=args.stall_timeout, dataset=args.dataset,
+                          ceiling=args.ceiling)
     if (args.path is None) == (args.dataset is None):
         raise DsbenchError("name an export PATH, or --dataset MODULE:FACTORY, not both")
     doc = run_bench(args.path or args.dataset, opts, progress=fmt.progress)

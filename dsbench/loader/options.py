@@ -56,6 +56,8 @@ class BenchOptions:
     count_samples: int | None = None
     order: str = SEQUENTIAL  # one of order.ORDERS: how each worker reads its share
     shuffle_buffer: int = DEFAULT_BUFFER  # samples per worker, with --order shuffle on shards
+    ceiling: bool = False  # --ceiling: also measure the loader replaying batches it built
+    replay: bool = False  # this side is the ceiling: workers hand built batches over again
 
     def __post_init__(self) -> None:
         def bad(option: str, value: object, want: str) -> DsbenchError:
@@ -94,6 +96,10 @@ class BenchOptions:
                                "dsbench or torch); a --dataset or --backend native reads in "
                                "its own order, which is measured as it is with --order "
                                "sequential")
+        if (self.ceiling or self.replay) and (self.backend != "dsbench"
+                                              or self.dataset is not None):
+            raise DsbenchError("--ceiling replays built batches in dsbench's own loader "
+                               "(--backend dsbench, no --dataset)")
         if self.decoder not in DECODERS:
             raise bad("decoder", self.decoder, " or ".join(DECODERS))
         if self.layout is not None:
@@ -148,4 +154,5 @@ class BenchOptions:
                 "stall_s": self.stall_s, "max_pixels": self.max_pixels,
                 "transform": type(self.pipeline().transform).__name__,
                 "pipeline": self.step, "dataset": self.dataset, "order": self.order,
-                "shuffle_buffer": self.shuffle_buffer if self.order != SEQUENTIAL else None}
+                "shuffle_buffer": self.shuffle_buffer if self.order != SEQUENTIAL else None,
+                "ceiling": self.ceiling}

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import psutil
 
-from dsbench import procs
+from dsbench import procs, stats
 from dsbench.adapters.survey import new_survey, summarize
 from dsbench.errors import DsbenchError, SampleError
 from dsbench.loader import forks, memory, native, worker
@@ -280,6 +280,13 @@ def _run_benches(paths: Sequence[str | Path | Loc], opts: BenchOptions,
     for o in side:
         check_memory(o.pipeline(), o.batch_size, o.prefetch, max(opts.workers))
     prepared = [prepare(p, o) for p, o in zip(ps, side, strict=True)]
+    measured = len(ps)
+    if opts.ceiling:
+        # Each export's ceiling is one more side of the interleaved run: the same loader,
+        # its warm-up filling every slot, then handing those batches over again.
+        ps, prepared = ps + ps, prepared + prepared
+        side = side + [dataclasses.replace(o, ceiling=False, replay=True, warmup_batches=max(
+            o.warmup_batches, o.prefetch + 1)) for o in side]
     info = machine.collect()
     run_id = uuid.uuid4().hex
     runs: list[list[Run]] = [[] for _ in ps]
@@ -294,10 +301,11 @@ def _run_benches(paths: Sequence[str | Path | Loc], opts: BenchOptions,
             for k, p in order:
                 r = run_round(p, side[k], n_workers)
                 rounds[k].append(r)
-                say(f"bench {p.name}: {n_workers} workers, round {i + 1}/{n_rounds}: "
+                say(f"bench {p.name}{' (ceiling)' if side[k].replay else ''}: {n_workers} "
+                    f"workers, round {i + 1}/{n_rounds}: "
                     f"{r['samples_per_s']:.4g} samples/s, "
                     f"{1e3 * r['cpu_s_per_sample']:.3g} ms CPU/sample")
-        for k in range(len(ps)):
+        for k in range(measured):
             run = summarize_run(n_workers, side[k], rounds[k], prepared[k][1])
             where = [w for r in rounds[k] for w in r["where"]]
             if where and all(w is not None for w in where):
@@ -305,8 +313,19 @@ def _run_benches(paths: Sequence[str | Path | Loc], opts: BenchOptions,
                 run["order_figures"] = order_figures(export, where)
             runs[k].append(run)
             warnings[k] += warnings_of(run, side[k])
+        for k in range(measured, len(ps)):
+            # The measured throughput as a fraction of the ceiling, paired round by round.
+            built = rounds[k - measured]
+            interval = stats.ratio([r["samples_per_s"] for r in rounds[k]],
+                                   [r["samples_per_s"] for r in built], paired=True)
+            runs[k - measured][-1]["ceiling"] = {
+                "samples_per_s": stats.summarize([r["samples_per_s"] for r in rounds[k]]).center,
+                "fraction": interval.estimate if interval else
+                float(np.mean([b["samples_per_s"] / c["samples_per_s"]
+                               for b, c in zip(built, rounds[k], strict=True)])),
+                "fraction_ci95": interval.as_list() if interval else None}
     docs = []
-    for k, p in enumerate(ps):
+    for k, p in enumerate(ps[:measured]):
         base = next((r for r in runs[k] if r["workers"] == 1),
                     min(runs[k], key=lambda r: r["workers"]))
         for run in runs[k]:

@@ -132,7 +132,7 @@ class ShmSource:
                     self._start(ctx, WorkerSpec(str(path), w, n_workers, opts.batch_size,
                                                 pipeline, opts.seed, f"{tag}-{w}", slots,
                                                 slot_bytes, image_bytes, opts.export_opener(),
-                                                opts.reading_order()))
+                                                opts.reading_order(), opts.replay))
         except BaseException:
             self.close()
             raise

@@ -51,6 +51,27 @@ def order_text(doc: BenchResult) -> str:
                          "of all labels read", "apart in the source order"], rows))
 
 
+def ceiling_text(doc: BenchResult) -> str:
+    """--ceiling: the loader's own limit beside each run's throughput."""
+    lines = []
+    for r in doc["runs"]:
+        c = r.get("ceiling")
+        if c is None:
+            continue
+        ci = c["fraction_ci95"]
+        interval = ("one round: no interval" if ci is None else
+                    f"95% interval {fmt.percent(ci[0])} to {fmt.percent(ci[1])}")
+        lines.append(f"{fmt.plural(r['workers'], 'worker')}: {fmt.rate(r['samples_per_s'])} is "
+                     f"{fmt.percent(c['fraction'])} of the loader's ceiling "
+                     f"({fmt.rate(c['samples_per_s'])} handing over batches already built; "
+                     f"{interval})")
+    if not lines:
+        return ""
+    return ("\n\nThe loader's ceiling (the same workers, ring and hand-over, nothing read, "
+            "decoded or transformed): the rest of the time is the export's and the "
+            "pipeline's\n" + "\n".join(lines))
+
+
 def render(doc: BenchResult) -> str:
     """The result as two tables for people: throughput and cost, then CPU per stage."""
     runs = doc["runs"]
@@ -101,6 +122,7 @@ def render(doc: BenchResult) -> str:
             f"{fmt.seconds(cfg['seconds'])}" + (", cold cache" if cfg["cold"] else ""))
     skipped = sum(r["skipped_samples"] for r in runs)
     tail = f"\nskipped {skipped} bad samples (see 'skipped' in --json)" if skipped else ""
-    return (f"{head}\n\n{main}\n{HOST_NOTE}{requests_text(doc)}{order_text(doc)}\n\n"
+    more = requests_text(doc) + order_text(doc) + ceiling_text(doc)
+    return (f"{head}\n\n{main}\n{HOST_NOTE}{more}\n\n"
             "CPU per sample by stage (other: main process, hand-over, idle wake-ups)\n"
             f"{stages}{tail}")

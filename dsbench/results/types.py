@@ -65,6 +65,7 @@ class Config(TypedDict):
     max_pixels: NotRequired[int]
     order: NotRequired[str]  # absent before orders existed: sequential
     shuffle_buffer: NotRequired[int | None]
+    ceiling: NotRequired[bool]
 
 
 class Statistics(TypedDict):
@@ -105,6 +106,12 @@ class OrderFigures(TypedDict):
     source_distance: float | None
 
 
+class Ceiling(TypedDict):
+    samples_per_s: float
+    fraction: float
+    fraction_ci95: list[float] | None
+
+
 class Run(TypedDict):
     workers: int
     batch_size: int
@@ -123,6 +130,7 @@ class Run(TypedDict):
     files_per_sample: float
     requests_per_sample: NotRequired[float]
     order_figures: NotRequired[OrderFigures]
+    ceiling: NotRequired[Ceiling]
     peak_pss_bytes: float
     peak_pss_anon_bytes: NotRequired[float]
     peak_pss_file_bytes: NotRequired[float]

@@ -1,3 +1,3 @@
-from dsbench.cli import main
+from dsbench.cli import entry
 
-raise SystemExit(main())
+entry()

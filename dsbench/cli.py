@@ -90,3 +90,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if old is not None:
             signal.signal(signal.SIGTERM, old)
+
+
+def entry() -> None:
+    """The `dsbench` command and `python -m dsbench`: main(), then the interpreter's exit.
+
+    After main() the work is done and said. A Ctrl-C that comes now meets the interpreter's own
+    shutdown (atexit joins thread pools' threads), where Python prints a KeyboardInterrupt
+    traceback; the signal's default action ends the process instead, silently, as the run was
+    ending anyway. Not where SIGINT was ignored from the start (a background job's), nor for
+    callers of main() in their own process.
+    """
+    code = main()
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+    raise SystemExit(code)

@@ -132,3 +132,21 @@ def _nothing_half_written(command: str, tmp: Path, where: str) -> None:
     for name in ("a.json", "b.json"):
         if (tmp / name).exists():
             json.loads((tmp / name).read_text())
+
+
+def test_a_ctrl_c_in_the_interpreters_last_steps_prints_no_traceback(tmp_path: Path) -> None:
+    """A Ctrl-C after the work and its output, while the interpreter shuts down (atexit), ends
+    the process by the signal's own action: no KeyboardInterrupt traceback (seen once in the
+    suite's runs, a probe's thread pool being joined at exit)."""
+    script = ("import atexit, os, signal, sys\n"
+              "atexit.register(lambda: os.kill(os.getpid(), signal.SIGINT))\n"
+              "sys.argv = ['dsbench', 'budget', '--gpus', '16', '--gpus-per-node', '8',\n"
+              "            '--mean-step', '1.4', '--p99-step', '6.8', '--gpu-util', '61%',\n"
+              "            '--host-cpu', '95%', '--slowdown', '2.1x']\n"
+              "from dsbench.cli import entry\n"
+              "entry()\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60, cwd=tmp_path, preexec_fn=as_in_a_terminal)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == -signal.SIGINT
+    assert proc.stdout  # the report was printed before

@@ -6,8 +6,8 @@ Writes the incident's exports (formats/before.toml: WebDataset shards; after.tom
 sample; arrow.toml; parquet.toml) with SAMPLES samples (default 2000) under OUT_DIR, then
 measures each export twice in one interleaved run, `--order sequential` against `--order
 shuffle` (1 worker, batches of 64, 6 rounds of 1 s), and prints a markdown table: throughput,
-CPU, bytes and files per sample, and how random the batches were; then each shuffle's CPU per
-sample against sequential's, with its 95% interval.
+CPU, bytes and files per sample, peak anonymous memory, and how random the batches were; then
+each shuffle's CPU per sample against sequential's, with its 95% interval.
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ OPTS = BenchOptions(workers=(1,), batch_size=64, seconds=1.0, rounds=6)
 def main(out_dir: str, samples: int) -> None:
     out = Path(out_dir)
     print("| export (layout) | order | samples/s | CPU/sample | bytes/sample | files/sample "
-          "| units/batch | label entropy per batch / of all labels read | apart in the source "
-          "order |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| peak anonymous memory | units/batch | label entropy per batch / of all labels read "
+          "| apart in the source order |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     ratios = []
     for name in EXPORTS:
         path = out / name
@@ -48,6 +48,7 @@ def main(out_dir: str, samples: int) -> None:
             print(f"| {name} ({doc['export']['layout']}) | {doc['config']['order']} | "
                   f"{fmt.rate(r['samples_per_s'])} | {fmt.seconds(r['cpu_s_per_sample'])} | "
                   f"{fmt.nbytes(r['bytes_per_sample'])} | {r['files_per_sample']:.4g} | "
+                  f"{fmt.nbytes(r.get('peak_pss_anon_bytes', r['peak_pss_bytes']))} | "
                   f"{q['units_per_batch']:.3g} | {bits} | {apart} samples |")
         cpu = next(m for m in compare(*docs, any_order=True)["runs"][0]["metrics"]
                    if m["metric"] == "cpu_s_per_sample")

@@ -35,6 +35,8 @@ NOT_HERE = {
     "srun": "needs Slurm; tests/test_job.py checks the rank read from Slurm's variables",
     "python benchmarks/job_accuracy.py": "is the measurement behind docs/job.md's tables "
                                          "(minutes of jobs)",
+    "python benchmarks/access_patterns.py": "is the measurement behind "
+                                            "docs/access-patterns.md's table (minutes)",
 }
 # Docs without a command this test runs, and why: their case would pass vacuously.
 NO_COMMANDS = {

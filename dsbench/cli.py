@@ -7,6 +7,7 @@ printed as a single line with exit code 2. Anything else is a bug and keeps its 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import signal
 import sys
@@ -102,6 +103,11 @@ def entry() -> None:
     callers of main() in their own process.
     """
     code = main()
+    # Said before the signal's action could end the process: output still buffered (a pipe's)
+    # would be lost with it.
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
     raise SystemExit(code)

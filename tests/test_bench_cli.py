@@ -202,8 +202,13 @@ def test_what_a_killed_run_left_the_next_run_removes(export: Path) -> None:
                            capture_output=True, text=True, timeout=120)
     assert again.returncode == 0, again.stderr
     said = [ln for ln in again.stderr.splitlines() if "left by killed dsbench runs" in ln]
-    assert len(said) == 1 and f"process {proc.pid}" in said[0] and "2 shared-memory" in said[0]
     assert not list(Path("/dev/shm").glob(f"dsbench-{proc.pid}-*"))
+    # Any dsbench run clears them: one in the suite's other process (pytest-xdist) or on the
+    # same machine may have started first and said so itself. This one says it at most once,
+    # and when it does, it names the killed run and what it left.
+    assert len(said) <= 1, again.stderr
+    if said:
+        assert f"process {proc.pid}" in said[0] and "2 shared-memory" in said[0], said
 
 
 def test_only_what_dead_processes_left_is_removed(tmp_path: Path) -> None:

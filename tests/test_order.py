@@ -229,3 +229,18 @@ def test_the_ceiling_is_the_loader_handing_over_built_batches(
 def test_the_ceiling_is_refused_where_dsbench_does_not_build_the_batches() -> None:
     with pytest.raises(DsbenchError, match="--ceiling replays built batches"):
         BenchOptions(ceiling=True, backend="torch")
+
+
+@pytest.mark.parametrize("order", [Order(SEQUENTIAL), Order(SHUFFLE, buffer=12, seed=5)])
+def test_each_sample_is_located_in_its_own_unit_at_its_own_offset(shards: Path,
+                                                                  order: Order) -> None:
+    export = adapters.open_export(shards)
+    units = export.units()
+    content = {u: [s.key for s in export.read_units([u])] for u in units}
+    stream = WorkerSamples(export, order, 1, 2)
+    for raw in itertools.islice(stream, 45):  # past the worker's first epoch of 30
+        where = stream.where(raw.key)
+        assert where is not None
+        unit, offset = where
+        assert content[units[unit]][offset] == raw.key
+        assert Path(raw.source).name == Path(units[unit]).name

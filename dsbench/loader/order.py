@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +36,7 @@ import numpy as np
 from dsbench.adapters.base import Export, RawSample, SkipHandler
 from dsbench.errors import DsbenchError
 from dsbench.results.types import OrderFigures
+from dsbench.storage.files import is_remote, location
 
 SHUFFLE_SAMPLE = "sample"  # the units are samples: a permutation of the units shuffles samples
 SHUFFLE_SHARD = "shard+buffer"  # the units are shards: their order, then a shuffle buffer
@@ -68,9 +69,15 @@ class Plan:
         if not (0 <= rank < self.ranks and 0 <= worker < self.workers):
             raise DsbenchError(f"rank {rank} worker {worker} is not in {self.ranks} x "
                                f"{self.workers}")
+        return [self.units[i] for i in self.slot_indices(epoch, rank, worker)]
+
+    def slot_indices(self, epoch: int, rank: int, worker: int) -> list[int]:
+        """`slot`'s units as indexes into `units`."""
+        if not (0 <= rank < self.ranks and 0 <= worker < self.workers):
+            raise DsbenchError(f"rank {rank} worker {worker} is not in {self.ranks} x "
+                               f"{self.workers}")
         perm = np.random.default_rng([self.seed, epoch]).permutation(len(self.units))
-        order = [self.units[int(i)] for i in perm]
-        return order[rank::self.ranks][worker::self.workers]
+        return [int(i) for i in perm[rank::self.ranks][worker::self.workers]]
 
     def fill_steps(self) -> int:
         """Steps, from an epoch's start, until every worker's buffer has been full once."""
@@ -119,7 +126,7 @@ class SampleStream:
         # (locator, sample): the locator is what the state keeps of a buffered sample.
         self.buffer: list[tuple[tuple[int, int], RawSample]] = self._reread(st["buffer"])
         self.reader: Iterator[RawSample] | None = None
-        self.last_offset = 0
+        self.last_pos, self.last_offset = 0, 0
 
     def _reread(self, locators: list[list[int]]) -> list[tuple[tuple[int, int], RawSample]]:
         """The buffered samples again, read by locator: their units, in buffer order."""
@@ -169,7 +176,7 @@ class SampleStream:
             self.buffer[i], self.buffer[-1] = self.buffer[-1], self.buffer[i]
         (pos, off), raw = self.buffer.pop() if self.plan.buffer else self.buffer.pop(0)
         self.emitted += 1
-        self.last_offset = off  # where in its unit the sample is (bench's order figures)
+        self.last_pos, self.last_offset = pos, off  # where it was (bench's order figures)
         return raw, self.units[pos]
 
     def state(self) -> dict[str, Any]:
@@ -225,10 +232,11 @@ class WorkerSamples:
         self.export, self.order, self.worker, self.n_workers = export, order, worker, n_workers
         # A format's own reader (--backend native) yields its share with no units to name.
         self.units: list[str] = export.units() if hasattr(export, "units") else []
-        self.index = {u: i for i, u in enumerate(self.units)}
-        # Per key, in reading order: a key can come twice before a batch is built (the end of
-        # one epoch and the start of the next in one batch).
-        self._where: dict[str, list[tuple[int, int]]] = {}
+        # (key, unit index, offset) of each sample read, in reading order: batches are built
+        # in that order, so a key is matched to the first entry that has it (keys can repeat
+        # across shards, and an epoch's end and the next one's start can share a batch);
+        # entries before it are samples the builder skipped.
+        self._where: deque[tuple[str, int, int]] = deque()
         self._samples = self._epochs(skip)
 
     def __iter__(self) -> Iterator[RawSample]:
@@ -238,16 +246,11 @@ class WorkerSamples:
         return next(self._samples)
 
     def where(self, key: str) -> tuple[int, int] | None:
-        found = self._where.get(key)
-        if not found:
-            return None
-        got = found.pop(0)
-        if not found:
-            del self._where[key]
-        return got
-
-    def _read(self, key: str, unit: int, offset: int) -> None:
-        self._where.setdefault(key, []).append((unit, offset))
+        while self._where:
+            k, unit, offset = self._where.popleft()
+            if k == key:
+                return unit, offset
+        return None
 
     def _epochs(self, skip: SkipHandler) -> Iterator[RawSample]:
         plan = None
@@ -263,16 +266,20 @@ class WorkerSamples:
                     n += 1
                     yield raw
             elif plan is None:
-                for unit in self.units[self.worker::self.n_workers]:
+                share = self.units[self.worker::self.n_workers]
+                for i, unit in enumerate(share):
+                    index = self.worker + i * self.n_workers  # in export.units()
                     for off, raw in enumerate(self.export.read_units([unit], skip)):
                         n += 1
-                        self._read(raw.key, self.index[unit], off)
+                        self._where.append((raw.key, index, off))
                         yield raw
             else:
                 stream = SampleStream(self.export, plan, 0, self.worker, epoch, skip=skip)
+                indices = plan.slot_indices(epoch, 0, self.worker)
                 while (got := stream.next()) is not None:
                     n += 1
-                    self._read(got[0].key, self.index[got[1]], stream.last_offset)
+                    self._where.append((got[0].key, indices[stream.last_pos],
+                                        stream.last_offset))
                     yield got[0]
             if n == 0:
                 raise DsbenchError(f"worker {self.worker} of {self.n_workers} read no samples "
@@ -289,7 +296,7 @@ Where = tuple[list[int], list[int], list[int] | None]
 def batch_where(samples: WorkerSamples, keys: list[str], fields: dict[str, Any]
                 ) -> Where | None:
     """Where a batch built from `samples` came from; None where that is not known (a format's
-    own reader, or a key read twice before it was built)."""
+    own reader)."""
     found = [samples.where(k) for k in keys]
     if not found or any(f is None for f in found):
         return None
@@ -308,7 +315,8 @@ def labels_of(fields: dict[str, Any]) -> list[int] | None:
 
 
 # Positions in the source order need every earlier unit's sample count (tar headers, footers,
-# indexes: read in the main process after the rounds); past this many units it is not read.
+# indexes: read in the main process after the rounds, on local exports); past this many units
+# they are not read.
 DISTANCE_MAX_UNITS = 4096
 
 
@@ -317,6 +325,25 @@ def entropy_bits(labels: Sequence[int]) -> float:
     counts = Counter(labels)
     n = len(labels)
     return max(0.0, -sum(c / n * math.log2(c / n) for c in counts.values()))
+
+
+def unit_starts(export: Export, last: int) -> list[int] | None:
+    """Where units 0..last start in the source order, in samples; None where that would mean
+    reading the units again (an object store's shards are streamed whole to be counted), past
+    DISTANCE_MAX_UNITS, or where a unit cannot be counted: the figure is then not given, and
+    the run it describes stands."""
+    if export.layout == "files":
+        return list(range(last + 1))  # a unit is one sample
+    if last >= DISTANCE_MAX_UNITS or is_remote(location(export.path)) or \
+            not hasattr(export, "unit_samples"):  # (an export a caller's opener made)
+        return None
+    start = [0]
+    try:
+        for unit in export.units()[:last]:
+            start.append(start[-1] + export.unit_samples(unit))
+    except DsbenchError:
+        return None
+    return start
 
 
 def order_figures(export: Export, batches: Sequence[Where]) -> OrderFigures:
@@ -333,15 +360,8 @@ def order_figures(export: Export, batches: Sequence[Where]) -> OrderFigures:
         out["label_entropy_bits"] = statistics.fmean(entropy_bits(x) for x in labelled)
         out["label_entropy_all_bits"] = entropy_bits([x for b in labelled for x in b])
     last = max(max(u) for u, _, _ in batches)
-    if export.layout == "files":
-        start = list(range(last + 1))  # a unit is one sample
-    elif last < DISTANCE_MAX_UNITS and hasattr(export, "unit_samples"):
-        # (an export a caller's opener made may not count its units' samples)
-        units = export.units()
-        start = [0]
-        for unit in units[:last]:
-            start.append(start[-1] + export.unit_samples(unit))
-    else:
+    start = unit_starts(export, last)
+    if start is None:
         return out
     steps = [abs((start[u1] + o1) - (start[u0] + o0))
              for units, offsets, _ in batches

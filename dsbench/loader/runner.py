@@ -343,7 +343,10 @@ def _run_benches(paths: Sequence[str | Path | Loc], opts: BenchOptions,
                                f"{summary['ignored_files']['examples'][0]})")
         for w in warnings[k]:
             say(f"warning: {p.name}: {w}")
-        doc = results.new_document(info, summary, side[k].config(p), runs[k], warnings[k],
+        config = side[k].config(p)
+        if summary["layout"] == "files":
+            config["shuffle_buffer"] = None  # a permutation of samples: no buffer to size
+        doc = results.new_document(info, summary, config, runs[k], warnings[k],
                                    counts.to_json(), run_id)
         if counts.requests is not None:
             doc["requests"] = accounting.summary(counts.requests, counts.samples,

@@ -148,8 +148,16 @@ class TorchSource:
                                  prefetch_factor=opts.prefetch, collate_fn=torch_collate,
                                  multiprocessing_context=context,
                                  timeout=opts.stall_s or STARTUP_STALL_S)
-        with procs.spawning():  # workers start with SIGINT blocked: the main process stops them
-            self.it: Any = iter(self.loader)
+        self.it: Any = None
+        try:
+            with procs.spawning():  # workers start with SIGINT blocked: the main process
+                self.it = iter(self.loader)  # stops them
+        except BaseException:
+            # A Ctrl-C held during the spawn surfaces as the block ends, before the caller
+            # holds this source: stop the workers and their queues here (otherwise their
+            # semaphores outlive the run and Python's resource tracker warns after its line).
+            self.close()
+            raise
 
     def next(self) -> BatchReport:
         try:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from dsbench import fmt
 from dsbench.analysis.compare import order_of
 from dsbench.results.document import STAGES
-from dsbench.results.types import BenchResult
+from dsbench.results.types import BenchResult, Run
 
 HOST_NOTE = ("CPU: the loader's processes (getrusage); host CPU: the whole machine over the "
              "window, kernel and neighbours included")
@@ -28,14 +30,16 @@ def requests_text(doc: BenchResult) -> str:
     return text
 
 
+def _runs_with(doc: BenchResult, key: str) -> list[tuple[Run, Any]]:
+    """The runs that have `key`, each with its value."""
+    return [(r, r[key]) for r in doc["runs"] if r.get(key) is not None]  # type: ignore[literal-required]
+
+
 def order_text(doc: BenchResult) -> str:
     """How random the measured batches were, per worker count: beside their cost, so that a
     cheaper order and a less random one are seen together."""
     rows = []
-    for r in doc["runs"]:
-        q = r.get("order_figures")
-        if q is None:
-            continue
+    for r, q in _runs_with(doc, "order_figures"):
         bits = q["label_entropy_bits"]
         rows.append([str(r["workers"]), f"{fmt.sig(q['units_per_batch'])} units/batch",
                      "-" if bits is None else f"{fmt.sig(bits)} bits",
@@ -54,10 +58,7 @@ def order_text(doc: BenchResult) -> str:
 def ceiling_text(doc: BenchResult) -> str:
     """--ceiling: the loader's own limit beside each run's throughput."""
     lines = []
-    for r in doc["runs"]:
-        c = r.get("ceiling")
-        if c is None:
-            continue
+    for r, c in _runs_with(doc, "ceiling"):
         ci = c["fraction_ci95"]
         interval = ("one round: no interval" if ci is None else
                     f"95% interval {fmt.percent(ci[0])} to {fmt.percent(ci[1])}")

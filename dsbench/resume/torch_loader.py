@@ -104,8 +104,16 @@ class TorchLoader:
                 self.loader = DataLoader(dataset, **kwargs)
             # Workers start with SIGINT blocked (a Ctrl-C to the group must not interrupt one
             # mid-import); the main process handles it and stops them.
-            with procs.spawning():
-                self.it: Any = iter(self.loader)
+            self.it: Any = None
+            try:
+                with procs.spawning():
+                    self.it = iter(self.loader)
+            except BaseException:
+                # A Ctrl-C held during the spawn surfaces as the block ends, before the
+                # caller holds this loader: stop its workers and queues here (otherwise
+                # their semaphores outlive the run and Python's resource tracker warns).
+                self.close()
+                raise
 
     def next(self) -> list[Item] | None:
         try:

@@ -105,9 +105,11 @@ def entry() -> None:
     code = main()
     # Said before the signal's action could end the process: output still buffered (a pipe's)
     # would be lost with it.
+    # A stream is None where its descriptor was closed before the interpreter started.
     for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):
-            stream.flush()
+        if stream is not None:
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
     raise SystemExit(code)

@@ -18,6 +18,8 @@ from dsbench.cli import main
 from dsbench.errors import DsbenchError
 from dsbench.loader.options import BenchOptions
 from dsbench.loader.order import (
+    BLOCK,
+    RANDOM,
     SEQUENTIAL,
     SHUFFLE,
     Order,
@@ -140,7 +142,9 @@ def test_a_result_from_before_orders_existed_reads_as_sequential(tmp_path: Path)
 
 
 @pytest.mark.parametrize(("extra", "needle"), [
-    ({"order": "random"}, "--order must be sequential or shuffle"),
+    ({"order": "zigzag"}, "--order must be sequential or shuffle or random or block"),
+    ({"order": "block", "block": 0}, "--block must be an integer >= 1"),
+    ({"order": "random", "backend": "native"}, "reads in its own order"),
     ({"order": SHUFFLE, "shuffle_buffer": -1}, "--shuffle-buffer must be an integer >= 0"),
     ({"order": SHUFFLE, "backend": "native"}, "reads in its own order"),
 ])
@@ -167,12 +171,13 @@ def _expected(path: Path, order: Order, batch: int, skip: int, take: int) -> Ord
 
 @pytest.mark.parametrize(("layout", "order"), [
     ("wds", Order(SEQUENTIAL)), ("wds", Order(SHUFFLE, buffer=12, seed=0)),
-    ("files", Order(SEQUENTIAL)), ("files", Order(SHUFFLE, seed=0))])
+    ("files", Order(SEQUENTIAL)), ("files", Order(SHUFFLE, seed=0)),
+    ("files", Order(RANDOM, seed=0)), ("files", Order(BLOCK, seed=0, block=5))])
 def test_the_order_figures_are_those_of_the_order_the_workers_read(
         layout: str, order: Order, shards: Path, files: Path) -> None:
     path = shards if layout == "wds" else files
     opts = BenchOptions(workers=(1,), batch_size=4, rounds=1, batches=7, warmup_batches=1,
-                        order=order.name, shuffle_buffer=order.buffer)
+                        order=order.name, shuffle_buffer=order.buffer, block=order.block)
     got = run_bench(path, opts)["runs"][0]["order_figures"]
     # One worker: the warm-up batch, then the 7 measured ones, in the stream's own order.
     want = _expected(path, order, 4, 1, 7)

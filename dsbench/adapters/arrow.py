@@ -15,6 +15,7 @@ continuation marker 0xFFFFFFFF for a stream.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -130,6 +131,65 @@ class _Mapped:
         return inside
 
 
+class _Batches(_Mapped):
+    """A shard opened for random access: its record batches, located through the file's footer
+    (a stream has none: its batches are found by reading its message headers once, as a
+    memory-mapped stream is read whole), each taken zero-copy from the map."""
+
+    def __init__(self, path: Loc) -> None:
+        super().__init__(path)
+        self.name = "record batch"
+        try:
+            self.found = list(self.batches()) if self.stream else None
+            located = self.found if self.found is not None else [
+                self.reader.get_batch(k) for k in range(self.reader.num_record_batches)]
+        except (pa.ArrowException, OSError) as exc:
+            self.mm.close()
+            raise Unreadable(f"record batches cannot be located: {exc}") from None
+        rows = [b.rows if isinstance(b, BadChunk) else b.num_rows for b in located]
+        self.starts = list(itertools.accumulate(rows, initial=0))
+        self.stored = [0 if isinstance(b, BadChunk) else b.nbytes for b in located]
+        first = next((b for b in located if not isinstance(b, BadChunk)), None)
+        self.zero_copy = not self.remote and (first is None or self._in_map(first))
+        # Over range requests, or decompressed, a batch is read whole; mapped, a row is not.
+        self.whole = not self.zero_copy
+
+    def _in_map(self, batch: pa.RecordBatch) -> bool:
+        return all(self.lo <= buf.address < self.lo + self.size
+                   for column in batch.columns for buf in column.buffers() if buf is not None)
+
+    def block(self, k: int) -> pa.RecordBatch | BadChunk:
+        if self.found is not None:
+            batch = self.found[k]
+            if isinstance(batch, BadChunk):
+                return batch
+        else:
+            try:
+                batch = self.reader.get_batch(k)
+            except (pa.ArrowException, OSError) as exc:
+                return BadChunk(0, f"record batch {k} unreadable: {exc}")
+        if not self.remote:
+            # A compressed batch is decompressed whole, out of the map: its share of the file
+            # was read. Otherwise only the rows taken are touched (took()).
+            self.zero_copy = self._in_map(batch)
+            if not self.zero_copy:
+                base.count_mapped(self.mapped_bytes(batch, self.starts[-1]))
+        return batch
+
+    def took(self, row: pa.RecordBatch) -> None:
+        if self.remote or not self.zero_copy:
+            return
+        try:
+            # Offsets of a corrupt file must not send anyone reading outside its buffers.
+            row.validate(full=True)
+        except pa.ArrowException as exc:
+            raise ValueError(f"corrupt: {exc}") from None
+        base.count_mapped(row.nbytes)  # a slice's own bytes: what touching the row maps in
+
+    def close(self) -> None:
+        self.mm.close()
+
+
 class ArrowExport(ColumnarExport):
     layout = "arrow"
 
@@ -159,6 +219,9 @@ class ArrowExport(ColumnarExport):
                     yield BadChunk(batch.num_rows, f"record batch {k} is corrupt: {exc}")
                     continue
                 yield batch
+
+    def _blocks(self, path: Loc) -> _Batches:
+        return _Batches(path)
 
     def _head(self, path: Loc, columns: list[str], rows: int) -> pa.Table:
         got: list[pa.RecordBatch] = []

@@ -164,6 +164,26 @@ class Export(Protocol):
         ...
 
 
+class ReadsAt(Protocol):
+    """An export whose single samples can be read where they lie, as a map-style Dataset's
+    `__getitem__` reads them (`bench --order random` and `block`)."""
+
+    def read_at(self, unit: str, offset: int, skip: SkipHandler = None) -> RawSample | None:
+        """Sample `offset` of `unit` (as `read_units([unit])` yields them), read through the
+        layout's random-access path; None where it is bad and `skip` took it."""
+        ...
+
+    def forget(self) -> None:
+        """Close what random reads keep open (files, the last block read), so that counting
+        starts cold."""
+        ...
+
+
+def reads_at(export: object) -> bool:
+    """Whether dsbench reads this export's samples by random access."""
+    return callable(getattr(export, "read_at", None))
+
+
 class ReadsUnits:
     """What every export reads the same way: a worker's share is units[worker::n_workers]."""
 

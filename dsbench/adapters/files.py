@@ -58,6 +58,14 @@ class FilesExport(base.ReadsUnits):
     def unit_samples(self, unit: str) -> int:
         return 1  # a unit is one sample's key
 
+    def read_at(self, unit: str, offset: int, skip: base.SkipHandler = None,
+                ) -> base.RawSample | None:
+        # A unit is one sample: its files are the sample's own, read whole.
+        return next(iter(self.read_units([unit], skip)), None)
+
+    def forget(self) -> None:
+        pass  # nothing is kept open between samples
+
     def _read_one(self, key: str) -> base.RawSample:
         data: dict[str, bytes] = {}
         for ext in self.groups[key]:

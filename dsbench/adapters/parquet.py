@@ -22,6 +22,7 @@ the row groups of the first shards (columnar.ROWS_CHECKED rows, images not decod
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -82,6 +83,36 @@ class _Opened:
         self.f.close()
 
 
+class _RowGroups(_Opened):
+    """A shard opened for random access: a row is read by reading its row group whole
+    (decompressing every column chunk of it), which is the finest a Parquet reader can read."""
+
+    def __init__(self, path: Loc) -> None:
+        super().__init__(path)
+        md = self.pf.metadata
+        groups = [md.row_group(g) for g in range(md.num_row_groups)]
+        self.name, self.whole = "row group", True
+        self.starts = list(itertools.accumulate((g.num_rows for g in groups), initial=0))
+        self.stored = [sum(g.column(j).total_compressed_size for j in range(g.num_columns))
+                       for g in groups]
+
+    def block(self, k: int) -> pa.RecordBatch | BadChunk:
+        n = self.starts[k + 1] - self.starts[k]
+        try:
+            table = self.pf.read_row_group(k, use_threads=False)
+        except (pa.ArrowException, OSError) as exc:
+            return BadChunk(n, f"row group {k} (rows {self.starts[k]}-{self.starts[k + 1] - 1}) "
+                               f"is unreadable: {exc}")
+        return table.combine_chunks().to_batches()[0] if n else pa.RecordBatch.from_pylist(
+            [], schema=table.schema)
+
+    def took(self, row: pa.RecordBatch) -> None:
+        pass  # the row group's bytes were read by the OS (read_chars), all of them
+
+    def close(self) -> None:
+        self.f.close()
+
+
 class ParquetExport(ColumnarExport):
     layout = "parquet"
 
@@ -106,6 +137,9 @@ class ParquetExport(ColumnarExport):
                 else:
                     yield from table.to_batches()
                 row += n
+
+    def _blocks(self, path: Loc) -> _RowGroups:
+        return _RowGroups(path)
 
     def _head(self, path: Loc, columns: list[str], rows: int) -> pa.Table:
         with _Opened(path, streaming=True) as o:

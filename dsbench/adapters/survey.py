@@ -48,6 +48,9 @@ def new_survey(layout: str) -> dict[str, Any]:
         # Optional: {"name": "directories", "count": n} when fields' `missing_in` names
         # containers other than the units (per-sample files are grouped in directories).
         "containers": None,
+        # Optional, for layouts read by random access in blocks (columnar.Blocks): what a
+        # sample read alone reads, {name, count, shards, rows_p50, bytes_p50}.
+        "blocks": None,
     }
 
 
@@ -200,6 +203,7 @@ def summarize(survey: dict[str, Any], path: str | Loc = "", ignored: Sequence[st
         "units": int(survey["units"]),
         "unit_name": UNIT_NAMES.get(survey["layout"], "units"),
         "containers": survey.get("containers"),
+        "blocks": survey.get("blocks"),
         "files": int(survey["files"]),
         "bytes": int(survey["bytes"]),
         "bytes_per_sample": stats.distribution(survey["sample_bytes"]),

@@ -144,14 +144,20 @@ def add_window_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup,
                    help="an image of more pixels is a bad sample, refused from its header "
                         f"before decoding (default {d.max_pixels})")
     p.add_argument("--order", choices=ORDERS, default=d.order,
-                   help="how each worker reads its share: sequential (its units in order, "
-                        "epoch after epoch) or shuffle (units permuted each epoch and, on "
+                   help="how the workers read the export: sequential (each its units in "
+                        "order, epoch after epoch), shuffle (units permuted each epoch and, on "
                         "shard layouts, samples drawn from a shuffle buffer, as webdataset "
-                        f"and streaming loaders read; default {d.order}; "
-                        "docs/access-patterns.md)")
+                        "and streaming loaders read), random (samples permuted each epoch and "
+                        "each read where it lies, as a map-style Dataset with a RandomSampler "
+                        "reads; arrow, parquet and per-sample files) or block (permuted blocks "
+                        f"of --block consecutive samples); default {d.order}; "
+                        "docs/access-patterns.md")
     p.add_argument("--shuffle-buffer", type=int, default=d.shuffle_buffer, metavar="N",
                    help="with --order shuffle on a shard layout: samples each worker holds "
                         f"to draw from (default {d.shuffle_buffer})")
+    p.add_argument("--block", type=int, default=d.block, metavar="N",
+                   help="with --order block: consecutive samples per block, read together "
+                        f"(default {d.block})")
     p.add_argument("--count-samples", type=int, default=None, metavar="N",
                    help="files, bytes and requests per sample are counted over whole units up "
                         f"to N samples; 0 counts every unit (default {DEFAULT_MAX_SAMPLES}, "
@@ -172,7 +178,7 @@ def window_options(args: argparse.Namespace, **more: Any) -> BenchOptions:
                         cold=args.cold, layout=args.layout, count_samples=args.count_samples,
                         max_pixels=args.max_pixels, image_field=args.image_field,
                         step=args.pipeline, order=args.order,
-                        shuffle_buffer=args.shuffle_buffer, **more)
+                        shuffle_buffer=args.shuffle_buffer, block=args.block, **more)
 
 
 # --- the two sides of compare and gate ------------------------------------------------------------

@@ -19,6 +19,13 @@ GETs, range GETs, HEADs and LIST pages per sample, first-byte latency and client
 By default fewer samples are counted there (REMOTE_MAX_SAMPLES): a sequential pass of one
 request per object at tens of milliseconds each would take longer than the benchmark.
 
+With a random-access order (`--order random` or `block`) the pattern sets the cost (a Parquet
+row group decompressed for one row), so the pass reads one epoch in the run's order, as one
+reader with its own open files and last block: whole blocks of the order (a sample is a block
+of one with `random`), up to `max_samples`, from cold (nothing open). The order depends on the
+seed, so the figures are the same from run to run; several workers reuse a block read last by
+chance, as one reader does.
+
 Bytes are the process's read_chars (every byte a read system call returned, page-cache hits
 included, so they repeat) plus bytes touched through memory maps, as the adapters count them;
 files are the opens the adapters count. Opening the export (headers, footers) is set-up, done
@@ -32,6 +39,7 @@ from typing import Any
 
 from dsbench.adapters import base
 from dsbench.adapters.base import Export
+from dsbench.loader.order import RANDOM_ACCESS, Order, SampleIndex, random_blocks, read_block
 from dsbench.loader.worker import read_chars
 from dsbench.results import types
 from dsbench.storage import accounting
@@ -80,11 +88,14 @@ def spread(n: int) -> list[int]:
 
 
 def count_pass(export: Export, max_samples: int = DEFAULT_MAX_SAMPLES,
-               skip: base.SkipHandler = None) -> Counts:
-    """Read whole units as a worker does (no decoding) and count what reading them took.
+               skip: base.SkipHandler = None, order: Order | None = None) -> Counts:
+    """Read whole units as a worker does (no decoding) and count what reading them took; with
+    a random-access `order`, whole blocks of one epoch in that order.
 
     `max_samples` 0 reads every unit. Bad samples raise (the default policy) or go to `skip`.
     """
+    if order is not None and order.name in RANDOM_ACCESS:
+        return _count_random(export, order, max_samples, skip)
     units = export.units()
     skipped = 0
 
@@ -116,4 +127,39 @@ def count_pass(export: Export, max_samples: int = DEFAULT_MAX_SAMPLES,
     opens1, mapped1 = base.io_counters()
     requests = accounting.totals().since(requests0)
     return Counts(samples, skipped, read, len(units), opens1 - opens0, read_chars() - chars0,
+                  mapped1 - mapped0, requests if sum(requests.count.values()) else None)
+
+
+def _count_random(export: Export, order: Order, max_samples: int,
+                  skip: base.SkipHandler) -> Counts:
+    skipped = 0
+
+    def counting(err: Any) -> None:
+        nonlocal skipped
+        skipped += 1
+        if skip is not None:
+            skip(err)
+
+    handler: base.SkipHandler = counting if skip is not None else None
+    index = SampleIndex(export, handler)  # footers and headers: set-up, as for a worker
+    units = export.units()
+    blocks = list(random_blocks(index, order, 0, 0, 1))
+    # A first read imports what the adapter needs (outside the counts); then nothing is open.
+    if blocks:
+        next(read_block(export, units, index, blocks[0], handler), None)
+    export.forget()  # type: ignore[attr-defined]
+    skipped = 0
+    opens0, mapped0 = base.io_counters()
+    chars0 = read_chars()
+    requests0 = accounting.totals()
+    samples = read = 0
+    for block in blocks:
+        samples += sum(1 for _ in read_block(export, units, index, block, handler))
+        read += 1
+        if max_samples and samples >= max_samples:
+            break
+    opens1, mapped1 = base.io_counters()
+    requests = accounting.totals().since(requests0)
+    export.forget()  # type: ignore[attr-defined]
+    return Counts(samples, skipped, read, len(blocks), opens1 - opens0, read_chars() - chars0,
                   mapped1 - mapped0, requests if sum(requests.count.values()) else None)

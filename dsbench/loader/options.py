@@ -11,7 +11,15 @@ from dsbench import adapters
 from dsbench.errors import DsbenchError
 from dsbench.loader.counts import DEFAULT_MAX_SAMPLES, REMOTE_MAX_SAMPLES
 from dsbench.loader.decode import DECODERS, DEFAULT_MAX_PIXELS
-from dsbench.loader.order import DEFAULT_BUFFER, ORDERS, SEQUENTIAL, Order
+from dsbench.loader.order import (
+    BLOCK,
+    DEFAULT_BLOCK,
+    DEFAULT_BUFFER,
+    ORDERS,
+    SEQUENTIAL,
+    SHUFFLE,
+    Order,
+)
 from dsbench.loader.pipeline import Pipeline, TrainTransform, Transform
 from dsbench.loader.user import UserStep, load
 from dsbench.loader.worker import Opener
@@ -56,6 +64,7 @@ class BenchOptions:
     count_samples: int | None = None
     order: str = SEQUENTIAL  # one of order.ORDERS: how each worker reads its share
     shuffle_buffer: int = DEFAULT_BUFFER  # samples per worker, with --order shuffle on shards
+    block: int = DEFAULT_BLOCK  # consecutive samples per block, with --order block
     ceiling: bool = False  # --ceiling: also measure the loader replaying batches it built
     replay: bool = False  # this side is the ceiling: workers hand built batches over again
 
@@ -66,7 +75,8 @@ class BenchOptions:
                                    for w in self.workers):
             raise bad("workers", self.workers, "a list of positive integers")
         for name, lo in (("batch_size", 1), ("rounds", 1), ("warmup_batches", 1),
-                         ("prefetch", 1), ("count_samples", 0), ("shuffle_buffer", 0)):
+                         ("prefetch", 1), ("count_samples", 0), ("shuffle_buffer", 0),
+                         ("block", 1)):
             value = getattr(self, name)
             if name == "count_samples" and value is None:
                 continue
@@ -123,7 +133,7 @@ class BenchOptions:
                         max_pixels=self.max_pixels)
 
     def reading_order(self) -> Order:
-        return Order(self.order, self.shuffle_buffer, self.seed)
+        return Order(self.order, self.shuffle_buffer, self.seed, self.block)
 
     def rounds_for(self, index: int) -> int:
         """Rounds of the `index`-th worker count: the verdicts use the first, so it gets the
@@ -154,5 +164,6 @@ class BenchOptions:
                 "stall_s": self.stall_s, "max_pixels": self.max_pixels,
                 "transform": type(self.pipeline().transform).__name__,
                 "pipeline": self.step, "dataset": self.dataset, "order": self.order,
-                "shuffle_buffer": self.shuffle_buffer if self.order != SEQUENTIAL else None,
+                "shuffle_buffer": self.shuffle_buffer if self.order == SHUFFLE else None,
+                "block": self.block if self.order == BLOCK else None,
                 "ceiling": self.ceiling}

@@ -19,7 +19,14 @@ ran dry. Restoring re-reads the buffered samples by locator, so no sample bytes 
 
 `bench` reads in one of ORDERS: `sequential`, each worker its units `[w::workers]` in sorted
 order, epoch after epoch (what the loader did before orders existed; results without an order
-read as it), or `shuffle`, the streams above for one rank, a fresh permutation each epoch.
+read as it); `shuffle`, the streams above for one rank, a fresh permutation each epoch; `random`,
+a map-style Dataset's order: the export's samples numbered front to back (each unit's samples
+after the previous unit's), a seeded permutation of those numbers each epoch, each sample read
+alone through the layout's random-access path (`Export.read_at`); or `block`, the same for
+permuted blocks of `block` consecutive samples, each block read front to back. Worker w takes the
+permuted blocks `[w::workers]` (a sample is a block of one with `random`), as torch's DataLoader
+deals whole batches to its workers: a block is read by one worker, so what it costs does not
+depend on how many there are.
 """
 
 from __future__ import annotations
@@ -33,18 +40,22 @@ from typing import Any
 
 import numpy as np
 
-from dsbench.adapters.base import Export, RawSample, SkipHandler
-from dsbench.errors import DsbenchError
+from dsbench.adapters.base import Export, RawSample, SkipHandler, reads_at
+from dsbench.errors import DsbenchError, SampleError
 from dsbench.results.types import OrderFigures
 from dsbench.storage.files import is_remote, location
 
 SHUFFLE_SAMPLE = "sample"  # the units are samples: a permutation of the units shuffles samples
 SHUFFLE_SHARD = "shard+buffer"  # the units are shards: their order, then a shuffle buffer
 
-SEQUENTIAL, SHUFFLE = "sequential", "shuffle"
-ORDERS = (SEQUENTIAL, SHUFFLE)
+SEQUENTIAL, SHUFFLE, RANDOM, BLOCK = "sequential", "shuffle", "random", "block"
+ORDERS = (SEQUENTIAL, SHUFFLE, RANDOM, BLOCK)
+RANDOM_ACCESS = (RANDOM, BLOCK)  # orders that read single samples where they lie
 # Samples a shuffling worker holds to draw from, as webdataset's `.shuffle(1000)` in its examples
 DEFAULT_BUFFER = 1000
+# Consecutive samples per block with --order block: as many as a worker's shuffle buffer holds
+# by default, so the two compromises keep about as many samples in play.
+DEFAULT_BLOCK = 1000
 
 
 def shuffle_of(layout: str) -> str:
@@ -194,11 +205,21 @@ class Order:
     name: str = SEQUENTIAL
     buffer: int = DEFAULT_BUFFER
     seed: int = 0
+    block: int = DEFAULT_BLOCK
+
+    @property
+    def block_size(self) -> int:
+        """Consecutive samples read together with a random-access order."""
+        return 1 if self.name == RANDOM else self.block
 
     def describe(self, layout: str) -> str:
         """The order in words, as reports print it."""
         if self.name == SEQUENTIAL:
             return "sequential (each worker's units in order, epoch after epoch)"
+        if self.name == RANDOM:
+            return "random (samples permuted each epoch, each read where it lies)"
+        if self.name == BLOCK:
+            return f"block (blocks of {self.block} consecutive samples permuted each epoch)"
         if shuffle_of(layout) == SHUFFLE_SAMPLE:
             return "shuffle (samples permuted each epoch)"
         return f"shuffle (shards permuted each epoch, a buffer of {self.buffer} samples " \
@@ -212,9 +233,83 @@ def order_label(config: Mapping[str, Any]) -> str:
     """The order a result's config says it was read in, in words; results from before orders
     existed were read sequentially."""
     order = str(config.get("order", SEQUENTIAL))
+    if order == BLOCK and config.get("block") is not None:
+        return f"block ({config['block']} samples)"
     buffer = config.get("shuffle_buffer")
-    return order if order == SEQUENTIAL or buffer is None else \
-        f"{order} (buffer {buffer} samples)"
+    return f"{order} (buffer {buffer} samples)" if order == SHUFFLE and buffer is not None \
+        else order
+
+
+def check_random_access(export: Export, order: Order) -> None:
+    """A DsbenchError, in one line, where `order` reads single samples and the export's layout
+    has no random-access path here."""
+    if order.name in RANDOM_ACCESS and not reads_at(export):
+        raise DsbenchError(f"--order {order.name} reads single samples where they lie, and "
+                           f"dsbench reads {export.layout} exports front to back only "
+                           f"(random access: {', '.join(RANDOM_ACCESS_LAYOUTS)}); "
+                           "--order shuffle reads it as streaming loaders do",
+                           path=export.path)
+
+
+# The layouts whose exports dsbench reads by random access (their adapters' read_at).
+RANDOM_ACCESS_LAYOUTS = ("arrow", "parquet", "files")
+
+
+class SampleIndex:
+    """The export's samples numbered front to back: sample i is (unit index, offset in it).
+    Counted from indexes, headers and footers (`unit_samples`); a unit that cannot be read
+    raises, or with `skip` is reported and holds no sample."""
+
+    def __init__(self, export: Export, skip: SkipHandler = None) -> None:
+        counts = []
+        for unit in export.units():
+            try:
+                counts.append(export.unit_samples(unit))
+            except SampleError as err:
+                if skip is None:
+                    raise
+                skip(err)
+                counts.append(0)
+        self.starts = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
+        self.total = int(self.starts[-1])
+
+    def blocks(self, block: int) -> int:
+        return -(-self.total // block)
+
+    def locate(self, i: int) -> tuple[int, int]:
+        unit = int(np.searchsorted(self.starts, i, side="right")) - 1
+        return unit, i - int(self.starts[unit])
+
+
+def random_epoch(export: Export, index: SampleIndex, order: Order, epoch: int, worker: int,
+                 n_workers: int, skip: SkipHandler = None
+                 ) -> Iterator[tuple[RawSample, int, int]]:
+    """Worker `worker`'s samples of one epoch of a random-access order, each with its unit's
+    index and its offset in that unit."""
+    units = export.units()
+    for block in random_blocks(index, order, epoch, worker, n_workers):
+        yield from read_block(export, units, index, block, skip)
+
+
+def random_blocks(index: SampleIndex, order: Order, epoch: int, worker: int, n_workers: int
+                  ) -> Iterator[range]:
+    """The sample numbers of worker `worker`'s blocks of one epoch, block by block."""
+    size = order.block_size
+    perm = np.random.default_rng([order.seed, epoch]).permutation(index.blocks(size))
+    for b in perm[worker::n_workers]:
+        yield range(int(b) * size, min((int(b) + 1) * size, index.total))
+
+
+def read_block(export: Export, units: Sequence[str], index: SampleIndex, block: range,
+               skip: SkipHandler = None) -> Iterator[tuple[RawSample, int, int]]:
+    """The samples of one block, front to back, each read where it lies (bad ones that `skip`
+    took are left out), with its unit's index and offset."""
+    read_at = export.read_at  # type: ignore[attr-defined]
+    for i in block:
+        unit, offset = index.locate(i)
+        raw = read_at(units[unit], offset, skip)
+        if raw is not None:
+            yield raw, unit, offset
 
 # The label field when none is named: the first of these names the samples have (WebDataset's
 # `.cls` member is `cls`; dsbench's definitions call it `label`).
@@ -237,6 +332,7 @@ class WorkerSamples:
         # across shards, and an epoch's end and the next one's start can share a batch);
         # entries before it are samples the builder skipped.
         self._where: deque[tuple[str, int, int]] = deque()
+        check_random_access(export, order)
         self._samples = self._epochs(skip)
 
     def __iter__(self) -> Iterator[RawSample]:
@@ -258,10 +354,17 @@ class WorkerSamples:
             layout = shuffle_of(self.export.layout)
             plan = Plan(tuple(self.units), self.order.seed, 1, self.n_workers, 1,
                         self.order.buffer if layout == SHUFFLE_SHARD else 0, layout)
+        numbered = SampleIndex(self.export, skip) if self.order.name in RANDOM_ACCESS else None
         epoch = 0
         while True:
             n = 0
-            if not self.units:
+            if numbered is not None:
+                for raw, u, off in random_epoch(self.export, numbered, self.order, epoch,
+                                                self.worker, self.n_workers, skip):
+                    n += 1
+                    self._where.append((raw.key, u, off))
+                    yield raw
+            elif not self.units:
                 for raw in self.export.read(self.worker, self.n_workers, skip):
                     n += 1
                     yield raw

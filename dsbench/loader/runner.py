@@ -41,6 +41,7 @@ import numpy as np
 import psutil
 
 from dsbench import procs, stats
+from dsbench.adapters import base
 from dsbench.adapters.survey import new_survey, summarize
 from dsbench.errors import DsbenchError, SampleError
 from dsbench.loader import forks, memory, native, worker
@@ -48,7 +49,12 @@ from dsbench.loader.counts import NOT_COUNTED, Counts, count_pass
 from dsbench.loader.dataset_source import DatasetSource
 from dsbench.loader.native.session import removed_after, session
 from dsbench.loader.options import BenchOptions
-from dsbench.loader.order import order_figures
+from dsbench.loader.order import (
+    RANDOM_ACCESS,
+    SampleIndex,
+    check_random_access,
+    order_figures,
+)
 from dsbench.loader.sources import ShmSource, check_memory
 from dsbench.loader.summary import summarize_run, warnings_of
 from dsbench.loader.torch_source import TorchSource
@@ -213,10 +219,17 @@ def prepare(path: Loc, opts: BenchOptions) -> tuple[dict[str, Any], Counts]:
     export = worker.open_export(str(path), opts.export_opener())
     if opts.backend == "native":
         native.check(export.layout)
-    units = len(export.units())
+    order = opts.reading_order()
+    check_random_access(export, order)
+    units, what = len(export.units()), "units (shards or samples)"
+    if order.name in RANDOM_ACCESS:
+        # (A unit that cannot be read holds no sample here; the count pass reports it.)
+        ignore: base.SkipHandler = (lambda err: None) if opts.on_error == "skip" else None
+        units = SampleIndex(export, ignore).blocks(order.block_size)
+        what = "blocks of samples"
     if max(opts.workers) > units:
-        raise DsbenchError(f"{units} units (shards or samples) cannot feed {max(opts.workers)} "
-                           f"workers: use --workers {units} or fewer", path=path)
+        raise DsbenchError(f"{units} {what} cannot feed {max(opts.workers)} workers: use "
+                           f"--workers {units} or fewer", path=path)
     summary = summarize(export.survey(), path, export.ignored)
     mixed = [p for p in summary["problems"] if p["error"].startswith("field ")]
     if mixed and opts.on_error == "raise":
@@ -227,7 +240,7 @@ def prepare(path: Loc, opts: BenchOptions) -> tuple[dict[str, Any], Counts]:
                            path=first["file"], key=first["key"])
     skipped: list[Any] = []
     counts = count_pass(export, opts.samples_to_count(path),
-                        skipped.append if opts.on_error == "skip" else None)
+                        skipped.append if opts.on_error == "skip" else None, order)
     return summary, counts
 
 

@@ -52,7 +52,29 @@ def order_text(doc: BenchResult) -> str:
     return ("\n\nHow random the measured batches were (read in order: "
             f"{order_of(doc)})\n"
             + fmt.table(["workers", "units per batch", "label entropy per batch",
-                         "of all labels read", "apart in the source order"], rows))
+                         "of all labels read", "apart in the source order"], rows)
+            + random_access_text(doc))
+
+
+def random_access_text(doc: BenchResult) -> str:
+    """Why a random-access order reads more than the samples hold: the block a sample is read
+    with (a Parquet row group, a decompressed record batch), from the export's footers."""
+    order = doc["config"].get("order")
+    blocks = doc["export"].get("blocks")
+    stored = doc["export"]["bytes_per_sample"]["mean"]
+    read = doc["counts"]["bytes_per_sample"]
+    if order not in ("random", "block") or not blocks or not blocks["whole"] or not stored:
+        return ""
+    what = blocks["name"]
+    size = f"p50 {fmt.plural(blocks['rows_p50'], 'row')}, {fmt.nbytes(blocks['bytes_p50'])}"
+    figures = (f"{fmt.nbytes(read, 'sample')} read against {fmt.nbytes(stored, 'sample')} "
+               f"stored ({fmt.sig(read / stored)}x)")
+    if order == "block":
+        return (f"\nRead in blocks of {doc['config'].get('block')} samples: {figures}; each "
+                f"{what} ({size}) a block touches is read whole, once")
+    return (f"\nRead by random access: {figures}, because each sample is read with its whole "
+            f"{what} ({size}); --order block reads a {what} once per block of samples, and "
+            f"a smaller {what} costs less per sample")
 
 
 def ceiling_text(doc: BenchResult) -> str:

@@ -53,6 +53,15 @@ def render(s: dict[str, Any]) -> str:
     ]
     if s["members_per_sample"] is not None:
         lines.append(f"tar members:        {fmt.sig(s['members_per_sample'])} members/sample")
+    if b := s.get("blocks"):
+        many = b["name"] + ("es" if b["name"].endswith("ch") else "s")
+        lines.append(f"{many + ':':<20}{counted(b['count'], many)} in "
+                     f"{counted(b['shards'], 'files')}, p50 {fmt.plural(b['rows_p50'], 'row')} and "
+                     f"{fmt.nbytes(b['bytes_p50'])} each; "
+                     + (f"a sample read alone (--order random) reads its whole {b['name']}"
+                        if b.get("whole") else
+                        f"a sample read alone (--order random) is taken from its {b['name']} "
+                        "in place (memory-mapped), not read whole"))
     lines.append("fields:")
     if not s["fields"]:
         lines.append("  (none besides the image)")

@@ -65,6 +65,7 @@ class Config(TypedDict):
     max_pixels: NotRequired[int]
     order: NotRequired[str]  # absent before orders existed: sequential
     shuffle_buffer: NotRequired[int | None]
+    block: NotRequired[int | None]
     ceiling: NotRequired[bool]
 
 

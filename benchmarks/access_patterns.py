@@ -1,13 +1,14 @@
-"""Each layout read sequentially and shuffled: docs/access-patterns.md's table.
+"""Each layout read in each order it allows: docs/access-patterns.md's tables.
 
     python benchmarks/access_patterns.py OUT_DIR [SAMPLES]
 
 Writes the incident's exports (formats/before.toml: WebDataset shards; after.toml: a file per
-sample; arrow.toml; parquet.toml) with SAMPLES samples (default 2000) under OUT_DIR, then
-measures each export twice in one interleaved run, `--order sequential` against `--order
-shuffle` (1 worker, batches of 64, 6 rounds of 1 s), and prints a markdown table: throughput,
-CPU, bytes and files per sample, peak anonymous memory, and how random the batches were; then
-each shuffle's CPU per sample against sequential's, with its 95% interval.
+sample; arrow.toml; parquet.toml, row groups of 1000 rows) with SAMPLES samples (default 2000)
+under OUT_DIR, then measures each export in every order it allows in one interleaved run:
+`sequential`, `shuffle`, and where dsbench reads the layout by random access `random` and
+`block` (blocks of 1000 samples) (1 worker, batches of 64, 6 rounds of 1 s). Prints a markdown
+table: throughput, CPU, bytes and files per sample, peak anonymous memory, and how random the
+batches were; then each order's CPU per sample against sequential's, with its 95% interval.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from dsbench.loader.options import BenchOptions
 from dsbench.loader.runner import run_benches
 
 EXPORTS = ("before", "after", "arrow", "parquet")
+RANDOM_ACCESS = ("after", "arrow", "parquet")  # the layouts read by random access
+ORDERS = ("sequential", "shuffle", "random", "block")
 OPTS = BenchOptions(workers=(1,), batch_size=64, seconds=1.0, rounds=6)
 
 
@@ -37,8 +40,9 @@ def main(out_dir: str, samples: int) -> None:
     for name in EXPORTS:
         path = out / name
         generate(load_spec(FORMATS_DIR / f"{name}.toml"), path, samples=samples)
-        sides = [dataclasses.replace(OPTS, order=order) for order in ("sequential", "shuffle")]
-        docs = run_benches([path, path], OPTS, each=sides)
+        orders = ORDERS if name in RANDOM_ACCESS else ORDERS[:2]
+        sides = [dataclasses.replace(OPTS, order=order) for order in orders]
+        docs = run_benches([path] * len(sides), OPTS, each=sides)
         for doc in docs:
             r = doc["runs"][0]
             q = r["order_figures"]
@@ -50,11 +54,12 @@ def main(out_dir: str, samples: int) -> None:
                   f"{fmt.nbytes(r['bytes_per_sample'])} | {r['files_per_sample']:.4g} | "
                   f"{fmt.nbytes(r.get('peak_pss_anon_bytes', r['peak_pss_bytes']))} | "
                   f"{q['units_per_batch']:.3g} | {bits} | {apart} samples |")
-        cpu = next(m for m in compare(*docs, any_order=True)["runs"][0]["metrics"]
-                   if m["metric"] == "cpu_s_per_sample")
-        ratios.append(f"- {name}: shuffle / sequential CPU per sample {cpu['ratio']:.3f}x "
-                      f"(95% interval {cpu['ratio_ci95'][0]:.3f}x to {cpu['ratio_ci95'][1]:.3f}x): "
-                      f"{cpu['change']}")
+        for doc in docs[1:]:
+            cpu = next(m for m in compare(docs[0], doc, any_order=True)["runs"][0]["metrics"]
+                       if m["metric"] == "cpu_s_per_sample")
+            ratios.append(f"- {name}: {doc['config']['order']} / sequential CPU per sample "
+                          f"{cpu['ratio']:.3f}x (95% interval {cpu['ratio_ci95'][0]:.3f}x to "
+                          f"{cpu['ratio_ci95'][1]:.3f}x): {cpu['change']}")
     print()
     print("\n".join(ratios))
 

@@ -15,6 +15,7 @@ Stage deltas get intervals that hold for all five stages at once (99% each).
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -115,6 +116,52 @@ def is_paired(base: BenchResult, cand: BenchResult) -> bool:
     return base.get("run_id") is not None and base.get("run_id") == cand.get("run_id")
 
 
+# A neighbour that comes and goes within a pair of rounds loads one side and not the other,
+# which pairing does not cancel. Each round records the host's busy CPU over its window and the
+# loader's own: the rest is other programs'. A pair whose difference in it between the sides
+# departs from the run's usual difference by this many cores was disturbed, and is left out of
+# the timings' intervals. The usual difference is the median over the quieter half of the pairs
+# (the least other CPU on both sides together): a steady process that serves one side, such as a
+# local object-store server, is part of what is compared, and a neighbour that happened to load
+# the same side in most pairs does not become the usual.
+DISTURBED_CORES = 0.25
+TIMED = ("samples_per_s", "cpu_s_per_sample", "host_cpu_s_per_sample")  # what a neighbour moves
+
+
+def others_cores(r: Mapping[str, Any]) -> float | None:
+    """Cores other programs kept busy, on average, over a round's window (None: not recorded)."""
+    if "host_cpu_s" not in r or not r.get("wall_s"):
+        return None
+    return max(0.0, r["host_cpu_s"] - r["cpu_s"]) / r["wall_s"]
+
+
+def disturbance(base: BenchResult, cand: BenchResult, workers: int) -> dict[str, Any] | None:
+    """The pairs of rounds (one interleaved run) during which other programs' CPU differed
+    between the sides beyond DISTURBED_CORES of the usual: which, by how many CPU seconds, and
+    which pairs are kept; `steady` where the sides differ by more than DISTURBED_CORES even in
+    the quieter pairs. None where the rounds are not paired or did not record the host."""
+    rb, rc = run_for(base, workers)["rounds"], run_for(cand, workers)["rounds"]
+    if not is_paired(base, cand) or len(rb) != len(rc) or not rb:
+        return None
+    a = [others_cores(r) for r in rb]
+    b = [others_cores(r) for r in rc]
+    if any(x is None for x in a + b):
+        return None
+    d = [float(y) - float(x) for x, y in zip(a, b, strict=True)]  # type: ignore[arg-type]
+    total = [float(x) + float(y) for x, y in zip(a, b, strict=True)]  # type: ignore[arg-type]
+    quiet = sorted(range(len(d)), key=lambda i: total[i])[:(len(d) + 1) // 2]
+    usual = statistics.median(d[i] for i in quiet)
+    bad = [i for i, x in enumerate(d) if abs(x - usual) > DISTURBED_CORES]
+    extra = sum(abs((rc[i]["host_cpu_s"] - rc[i]["cpu_s"]) - (rb[i]["host_cpu_s"] - rb[i]["cpu_s"]))
+                for i in bad)
+    return {"pairs": len(d), "disturbed": bad, "kept": [i for i in range(len(d)) if i not in bad],
+            "others_cores": {"base": a, "cand": b}, "usual_difference_cores": usual,
+            "threshold_cores": DISTURBED_CORES, "others_cpu_s": extra,
+            # Other programs busier on one side in the quieter pairs too: a process serving that
+            # side, or a neighbour in step with the rounds; the timings cannot tell which.
+            "steady": abs(usual) > DISTURBED_CORES}
+
+
 # Results measured apart whose machine load differs by this many runnable processes per core
 # cannot have a timing change put down to the export: the machine changed too.
 DRIFT_PER_CORE = 0.5
@@ -162,7 +209,9 @@ def _change(significant: bool | None, ratio: float | None, higher_is_better: boo
 
 
 def metric_row(m: Metric, base: BenchResult, cand: BenchResult, workers: int,
-               paired: bool) -> dict[str, Any]:
+               paired: bool, keep: list[int] | None = None) -> dict[str, Any]:
+    """One metric's change; `keep`: the pairs of rounds a timing's interval is taken over
+    (None: all of them)."""
     # Figures looked up by name: as plain mappings (the keys are the metrics', not literals).
     rb: Mapping[str, Any] = run_for(base, workers)
     rc: Mapping[str, Any] = run_for(cand, workers)
@@ -181,11 +230,18 @@ def metric_row(m: Metric, base: BenchResult, cand: BenchResult, workers: int,
         # say how noisy: its change is unknown.
         xa = [r[m.key] for r in rb["rounds"] if m.key in r]
         xb = [r[m.key] for r in rc["rounds"] if m.key in r]
+        dropped = keep is not None and m.key in TIMED and len(keep) < len(xa) == len(xb)
+        if dropped and keep is not None:
+            xa, xb = [xa[i] for i in keep], [xb[i] for i in keep]
         interval = None
-        if xa and xb and min(xa + xb) > 0:
+        if len(xa) > 1 and xb and min(xa + xb) > 0:
             interval = stats.ratio(xa, xb, paired and len(xa) == len(xb))
-        ratio = interval.estimate if interval else (b / a if a > 0 else None)
+        ratio = interval.estimate if interval else (b / a if a > 0 and not dropped else None)
         significant = interval.excludes_null if interval else None
+        if dropped and xa:
+            # The figures beside the ratio are of the same rounds: the undisturbed ones.
+            row |= {"base": stats.geometric_mean(xa), "cand": stats.geometric_mean(xb),
+                    "statistic": "geometric mean of the undisturbed rounds"}
         if interval and m.key.startswith("peak_pss"):
             # A run's peak is its rounds' maximum; the ratio is of their geometric means. The
             # figures shown beside the ratio (and the gate's allowance) take the same statistic,
@@ -239,17 +295,21 @@ def _signed(x: float, show: str) -> str:
     return f"{'+' if x >= 0 else '-'}{show}"
 
 
-def stage_rows(base: BenchResult, cand: BenchResult, workers: int, paired: bool
-               ) -> list[dict[str, Any]]:
-    """Per stage: CPU s/sample on each side, the change, and its simultaneous interval."""
+def stage_rows(base: BenchResult, cand: BenchResult, workers: int, paired: bool,
+               keep: list[int] | None = None) -> list[dict[str, Any]]:
+    """Per stage: CPU s/sample on each side, the change, and its simultaneous interval (over
+    the pairs of rounds in `keep`, None: all)."""
     rb, rc = run_for(base, workers), run_for(cand, workers)
     rows = []
     for stage in STAGES:
         a, b = rb["stages"].get(stage, 0.0), rc["stages"].get(stage, 0.0)
         xa = [r["stages"][stage] for r in rb["rounds"] if "stages" in r]
         xb = [r["stages"][stage] for r in rc["rounds"] if "stages" in r]
+        whole = len(xa) == len(rb["rounds"]) and len(xb) == len(rc["rounds"])
+        if keep is not None and whole and len(xa) == len(xb):
+            xa, xb = [xa[i] for i in keep], [xb[i] for i in keep]
         interval = None
-        if len(xa) == len(rb["rounds"]) and len(xb) == len(rc["rounds"]):
+        if whole and len(xa) > 1:
             interval = stats.difference(xa, xb, paired and len(xa) == len(xb), STAGE_LEVEL)
         moved = interval.excludes_null if interval else None
         text = f"{stage} {_signed(b - a, fmt.seconds(abs(b - a)))}/sample"
@@ -327,10 +387,13 @@ def compare(base: BenchResult, cand: BenchResult, *,
     if reasons:
         return out
     for w in common_workers(base, cand):
-        metrics = [metric_row(m, base, cand, w, paired)
+        disturbed = disturbance(base, cand, w)
+        keep = disturbed["kept"] if disturbed and disturbed["disturbed"] else None
+        metrics = [metric_row(m, base, cand, w, paired, keep)
                    for m in measured_metrics(base, cand, w)]
-        rows = attribution(metrics, stage_rows(base, cand, w, paired))
+        rows = attribution(metrics, stage_rows(base, cand, w, paired, keep))
         out["runs"].append({"workers": w, "metrics": metrics, "attribution": rows,
+                            "disturbance": disturbed,
                             "moved": moved_text(rows), "order_figures": {
                                 "base": run_for(base, w).get("order_figures"),
                                 "cand": run_for(cand, w).get("order_figures")}})

@@ -22,9 +22,9 @@ request per object at tens of milliseconds each would take longer than the bench
 With a random-access order (`--order random` or `block`) the pattern sets the cost (a Parquet
 row group decompressed for one row), so the pass reads one epoch in the run's order, as one
 reader with its own open files and last block: whole blocks of the order (a sample is a block
-of one with `random`), up to `max_samples`, from cold (nothing open). The order depends on the
-seed, so the figures are the same from run to run; several workers reuse a block read last by
-chance, as one reader does.
+of one with `random`), up to `max_samples` or RANDOM_MAX_BYTES read, from cold (nothing open).
+The order depends on the seed, so the figures are the same from run to run; several workers
+reuse a block read last by chance, as one reader does.
 
 Bytes are the process's read_chars (every byte a read system call returned, page-cache hits
 included, so they repeat) plus bytes touched through memory maps, as the adapters count them;
@@ -45,6 +45,9 @@ from dsbench.results import types
 from dsbench.storage import accounting
 
 DEFAULT_MAX_SAMPLES = 20_000
+# With a random-access order a sample can cost its whole block (a Parquet row group of 1000
+# images is ~100 MB): the pass also stops, after a whole block, once it has read this much.
+RANDOM_MAX_BYTES = 2 << 30
 REMOTE_MAX_SAMPLES = 2_000
 METHOD = "whole units"
 NOT_COUNTED = "not counted"  # a --dataset: a black box, whose files dsbench does not see
@@ -156,7 +159,8 @@ def _count_random(export: Export, order: Order, max_samples: int,
     for block in blocks:
         samples += sum(1 for _ in read_block(export, units, index, block, handler))
         read += 1
-        if max_samples and samples >= max_samples:
+        if max_samples and (samples >= max_samples or read_chars() - chars0
+                            + base.io_counters()[1] - mapped0 >= RANDOM_MAX_BYTES):
             break
     opens1, mapped1 = base.io_counters()
     requests = accounting.totals().since(requests0)

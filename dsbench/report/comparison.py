@@ -102,6 +102,32 @@ def drift_warning(comparison: dict[str, Any]) -> str:
             "in one run (dsbench compare PATH PATH)")
 
 
+def disturbance_text(run: dict[str, Any]) -> str:
+    """One line when a neighbour came and went within pairs of rounds: which pairs, by how much,
+    and that the timings were taken over the others."""
+    d = run.get("disturbance")
+    if d and d.get("steady"):
+        usual = d["usual_difference_cores"]
+        side = "candidate" if usual > 0 else "base"
+        return (f"warning: disturbed: other programs kept {fmt.sig(abs(usual))} cores more busy "
+                f"during the {side}'s rounds than the other's, even in the quieter pairs: a "
+                f"process serving the {side} (a local object store) or a neighbour in step with "
+                "the rounds; the timings hold it, and the gate only warns on them. Rerun on a "
+                "quiet machine to tell")
+    if not d or not d["disturbed"]:
+        return ""
+    n, kept = len(d["disturbed"]), len(d["kept"])
+    rounds = ", ".join(str(i + 1) for i in d["disturbed"])
+    return (f"warning: disturbed: other programs ran during one side of {n} of "
+            f"{d['pairs']} round pairs (pair {rounds}: {fmt.seconds(d['others_cpu_s'])} of CPU "
+            f"more on one side than on the other, past {fmt.sig(d['threshold_cores'])} cores "
+            "from the usual); "
+            + (f"the timings' figures and intervals are of the {kept} undisturbed pairs"
+               if kept > 1 else "too few undisturbed pairs are left for an interval: the "
+               "timings' changes are unknown")
+            + ". Rerun with more --rounds, or on a quieter machine")
+
+
 def _figures(q: dict[str, Any]) -> str:
     bits = q["label_entropy_bits"]
     apart = q["source_distance"]
@@ -145,6 +171,8 @@ def render(comparison: dict[str, Any], markdown: bool = False) -> str:
     for run in comparison["runs"]:
         out.append(f"\n{'#### ' if markdown else ''}{fmt.plural(run['workers'], 'loader worker')}")
         out.append(fmt.table(HEADERS, metric_rows(run), markdown=markdown))
+        if disturbed := disturbance_text(run):
+            out.append(disturbed)
         out.append(("\nwhere the cost moved: " if markdown else "where the cost moved: ")
                    + run["moved"])
         randomness = order_text(run.get("order_figures") or {})

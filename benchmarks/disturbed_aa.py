@@ -54,7 +54,8 @@ def one(path: Path, seed: int) -> tuple[bool, str]:
             continue
         ci = m["ratio_ci95"]
         found |= bool(m["significant"])
-        said.append(f"{m['label']} {m['ratio']:.3f}x" + (
+        ratio = "-" if m["ratio"] is None else f"{m['ratio']:.3f}x"
+        said.append(f"{m['label']} {ratio}" + (
             f" ({ci[0]:.3f}x to {ci[1]:.3f}x)" if ci else " (no interval)") + f" {m['change']}")
     how = ("steady: other programs busier on one side" if d.get("steady") else
            f"disturbed pairs {[i + 1 for i in d.get('disturbed', [])]}")

@@ -16,17 +16,9 @@ from dsbench import adapters
 from dsbench.analysis import compare
 from dsbench.cli import main
 from dsbench.errors import DsbenchError
+from dsbench.loader.batch_order import batch_where, order_figures
 from dsbench.loader.options import BenchOptions
-from dsbench.loader.order import (
-    BLOCK,
-    RANDOM,
-    SEQUENTIAL,
-    SHUFFLE,
-    Order,
-    WorkerSamples,
-    batch_where,
-    order_figures,
-)
+from dsbench.loader.order import BLOCK, RANDOM, SEQUENTIAL, SHUFFLE, Order, WorkerSamples
 from dsbench.loader.pipeline import collate_fields, parse_fields
 from dsbench.loader.runner import run_bench
 from dsbench.results.document import write_result

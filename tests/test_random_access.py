@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import formatlibs
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -16,7 +17,7 @@ import pytest
 from conftest import write_export
 
 from dsbench import adapters
-from dsbench.adapters.base import reads_at
+from dsbench.adapters.base import RawSample, reads_at
 from dsbench.errors import DsbenchError
 from dsbench.loader.counts import count_pass
 from dsbench.loader.options import BenchOptions
@@ -40,15 +41,21 @@ def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         for batch in table.to_batches(max_chunksize=25):
             w.write_batch(batch)
     out["stream"] = stream.parent
+    out["hf"] = formatlibs.write_hf(root / "hf")  # save_to_disk: Arrow streams, by `datasets`
     return out
+
+
+def _as_read(s: RawSample) -> tuple[str, bytes, dict[str, object]]:
+    return s.key, s.image, {k: v.tolist() if isinstance(v, np.ndarray) else v
+                            for k, v in s.fields.items()}
 
 
 def _front_to_back(path: Path) -> list[tuple[str, bytes, dict[str, object]]]:
     export = adapters.open_export(path)
-    return [(s.key, s.image, s.fields) for s in export.read_units(export.units())]
+    return [_as_read(s) for s in export.read_units(export.units())]
 
 
-@pytest.mark.parametrize("layout", ["parquet", "arrow", "stream", "files"])
+@pytest.mark.parametrize("layout", ["parquet", "arrow", "stream", "hf", "files"])
 def test_a_sample_read_where_it_lies_is_the_one_read_front_to_back(
         layout: str, exports: dict[str, Path]) -> None:
     path = exports[layout]
@@ -60,7 +67,7 @@ def test_a_sample_read_where_it_lies_is_the_one_read_front_to_back(
     # Backwards and skipping about, so that no read is helped by the one before it.
     for i in [*range(len(located) - 1, -1, -7), *range(0, len(located), 5)]:
         got = export.read_at(*located[i])
-        assert got is not None and (got.key, got.image, got.fields) == want[i]
+        assert got is not None and _as_read(got) == want[i]
 
 
 def _share(order: Order, worker: int, workers: int, epoch: int) -> int:

@@ -24,8 +24,9 @@ import numpy as np
 import pyarrow as pa
 
 from dsbench.adapters import base, columns
-from dsbench.adapters.columnar import ColumnarAdapter, ColumnarExport
+from dsbench.adapters.columnar import ColumnarAdapter
 from dsbench.adapters.columns import BadChunk, Unreadable
+from dsbench.adapters.rows import RandomRowsExport
 from dsbench.storage import files as store
 from dsbench.storage.files import Loc
 
@@ -190,7 +191,7 @@ class _Batches(_Mapped):
         self.mm.close()
 
 
-class ArrowExport(ColumnarExport):
+class ArrowExport(RandomRowsExport):
     layout = "arrow"
 
     def _header(self, path: Loc) -> tuple[pa.Schema, int | None]:

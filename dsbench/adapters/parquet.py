@@ -32,8 +32,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dsbench.adapters import base
-from dsbench.adapters.columnar import ColumnarAdapter, ColumnarExport
+from dsbench.adapters.columnar import ColumnarAdapter
 from dsbench.adapters.columns import BadChunk, Unreadable
+from dsbench.adapters.rows import RandomRowsExport
 from dsbench.storage import files as store
 from dsbench.storage.files import Loc
 
@@ -113,7 +114,7 @@ class _RowGroups(_Opened):
         self.f.close()
 
 
-class ParquetExport(ColumnarExport):
+class ParquetExport(RandomRowsExport):
     layout = "parquet"
 
     def _header(self, path: Loc) -> tuple[pa.Schema, int | None]:

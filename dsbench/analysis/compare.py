@@ -15,12 +15,12 @@ Stage deltas get intervals that hold for all five stages at once (99% each).
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from dsbench import fmt, stats
+from dsbench.analysis.disturbance import TIMED, disturbance
 from dsbench.loader.order import order_label
 from dsbench.results.stages import STAGES
 from dsbench.results.types import BenchResult, Run
@@ -116,52 +116,6 @@ def is_paired(base: BenchResult, cand: BenchResult) -> bool:
     return base.get("run_id") is not None and base.get("run_id") == cand.get("run_id")
 
 
-# A neighbour that comes and goes within a pair of rounds loads one side and not the other,
-# which pairing does not cancel. Each round records the host's busy CPU over its window and the
-# loader's own: the rest is other programs'. A pair whose difference in it between the sides
-# departs from the run's usual difference by this many cores was disturbed, and is left out of
-# the timings' intervals. The usual difference is the median over the quieter half of the pairs
-# (the least other CPU on both sides together): a steady process that serves one side, such as a
-# local object-store server, is part of what is compared, and a neighbour that happened to load
-# the same side in most pairs does not become the usual.
-DISTURBED_CORES = 0.25
-TIMED = ("samples_per_s", "cpu_s_per_sample", "host_cpu_s_per_sample")  # what a neighbour moves
-
-
-def others_cores(r: Mapping[str, Any]) -> float | None:
-    """Cores other programs kept busy, on average, over a round's window (None: not recorded)."""
-    if "host_cpu_s" not in r or not r.get("wall_s"):
-        return None
-    return max(0.0, r["host_cpu_s"] - r["cpu_s"]) / r["wall_s"]
-
-
-def disturbance(base: BenchResult, cand: BenchResult, workers: int) -> dict[str, Any] | None:
-    """The pairs of rounds (one interleaved run) during which other programs' CPU differed
-    between the sides beyond DISTURBED_CORES of the usual: which, by how many CPU seconds, and
-    which pairs are kept; `steady` where the sides differ by more than DISTURBED_CORES even in
-    the quieter pairs. None where the rounds are not paired or did not record the host."""
-    rb, rc = run_for(base, workers)["rounds"], run_for(cand, workers)["rounds"]
-    if not is_paired(base, cand) or len(rb) != len(rc) or not rb:
-        return None
-    a = [others_cores(r) for r in rb]
-    b = [others_cores(r) for r in rc]
-    if any(x is None for x in a + b):
-        return None
-    d = [float(y) - float(x) for x, y in zip(a, b, strict=True)]  # type: ignore[arg-type]
-    total = [float(x) + float(y) for x, y in zip(a, b, strict=True)]  # type: ignore[arg-type]
-    quiet = sorted(range(len(d)), key=lambda i: total[i])[:(len(d) + 1) // 2]
-    usual = statistics.median(d[i] for i in quiet)
-    bad = [i for i, x in enumerate(d) if abs(x - usual) > DISTURBED_CORES]
-    extra = sum(abs((rc[i]["host_cpu_s"] - rc[i]["cpu_s"]) - (rb[i]["host_cpu_s"] - rb[i]["cpu_s"]))
-                for i in bad)
-    return {"pairs": len(d), "disturbed": bad, "kept": [i for i in range(len(d)) if i not in bad],
-            "others_cores": {"base": a, "cand": b}, "usual_difference_cores": usual,
-            "threshold_cores": DISTURBED_CORES, "others_cpu_s": extra,
-            # Other programs busier on one side in the quieter pairs too: a process serving that
-            # side, or a neighbour in step with the rounds; the timings cannot tell which.
-            "steady": abs(usual) > DISTURBED_CORES}
-
-
 # Results measured apart whose machine load differs by this many runnable processes per core
 # cannot have a timing change put down to the export: the machine changed too.
 DRIFT_PER_CORE = 0.5
@@ -236,12 +190,13 @@ def metric_row(m: Metric, base: BenchResult, cand: BenchResult, workers: int,
         interval = None
         if len(xa) > 1 and xb and min(xa + xb) > 0:
             interval = stats.ratio(xa, xb, paired and len(xa) == len(xb))
-        ratio = interval.estimate if interval else (b / a if a > 0 and not dropped else None)
         significant = interval.excludes_null if interval else None
-        if dropped and xa:
+        if dropped and xa and min(xa + xb) > 0:
             # The figures beside the ratio are of the same rounds: the undisturbed ones.
-            row |= {"base": stats.geometric_mean(xa), "cand": stats.geometric_mean(xb),
+            a, b = stats.geometric_mean(xa), stats.geometric_mean(xb)
+            row |= {"base": a, "cand": b,
                     "statistic": "geometric mean of the undisturbed rounds"}
+        ratio = interval.estimate if interval else (b / a if a > 0 else None)
         if interval and m.key.startswith("peak_pss"):
             # A run's peak is its rounds' maximum; the ratio is of their geometric means. The
             # figures shown beside the ratio (and the gate's allowance) take the same statistic,
@@ -387,7 +342,7 @@ def compare(base: BenchResult, cand: BenchResult, *,
     if reasons:
         return out
     for w in common_workers(base, cand):
-        disturbed = disturbance(base, cand, w)
+        disturbed = disturbance(run_for(base, w)["rounds"], run_for(cand, w)["rounds"], paired)
         keep = disturbed["kept"] if disturbed and disturbed["disturbed"] else None
         metrics = [metric_row(m, base, cand, w, paired, keep)
                    for m in measured_metrics(base, cand, w)]

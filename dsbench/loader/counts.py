@@ -39,7 +39,8 @@ from typing import Any
 
 from dsbench.adapters import base
 from dsbench.adapters.base import Export
-from dsbench.loader.order import RANDOM_ACCESS, Order, SampleIndex, random_blocks, read_block
+from dsbench.loader.order import Order
+from dsbench.loader.sampling import RANDOM_ACCESS, SampleIndex, random_blocks, read_block
 from dsbench.loader.worker import read_chars
 from dsbench.results import types
 from dsbench.storage import accounting
@@ -146,7 +147,7 @@ def _count_random(export: Export, order: Order, max_samples: int,
     handler: base.SkipHandler = counting if skip is not None else None
     index = SampleIndex(export, handler)  # footers and headers: set-up, as for a worker
     units = export.units()
-    blocks = list(random_blocks(index, order, 0, 0, 1))
+    blocks = list(random_blocks(index, order.block_size, order.seed, 0, 0, 1))
     # A first read imports what the adapter needs (outside the counts); then nothing is open.
     if blocks:
         next(read_block(export, units, index, blocks[0], handler), None)

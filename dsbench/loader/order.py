@@ -23,34 +23,36 @@ read as it); `shuffle`, the streams above for one rank, a fresh permutation each
 a map-style Dataset's order: the export's samples numbered front to back (each unit's samples
 after the previous unit's), a seeded permutation of those numbers each epoch, each sample read
 alone through the layout's random-access path (`Export.read_at`); or `block`, the same for
-permuted blocks of `block` consecutive samples, each block read front to back. Worker w takes the
-permuted blocks `[w::workers]` (a sample is a block of one with `random`), as torch's DataLoader
-deals whole batches to its workers: a block is read by one worker, so what it costs does not
-depend on how many there are.
+permuted blocks of `block` consecutive samples, each block read front to back (sampling.py).
+How random the batches were is batch_order.py's.
 """
 
 from __future__ import annotations
 
 import math
-import statistics
-from collections import Counter, deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections import deque
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from dsbench.adapters.base import Export, RawSample, SkipHandler, reads_at
-from dsbench.errors import DsbenchError, SampleError
-from dsbench.results.types import OrderFigures
-from dsbench.storage.files import is_remote, location
+from dsbench.adapters.base import Export, RawSample, SkipHandler
+from dsbench.errors import DsbenchError
+from dsbench.loader.sampling import (
+    BLOCK,
+    RANDOM,
+    RANDOM_ACCESS,
+    SampleIndex,
+    check_random_access,
+    random_epoch,
+)
 
 SHUFFLE_SAMPLE = "sample"  # the units are samples: a permutation of the units shuffles samples
 SHUFFLE_SHARD = "shard+buffer"  # the units are shards: their order, then a shuffle buffer
 
-SEQUENTIAL, SHUFFLE, RANDOM, BLOCK = "sequential", "shuffle", "random", "block"
+SEQUENTIAL, SHUFFLE = "sequential", "shuffle"
 ORDERS = (SEQUENTIAL, SHUFFLE, RANDOM, BLOCK)
-RANDOM_ACCESS = (RANDOM, BLOCK)  # orders that read single samples where they lie
 # Samples a shuffling worker holds to draw from, as webdataset's `.shuffle(1000)` in its examples
 DEFAULT_BUFFER = 1000
 # Consecutive samples per block with --order block: as many as a worker's shuffle buffer holds
@@ -240,82 +242,6 @@ def order_label(config: Mapping[str, Any]) -> str:
         else order
 
 
-def check_random_access(export: Export, order: Order) -> None:
-    """A DsbenchError, in one line, where `order` reads single samples and the export's layout
-    has no random-access path here."""
-    if order.name in RANDOM_ACCESS and not reads_at(export):
-        raise DsbenchError(f"--order {order.name} reads single samples where they lie, and "
-                           f"dsbench reads {export.layout} exports front to back only "
-                           f"(random access: {', '.join(RANDOM_ACCESS_LAYOUTS)}); "
-                           "--order shuffle reads it as streaming loaders do",
-                           path=export.path)
-
-
-# The layouts whose exports dsbench reads by random access (their adapters' read_at).
-RANDOM_ACCESS_LAYOUTS = ("arrow", "parquet", "files")
-
-
-class SampleIndex:
-    """The export's samples numbered front to back: sample i is (unit index, offset in it).
-    Counted from indexes, headers and footers (`unit_samples`); a unit that cannot be read
-    raises, or with `skip` is reported and holds no sample."""
-
-    def __init__(self, export: Export, skip: SkipHandler = None) -> None:
-        counts = []
-        for unit in export.units():
-            try:
-                counts.append(export.unit_samples(unit))
-            except SampleError as err:
-                if skip is None:
-                    raise
-                skip(err)
-                counts.append(0)
-        self.starts = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
-        self.total = int(self.starts[-1])
-
-    def blocks(self, block: int) -> int:
-        return -(-self.total // block)
-
-    def locate(self, i: int) -> tuple[int, int]:
-        unit = int(np.searchsorted(self.starts, i, side="right")) - 1
-        return unit, i - int(self.starts[unit])
-
-
-def random_epoch(export: Export, index: SampleIndex, order: Order, epoch: int, worker: int,
-                 n_workers: int, skip: SkipHandler = None
-                 ) -> Iterator[tuple[RawSample, int, int]]:
-    """Worker `worker`'s samples of one epoch of a random-access order, each with its unit's
-    index and its offset in that unit."""
-    units = export.units()
-    for block in random_blocks(index, order, epoch, worker, n_workers):
-        yield from read_block(export, units, index, block, skip)
-
-
-def random_blocks(index: SampleIndex, order: Order, epoch: int, worker: int, n_workers: int
-                  ) -> Iterator[range]:
-    """The sample numbers of worker `worker`'s blocks of one epoch, block by block."""
-    size = order.block_size
-    perm = np.random.default_rng([order.seed, epoch]).permutation(index.blocks(size))
-    for b in perm[worker::n_workers]:
-        yield range(int(b) * size, min((int(b) + 1) * size, index.total))
-
-
-def read_block(export: Export, units: Sequence[str], index: SampleIndex, block: range,
-               skip: SkipHandler = None) -> Iterator[tuple[RawSample, int, int]]:
-    """The samples of one block, front to back, each read where it lies (bad ones that `skip`
-    took are left out), with its unit's index and offset."""
-    read_at = export.read_at  # type: ignore[attr-defined]
-    for i in block:
-        unit, offset = index.locate(i)
-        raw = read_at(units[unit], offset, skip)
-        if raw is not None:
-            yield raw, unit, offset
-
-# The label field when none is named: the first of these names the samples have (WebDataset's
-# `.cls` member is `cls`; dsbench's definitions call it `label`).
-LABEL_NAMES = ("label", "cls", "class", "target")
-
-
 class WorkerSamples:
     """One bench worker's samples, epoch after epoch, in `order`, remembering where each came
     from: `where(key)` is (the unit's index in `export.units()`, the sample's offset in it),
@@ -332,7 +258,7 @@ class WorkerSamples:
         # across shards, and an epoch's end and the next one's start can share a batch);
         # entries before it are samples the builder skipped.
         self._where: deque[tuple[str, int, int]] = deque()
-        check_random_access(export, order)
+        check_random_access(export, order.name)
         self._samples = self._epochs(skip)
 
     def __iter__(self) -> Iterator[RawSample]:
@@ -359,8 +285,9 @@ class WorkerSamples:
         while True:
             n = 0
             if numbered is not None:
-                for raw, u, off in random_epoch(self.export, numbered, self.order, epoch,
-                                                self.worker, self.n_workers, skip):
+                for raw, u, off in random_epoch(self.export, numbered, self.order.block_size,
+                                                self.order.seed, epoch, self.worker,
+                                                self.n_workers, skip):
                     n += 1
                     self._where.append((raw.key, u, off))
                     yield raw
@@ -389,85 +316,3 @@ class WorkerSamples:
                                    "from its slice (empty, or every sample was skipped)",
                                    path=self.export.path)
             epoch += 1
-
-
-# Where a batch's samples came from: their units' indexes, their offsets in them, and their labels
-# (None when the samples have none); what the order figures are computed from.
-Where = tuple[list[int], list[int], list[int] | None]
-
-
-def batch_where(samples: WorkerSamples, keys: list[str], fields: dict[str, Any]
-                ) -> Where | None:
-    """Where a batch built from `samples` came from; None where that is not known (a format's
-    own reader)."""
-    found = [samples.where(k) for k in keys]
-    if not found or any(f is None for f in found):
-        return None
-    return [f[0] for f in found if f], [f[1] for f in found if f], labels_of(fields)
-
-
-def labels_of(fields: dict[str, Any]) -> list[int] | None:
-    """A batch's integer labels from its collated fields (the first of LABEL_NAMES that holds
-    integers), or None."""
-    for name in LABEL_NAMES:
-        value = fields.get(name)
-        if isinstance(value, np.ndarray) and value.ndim == 1 and \
-                np.issubdtype(value.dtype, np.integer):
-            return [int(v) for v in value]
-    return None
-
-
-# Positions in the source order need every earlier unit's sample count (tar headers, footers,
-# indexes: read in the main process after the rounds, on local exports); past this many units
-# they are not read.
-DISTANCE_MAX_UNITS = 4096
-
-
-def entropy_bits(labels: Sequence[int]) -> float:
-    """Shannon entropy of these labels' distribution, in bits."""
-    counts = Counter(labels)
-    n = len(labels)
-    return max(0.0, -sum(c / n * math.log2(c / n) for c in counts.values()))
-
-
-def unit_starts(export: Export, last: int) -> list[int] | None:
-    """Where units 0..last start in the source order, in samples; None where that would mean
-    reading the units again (an object store's shards are streamed whole to be counted), past
-    DISTANCE_MAX_UNITS, or where a unit cannot be counted: the figure is then not given, and
-    the run it describes stands."""
-    if export.layout == "files":
-        return list(range(last + 1))  # a unit is one sample
-    if last >= DISTANCE_MAX_UNITS or is_remote(location(export.path)) or \
-            not hasattr(export, "unit_samples"):  # (an export a caller's opener made)
-        return None
-    start = [0]
-    try:
-        for unit in export.units()[:last]:
-            start.append(start[-1] + export.unit_samples(unit))
-    except DsbenchError:
-        return None
-    return start
-
-
-def order_figures(export: Export, batches: Sequence[Where]) -> OrderFigures:
-    """How random the batches a run delivered were, from where their samples came from:
-    distinct units per batch; label entropy per batch beside that of every label the run
-    delivered; the mean distance, in samples of the source order (each worker's units in
-    sorted order, front to back), between consecutive samples of a batch."""
-    out: OrderFigures = {
-        "batches": len(batches),
-        "units_per_batch": statistics.fmean(len(set(u)) for u, _, _ in batches),
-        "label_entropy_bits": None, "label_entropy_all_bits": None, "source_distance": None}
-    labelled = [labels for _, _, labels in batches if labels]
-    if labelled:
-        out["label_entropy_bits"] = statistics.fmean(entropy_bits(x) for x in labelled)
-        out["label_entropy_all_bits"] = entropy_bits([x for b in labelled for x in b])
-    last = max(max(u) for u, _, _ in batches)
-    start = unit_starts(export, last)
-    if start is None:
-        return out
-    steps = [abs((start[u1] + o1) - (start[u0] + o0))
-             for units, offsets, _ in batches
-             for u0, o0, u1, o1 in zip(units, offsets, units[1:], offsets[1:], strict=False)]
-    out["source_distance"] = statistics.fmean(steps) if steps else None
-    return out

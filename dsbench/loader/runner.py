@@ -45,16 +45,12 @@ from dsbench.adapters import base
 from dsbench.adapters.survey import new_survey, summarize
 from dsbench.errors import DsbenchError, SampleError
 from dsbench.loader import forks, memory, native, worker
+from dsbench.loader.batch_order import order_figures
 from dsbench.loader.counts import NOT_COUNTED, Counts, count_pass
 from dsbench.loader.dataset_source import DatasetSource
 from dsbench.loader.native.session import removed_after, session
 from dsbench.loader.options import BenchOptions
-from dsbench.loader.order import (
-    RANDOM_ACCESS,
-    SampleIndex,
-    check_random_access,
-    order_figures,
-)
+from dsbench.loader.sampling import RANDOM_ACCESS, SampleIndex, check_random_access
 from dsbench.loader.sources import ShmSource, check_memory
 from dsbench.loader.summary import summarize_run, warnings_of
 from dsbench.loader.torch_source import TorchSource
@@ -220,7 +216,7 @@ def prepare(path: Loc, opts: BenchOptions) -> tuple[dict[str, Any], Counts]:
     if opts.backend == "native":
         native.check(export.layout)
     order = opts.reading_order()
-    check_random_access(export, order)
+    check_random_access(export, order.name)
     units, what = len(export.units()), "units (shards or samples)"
     if order.name in RANDOM_ACCESS:
         # (A unit that cannot be read holds no sample here; the count pass reports it.)

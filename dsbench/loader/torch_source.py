@@ -19,7 +19,8 @@ import numpy as np
 from dsbench import procs
 from dsbench.adapters import base
 from dsbench.errors import DsbenchError
-from dsbench.loader.order import IN_ORDER, Order, WorkerSamples, labels_of
+from dsbench.loader.batch_order import labels_of
+from dsbench.loader.order import IN_ORDER, Order, WorkerSamples
 from dsbench.loader.pipeline import BatchBuilder, Pipeline, collate_fields
 from dsbench.loader.sources import STARTUP_STALL_S
 from dsbench.loader.worker import (

@@ -36,7 +36,8 @@ from dsbench import adapters, procs
 from dsbench.adapters import base
 from dsbench.adapters.base import Export
 from dsbench.errors import DsbenchError, SampleError
-from dsbench.loader.order import IN_ORDER, Order, Where, WorkerSamples, batch_where
+from dsbench.loader.batch_order import Where, batch_where
+from dsbench.loader.order import IN_ORDER, Order, WorkerSamples
 from dsbench.loader.pipeline import BatchBuilder, Pipeline, StageTimes
 from dsbench.results.stages import STAGES
 

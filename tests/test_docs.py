@@ -129,6 +129,8 @@ def equivalent(argv: list[str], tmp: Path) -> list[str]:
     if cmd == "demo" or (cmd in ("bench", "compare", "gate") and measures):
         argv = _set(_set(_set(argv, "--workers", "1"), "--seconds", str(SECONDS)),
                     "--rounds", str(ROUNDS))
+    if "--epochs" in argv:  # whole epochs of the small export: batches that fit in it
+        argv = _set(_set(argv, "--epochs", "2"), "--batch-size", "8")
     if cmd in ("extrapolate", "demo"):
         argv = _set(argv, "--steps", str(STEPS))
     if cmd == "job":  # each rank count is a launch: a few seconds of start-up each

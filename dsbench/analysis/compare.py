@@ -30,7 +30,8 @@ MACHINE_MUST_MATCH = ("cpu_model", "usable_cores")
 # The reader (backend: dsbench's, torch's DataLoader over it, or the format's own library) may
 # differ: comparing one export read two ways is a question of its own ("our reader or theirs?");
 # the comparison says so, and the gate refuses it (gate.py).
-CONFIG_MUST_MATCH = ("batch_size", "decoder", "normalize", "step_time_s", "cold", "prefetch")
+CONFIG_MUST_MATCH = ("batch_size", "decoder", "normalize", "step_time_s", "cold", "prefetch",
+                     "epochs")
 COUNT_TOLERANCE = 1e-9  # relative; counts differ by at least one file or byte per export
 STAGE_LEVEL = 1 - (1 - stats.LEVEL) / len(STAGES)  # simultaneous over the stages: 0.99
 
@@ -343,7 +344,8 @@ def compare(base: BenchResult, cand: BenchResult, *,
         return out
     for w in common_workers(base, cand):
         disturbed = disturbance(run_for(base, w)["rounds"], run_for(cand, w)["rounds"], paired)
-        keep = disturbed["kept"] if disturbed and disturbed["disturbed"] else None
+        keep = disturbed["kept"] if disturbed and disturbed["disturbed"] and \
+            not disturbed["left_in"] else None
         metrics = [metric_row(m, base, cand, w, paired, keep)
                    for m in measured_metrics(base, cand, w)]
         rows = attribution(metrics, stage_rows(base, cand, w, paired, keep))

@@ -159,8 +159,9 @@ def evaluate(comparison: dict[str, Any], t: Thresholds, workers: int | None = No
     m = {x["metric"]: x for x in runs[w]["metrics"]}
     # Timings only warn where the machine changed between the sides: load drift between
     # results measured apart, or other programs busier on one side in every pair of rounds.
+    disturbed = runs[w].get("disturbance") or {}
     drifted = bool((comparison.get("load_drift") or {}).get("differs")
-                   or (runs[w].get("disturbance") or {}).get("steady"))
+                   or disturbed.get("steady") or disturbed.get("left_in"))
     # Anonymous memory where both sides split it: file-backed pages of mapped shards are page
     # cache the kernel drops, not memory the job must hold.
     anon = "peak_pss_anon_bytes" in m

@@ -155,6 +155,11 @@ def add_window_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup,
     p.add_argument("--shuffle-buffer", type=int, default=d.shuffle_buffer, metavar="N",
                    help="with --order shuffle on a shard layout: samples each worker holds "
                         f"to draw from (default {d.shuffle_buffer})")
+    p.add_argument("--epochs", type=int, default=None, metavar="E",
+                   help="each round reads E whole epochs instead of a timed window, each "
+                        "from fresh workers as torch's DataLoader without persistent_workers "
+                        "does, and reports each epoch's time to its first batch and the wait "
+                        "at its boundary (docs/access-patterns.md)")
     p.add_argument("--block", type=int, default=d.block, metavar="N",
                    help="with --order block: consecutive samples per block, read together "
                         f"(default {d.block})")
@@ -178,7 +183,8 @@ def window_options(args: argparse.Namespace, **more: Any) -> BenchOptions:
                         cold=args.cold, layout=args.layout, count_samples=args.count_samples,
                         max_pixels=args.max_pixels, image_field=args.image_field,
                         step=args.pipeline, order=args.order,
-                        shuffle_buffer=args.shuffle_buffer, block=args.block, **more)
+                        shuffle_buffer=args.shuffle_buffer, block=args.block,
+                        epochs=args.epochs, **more)
 
 
 # --- the two sides of compare and gate ------------------------------------------------------------

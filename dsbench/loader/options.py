@@ -65,6 +65,8 @@ class BenchOptions:
     order: str = SEQUENTIAL  # one of order.ORDERS: how each worker reads its share
     shuffle_buffer: int = DEFAULT_BUFFER  # samples per worker, with --order shuffle on shards
     block: int = DEFAULT_BLOCK  # consecutive samples per block, with --order block
+    epochs: int | None = None  # --epochs E: each round reads E whole epochs from fresh workers
+    start_epoch: int = 0  # the epoch a round's workers start at (set per epoch by epochs.py)
     ceiling: bool = False  # --ceiling: also measure the loader replaying batches it built
     replay: bool = False  # this side is the ceiling: workers hand built batches over again
 
@@ -96,6 +98,14 @@ class BenchOptions:
             raise bad("sweep-rounds", self.sweep_rounds, "an integer >= 1")
         if self.batches is not None and self.batches < 1:
             raise bad("batches", self.batches, "a positive integer")
+        if self.epochs is not None:
+            if isinstance(self.epochs, bool) or not isinstance(self.epochs, int) \
+                    or self.epochs < 1:
+                raise bad("epochs", self.epochs, "an integer >= 1")
+            if self.ceiling or self.dataset is not None or self.backend == "native":
+                raise DsbenchError("--epochs starts dsbench's workers afresh each epoch "
+                                   "(--backend dsbench or torch): not with --ceiling, "
+                                   "--dataset or --backend native")
         if self.backend not in BACKENDS:
             raise bad("backend", self.backend, " or ".join(BACKENDS))
         if self.order not in ORDERS:
@@ -133,7 +143,8 @@ class BenchOptions:
                         max_pixels=self.max_pixels)
 
     def reading_order(self) -> Order:
-        return Order(self.order, self.shuffle_buffer, self.seed, self.block)
+        return Order(self.order, self.shuffle_buffer, self.seed, self.block,
+                     self.start_epoch)
 
     def rounds_for(self, index: int) -> int:
         """Rounds of the `index`-th worker count: the verdicts use the first, so it gets the
@@ -166,4 +177,4 @@ class BenchOptions:
                 "pipeline": self.step, "dataset": self.dataset, "order": self.order,
                 "shuffle_buffer": self.shuffle_buffer if self.order == SHUFFLE else None,
                 "block": self.block if self.order == BLOCK else None,
-                "ceiling": self.ceiling}
+                "ceiling": self.ceiling, "epochs": self.epochs}

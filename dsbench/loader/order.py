@@ -208,6 +208,7 @@ class Order:
     buffer: int = DEFAULT_BUFFER
     seed: int = 0
     block: int = DEFAULT_BLOCK
+    epoch: int = 0  # the first epoch read (bench --epochs starts fresh workers at each)
 
     @property
     def block_size(self) -> int:
@@ -281,7 +282,7 @@ class WorkerSamples:
             plan = Plan(tuple(self.units), self.order.seed, 1, self.n_workers, 1,
                         self.order.buffer if layout == SHUFFLE_SHARD else 0, layout)
         numbered = SampleIndex(self.export, skip) if self.order.name in RANDOM_ACCESS else None
-        epoch = 0
+        epoch = self.order.epoch
         while True:
             n = 0
             if numbered is not None:

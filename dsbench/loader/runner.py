@@ -44,7 +44,7 @@ from dsbench import procs, stats
 from dsbench.adapters import base
 from dsbench.adapters.survey import new_survey, summarize
 from dsbench.errors import DsbenchError, SampleError
-from dsbench.loader import forks, memory, native, worker
+from dsbench.loader import epochs, forks, memory, native, worker
 from dsbench.loader.batch_order import order_figures
 from dsbench.loader.counts import NOT_COUNTED, Counts, count_pass
 from dsbench.loader.dataset_source import DatasetSource
@@ -181,6 +181,8 @@ def run_round(path: Loc, opts: BenchOptions, n_workers: int) -> dict[str, Any]:
         evict(path)
     reaped0 = _children_cpu()
     main_base = memory.of(os.getpid())  # before this round's workers and buffers exist
+    if opts.epochs:
+        return _epochs_round(path, opts, n_workers, main_base, reaped0)
     source: ShmSource | TorchSource | DatasetSource
     with contextlib.ExitStack() as stack:
         if opts.backend == "native":
@@ -204,6 +206,23 @@ def run_round(path: Loc, opts: BenchOptions, n_workers: int) -> dict[str, Any]:
         # process's: what it reaps says nothing of them, and the cross-check is not made.
         out["workers_cpu_s_reaped"] = _children_cpu() - reaped0
     return out
+
+
+def _epochs_round(path: Loc, opts: BenchOptions, n_workers: int, main_base: memory.Memory,
+                  reaped0: float) -> dict[str, Any]:
+    """--epochs: whole epochs, each from fresh workers (epochs.py)."""
+    export = worker.open_export(str(path), opts.export_opener())
+    per_epoch = epochs.batches_per_worker(export, opts.reading_order(), opts.epochs or 1,
+                                          n_workers, opts.batch_size)
+    pipeline = opts.pipeline()
+
+    def open_source(e: int) -> ShmSource | TorchSource:
+        at = epochs.at_epoch(opts, e)
+        return (TorchSource(path, pipeline, n_workers, at) if opts.backend == "torch"
+                else ShmSource(path, pipeline, n_workers, at))
+
+    return epochs.measure(open_source, per_epoch, n_workers, opts.step_time_s, main_base,
+                          _self_cpu, _children_cpu, host_busy_s)
 
 
 def prepare(path: Loc, opts: BenchOptions) -> tuple[dict[str, Any], Counts]:

@@ -38,7 +38,21 @@ def _round_row(r: dict[str, Any]) -> Round:
     if "host_cpu_s" in r:  # rounds given by callers that did not measure the host
         row["host_cpu_s"] = r["host_cpu_s"]
         row["host_cpu_s_per_sample"] = r["host_cpu_s_per_sample"]
+    if "epochs" in r:  # --epochs
+        row["epochs"] = r["epochs"]
     return row
+
+
+def epoch_summary(rounds: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per epoch, over the rounds: the median time to the first batch, wait at the boundary and
+    wall time (--epochs)."""
+    out = []
+    for e in range(len(rounds[0]["epochs"])):
+        each = [r["epochs"][e] for r in rounds]
+        out.append({"epoch": e, "samples": each[0]["samples"],
+                    **{k: float(np.median([x[k] for x in each]))
+                       for k in ("time_to_first_batch_s", "boundary_wait_s", "wall_s")}})
+    return out
 
 
 def summarize_run(n_workers: int, opts: BenchOptions, rounds: list[dict[str, Any]],
@@ -81,6 +95,8 @@ def summarize_run(n_workers: int, opts: BenchOptions, rounds: list[dict[str, Any
                                         else float(np.mean(host)))
     if counts.requests is not None:
         run["requests_per_sample"] = counts.per_sample(counts.requests.data_requests)
+    if all("epochs" in r for r in rounds):
+        run["epochs"] = epoch_summary(rounds)
     return run
 
 
@@ -95,7 +111,7 @@ def warnings_of(run: Run, opts: BenchOptions) -> list[str]:
                        f"{100 * spread:.3g}% between rounds (IQR/median): use a longer "
                        "--seconds, more --rounds, or a quieter machine before comparing it")
     short = min(r.get("batches", 0) for r in run["rounds"]) / w
-    if short < stats.MIN_WINDOW_BATCHES:
+    if short < stats.MIN_WINDOW_BATCHES and "epochs" not in run:
         out.append(f"the measured window with {fmt.plural(w, 'worker')} held only "
                    f"{fmt.plural(short, 'batch', 'batches')} per worker: use a longer --seconds "
                    "or a smaller --batch-size")

@@ -11,6 +11,7 @@ can be explored before anything is measured. Both give the per-batch CPU of one 
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -97,6 +98,8 @@ class LoaderCost:
     memory_workers: int | None = None
     memory_kind: str = "PSS"  # or "anonymous + shared": the kernel's split without page cache
     order: str | None = None  # the order the measured export was read in (bench --order)
+    # bench --epochs: the wait at an epoch's start (fresh workers to their first batch), s
+    epoch_start_s: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("cpu_s_per_sample", "cpu_cv", "files_per_sample", "bytes_per_sample"):
@@ -157,7 +160,7 @@ class LoaderCost:
                 "stated_fields": sorted(self.stated_fields), "units": self.units,
                 "memory_per_worker_bytes": self.memory_per_worker_bytes,
                 "memory_workers": self.memory_workers, "memory_kind": self.memory_kind,
-                "order": self.order}
+                "order": self.order, "epoch_start_s": self.epoch_start_s}
 
     def source_of(self, name: str) -> str:
         """'measured' or 'stated', for one of this cost's figures."""
@@ -228,7 +231,17 @@ def _from_result(doc: Mapping[str, Any], path: str | None) -> LoaderCost:
                       stages=stage_items, units=units if sharded else None,
                       unit_name=str(export.get("unit_name") or "units"),
                       order=order_label(config if isinstance(config, Mapping) else {}),
-                      **_memory(parsed))
+                      epoch_start_s=_epoch_start(base), **_memory(parsed))
+
+
+def _epoch_start(run: Mapping[str, Any]) -> float | None:
+    """The median wait at an epoch's start over a --epochs run's epochs; None without them."""
+    epochs = run.get("epochs")
+    raw = [e.get("boundary_wait_s") for e in epochs if isinstance(e, Mapping)] \
+        if isinstance(epochs, Sequence) and not isinstance(epochs, str) else []
+    waits = [float(w) for w in raw
+             if isinstance(w, int | float) and not isinstance(w, bool) and w >= 0]
+    return float(statistics.median(waits)) if waits and len(waits) == len(raw) else None
 
 
 def _memory(parsed: list[tuple[int, float, int, Any]]) -> dict[str, Any]:

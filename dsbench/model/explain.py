@@ -52,6 +52,11 @@ def inputs(cost: LoaderCost, cluster: ClusterSpec,
     rows = [_row("cpu_s_per_sample", cost.cpu_s_per_sample,
                  fmt.seconds(cost.cpu_s_per_sample, "sample"), cost.source_of("cpu_s_per_sample"),
                  base)]
+    if cost.epoch_start_s is not None:
+        rows.append(_row("epoch_start_s", cost.epoch_start_s, fmt.seconds(cost.epoch_start_s),
+                         "measured", "the data wait at each epoch's start per rank (bench "
+                         "--epochs: fresh workers to their first batch, the median epoch); "
+                         "not in the step figures, which are of steps within an epoch"))
     if cost.origin == "stated":
         rows.append(_row("cpu_cv", cost.cpu_cv, fmt.sig(cost.cpu_cv), "stated",
                          "per-sample coefficient of variation; batches are lognormal"))

@@ -95,6 +95,20 @@ def ceiling_text(doc: BenchResult) -> str:
             "pipeline's\n" + "\n".join(lines))
 
 
+def epochs_text(doc: BenchResult) -> str:
+    """--epochs: each epoch's start beside its length, per worker count (medians of rounds)."""
+    rows = [[str(r["workers"]), str(e["epoch"]), fmt.seconds(e["time_to_first_batch_s"]),
+             fmt.seconds(e["boundary_wait_s"]), fmt.seconds(e["wall_s"]),
+             f"{e['samples']} samples"]
+            for r, epochs in _runs_with(doc, "epochs") for e in epochs]
+    if not rows:
+        return ""
+    return ("\n\nEpochs, each from fresh workers (medians of the rounds; the figures above "
+            "include every start)\n"
+            + fmt.table(["workers", "epoch", "time to first batch", "wait at the boundary",
+                         "epoch wall time", "samples"], rows))
+
+
 def render(doc: BenchResult) -> str:
     """The result as two tables for people: throughput and cost, then CPU per stage."""
     runs = doc["runs"]
@@ -141,11 +155,14 @@ def render(doc: BenchResult) -> str:
             + (f"your step {cfg['pipeline']}" if cfg.get("pipeline")
                else f"decoder {cfg['decoder']}"))
     order = "" if cfg.get("dataset") else f", read in order: {order_of(doc)}"
-    head = (f"{what}{order}, batch {cfg['batch_size']}, {cfg['rounds']} rounds of "
-            f"{fmt.seconds(cfg['seconds'])}" + (", cold cache" if cfg["cold"] else ""))
+    each = (f"{fmt.plural(cfg.get('epochs') or 0, 'epoch')}, each from fresh workers"
+            if cfg.get("epochs")
+            else fmt.seconds(cfg["seconds"]))
+    head = (f"{what}{order}, batch {cfg['batch_size']}, {cfg['rounds']} rounds of {each}"
+            + (", cold cache" if cfg["cold"] else ""))
     skipped = sum(r["skipped_samples"] for r in runs)
     tail = f"\nskipped {skipped} bad samples (see 'skipped' in --json)" if skipped else ""
-    more = requests_text(doc) + order_text(doc) + ceiling_text(doc)
+    more = requests_text(doc) + order_text(doc) + ceiling_text(doc) + epochs_text(doc)
     return (f"{head}\n\n{main}\n{HOST_NOTE}{more}\n\n"
             "CPU per sample by stage (other: main process, hand-over, idle wake-ups)\n"
             f"{stages}{tail}")

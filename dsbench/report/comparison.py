@@ -116,15 +116,15 @@ def disturbance_text(run: dict[str, Any]) -> str:
                 "quiet machine to tell")
     if not d or not d["disturbed"]:
         return ""
-    n, kept = len(d["disturbed"]), len(d["kept"])
+    n = len(d["disturbed"])
     rounds = ", ".join(str(i + 1) for i in d["disturbed"])
     return (f"warning: disturbed: other programs ran during one side of {n} of "
             f"{d['pairs']} round pairs (pair {rounds}: {fmt.seconds(d['others_cpu_s'])} of CPU "
             f"more on one side than on the other, past {fmt.sig(d['threshold_cores'])} cores "
             "from the usual); "
-            + (f"the timings' figures and intervals are of the {kept} undisturbed pairs"
-               if kept > 1 else "too few undisturbed pairs are left for an interval: the "
-               "timings' changes are unknown")
+            + (f"the timings' figures and intervals are of the {len(d['kept'])} undisturbed pairs"
+               if not d.get("left_in") else "too few pairs are undisturbed to leave the "
+               "others out: the timings hold the disturbance, and the gate only warns on them")
             + ". Rerun with more --rounds, or on a quieter machine")
 
 

@@ -67,6 +67,7 @@ class Config(TypedDict):
     shuffle_buffer: NotRequired[int | None]
     block: NotRequired[int | None]
     ceiling: NotRequired[bool]
+    epochs: NotRequired[int | None]
 
 
 class Statistics(TypedDict):
@@ -97,6 +98,7 @@ class Round(TypedDict):
     window_files: NotRequired[int]
     window_bytes: NotRequired[int]
     stages: NotRequired[dict[str, float]]
+    epochs: NotRequired[list[dict[str, Any]]]  # --epochs: each epoch of the round
 
 
 class OrderFigures(TypedDict):
@@ -143,6 +145,7 @@ class Run(TypedDict):
     scaling_efficiency: float | None
     batch_cpu_s: list[float]
     rounds: list[Round]
+    epochs: NotRequired[list[dict[str, Any]]]  # --epochs: per epoch, over the rounds
 
 
 class FirstByte(TypedDict):

@@ -158,7 +158,8 @@ def render(doc: BenchResult) -> str:
     each = (f"{fmt.plural(cfg.get('epochs') or 0, 'epoch')}, each from fresh workers"
             if cfg.get("epochs")
             else fmt.seconds(cfg["seconds"]))
-    head = (f"{what}{order}, batch {cfg['batch_size']}, {cfg['rounds']} rounds of {each}"
+    head = (f"{what}{order}, batch {cfg['batch_size']}, "
+            f"{fmt.plural(cfg['rounds'], 'round')} of {each}"
             + (", cold cache" if cfg["cold"] else ""))
     skipped = sum(r["skipped_samples"] for r in runs)
     tail = f"\nskipped {skipped} bad samples (see 'skipped' in --json)" if skipped else ""

@@ -34,6 +34,8 @@ once per worker, and not counted.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,6 +93,19 @@ def spread(n: int) -> list[int]:
     return sorted(range(n), key=lambda i: int(f"{i:0{bits}b}"[::-1], 2))
 
 
+class _Skips:
+    """The bad samples a pass skipped, counted and handed on to `skip`."""
+
+    def __init__(self, skip: base.SkipHandler) -> None:
+        self.n, self.skip = 0, skip
+        self.handler: base.SkipHandler = self._skipped if skip is not None else None
+
+    def _skipped(self, err: Any) -> None:
+        self.n += 1
+        if self.skip is not None:
+            self.skip(err)
+
+
 def count_pass(export: Export, max_samples: int = DEFAULT_MAX_SAMPLES,
                skip: base.SkipHandler = None, order: Order | None = None) -> Counts:
     """Read whole units as a worker does (no decoding) and count what reading them took; with
@@ -98,73 +113,44 @@ def count_pass(export: Export, max_samples: int = DEFAULT_MAX_SAMPLES,
 
     `max_samples` 0 reads every unit. Bad samples raise (the default policy) or go to `skip`.
     """
-    if order is not None and order.name in RANDOM_ACCESS:
-        return _count_random(export, order, max_samples, skip)
+    skips = _Skips(skip)
     units = export.units()
-    skipped = 0
-
-    def counting(err: Any) -> None:
-        nonlocal skipped
-        skipped += 1
-        if skip is not None:
-            skip(err)
-
-    handler: base.SkipHandler = counting if skip is not None else None
+    if order is not None and order.name in RANDOM_ACCESS:
+        index = SampleIndex(export, skips.handler)  # footers and headers: set-up
+        blocks = list(random_blocks(index, order.block_size, order.seed, 0, 0, 1))
+        parts: list[Callable[[], Iterator[Any]]] = [
+            functools.partial(read_block, export, units, index, b, skips.handler)
+            for b in blocks]
+        budget = RANDOM_MAX_BYTES
+    else:
+        parts = [functools.partial(export.read_units, [units[i]], skips.handler)
+                 for i in spread(len(units))]
+        budget = 0
     # Python modules an adapter imports on first use read files too: read one sample first,
-    # outside the counts.
-    if units:
-        first = export.read_units(units[:1], handler)
+    # outside the counts; then nothing a random reader keeps is open.
+    if parts:
+        first = parts[0]()
         try:
             next(first, None)
         finally:
             getattr(first, "close", lambda: None)()  # a generator closes its file here
-        skipped = 0
+    forget = getattr(export, "forget", None) if budget else None
+    if forget is not None:
+        forget()
+    skips.n = 0
     opens0, mapped0 = base.io_counters()
     chars0 = read_chars()
     requests0 = accounting.totals()
     samples = read = 0
-    for i in spread(len(units)):
-        samples += sum(1 for _ in export.read_units([units[i]], handler))
+    for part in parts:
+        samples += sum(1 for _ in part())
         read += 1
-        if max_samples and samples >= max_samples:
+        spent = read_chars() - chars0 + base.io_counters()[1] - mapped0
+        if max_samples and (samples >= max_samples or 0 < budget <= spent):
             break
     opens1, mapped1 = base.io_counters()
     requests = accounting.totals().since(requests0)
-    return Counts(samples, skipped, read, len(units), opens1 - opens0, read_chars() - chars0,
-                  mapped1 - mapped0, requests if sum(requests.count.values()) else None)
-
-
-def _count_random(export: Export, order: Order, max_samples: int,
-                  skip: base.SkipHandler) -> Counts:
-    skipped = 0
-
-    def counting(err: Any) -> None:
-        nonlocal skipped
-        skipped += 1
-        if skip is not None:
-            skip(err)
-
-    handler: base.SkipHandler = counting if skip is not None else None
-    index = SampleIndex(export, handler)  # footers and headers: set-up, as for a worker
-    units = export.units()
-    blocks = list(random_blocks(index, order.block_size, order.seed, 0, 0, 1))
-    # A first read imports what the adapter needs (outside the counts); then nothing is open.
-    if blocks:
-        next(read_block(export, units, index, blocks[0], handler), None)
-    export.forget()  # type: ignore[attr-defined]
-    skipped = 0
-    opens0, mapped0 = base.io_counters()
-    chars0 = read_chars()
-    requests0 = accounting.totals()
-    samples = read = 0
-    for block in blocks:
-        samples += sum(1 for _ in read_block(export, units, index, block, handler))
-        read += 1
-        if max_samples and (samples >= max_samples or read_chars() - chars0
-                            + base.io_counters()[1] - mapped0 >= RANDOM_MAX_BYTES):
-            break
-    opens1, mapped1 = base.io_counters()
-    requests = accounting.totals().since(requests0)
-    export.forget()  # type: ignore[attr-defined]
-    return Counts(samples, skipped, read, len(blocks), opens1 - opens0, read_chars() - chars0,
+    if forget is not None:
+        forget()
+    return Counts(samples, skips.n, read, len(parts), opens1 - opens0, read_chars() - chars0,
                   mapped1 - mapped0, requests if sum(requests.count.values()) else None)

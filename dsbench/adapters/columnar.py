@@ -118,6 +118,9 @@ class ColumnarExport(base.ReadsUnits):
         self._broken: dict[str, str] = {}
         self._rows: dict[str, int | None] = {}
         self._columns: dict[str, set[str]] = {}
+        # Per unit, once: read_at asks for them at every row it reads.
+        self._firsts: dict[str, int] = {}
+        self._unit_encodings: dict[str, dict[str, str]] = {}
         schemas: list[tuple[str, pa.Schema]] = []
         for p in self._files:
             try:
@@ -186,19 +189,25 @@ class ColumnarExport(base.ReadsUnits):
 
     def _encodings(self, unit: str) -> dict[str, str]:
         # A field an old shard lacks reads as None, which is a value, whatever the new encoding.
-        have = self._columns[unit]
-        return {n: (e if n in have else base.ENC_VALUE) for n, e in self.plan.encodings.items()}
+        if unit not in self._unit_encodings:
+            have = self._columns[unit]
+            self._unit_encodings[unit] = {n: (e if n in have else base.ENC_VALUE)
+                                          for n, e in self.plan.encodings.items()}
+        return self._unit_encodings[unit]
 
     def _first_row(self, unit: str) -> int:
         """Row number (in the whole export) of the unit's first row; keys of key-less exports."""
+        if unit in self._firsts:
+            return self._firsts[unit]
         total = 0
         for p in self._files:
             if str(p) == unit:
-                return total
+                break
             if str(p) not in self._broken:
                 if self._rows[str(p)] is None:
                     self._rows[str(p)] = self._count_rows(p)
                 total += self._rows[str(p)] or 0
+        self._firsts[unit] = total
         return total
 
     def _read_unit(self, unit: str, skip: base.SkipHandler) -> Iterator[base.RawSample]:

@@ -32,7 +32,12 @@ def batch_where(samples: WorkerSamples, keys: list[str], fields: dict[str, Any]
                 ) -> Where | None:
     """Where a batch built from `samples` came from; None where that is not known (a format's
     own reader)."""
-    found = [samples.where(k) for k in keys]
+    return where_of([samples.where(k) for k in keys], fields)
+
+
+def where_of(found: list[tuple[int, int] | None], fields: dict[str, Any]) -> Where | None:
+    """A batch's `Where` from its samples' (unit index, offset), in batch order; None where one
+    is not known."""
     if not found or any(f is None for f in found):
         return None
     return [f[0] for f in found if f], [f[1] for f in found if f], labels_of(fields)

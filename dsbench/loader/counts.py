@@ -115,7 +115,8 @@ def count_pass(export: Export, max_samples: int = DEFAULT_MAX_SAMPLES,
     """
     skips = _Skips(skip)
     units = export.units()
-    if order is not None and order.name in RANDOM_ACCESS:
+    random_access = order is not None and order.name in RANDOM_ACCESS
+    if order is not None and random_access:
         index = SampleIndex(export, skips.handler)  # footers and headers: set-up
         blocks = list(random_blocks(index, order.block_size, order.seed, 0, 0, 1))
         parts: list[Callable[[], Iterator[Any]]] = [
@@ -134,7 +135,7 @@ def count_pass(export: Export, max_samples: int = DEFAULT_MAX_SAMPLES,
             next(first, None)
         finally:
             getattr(first, "close", lambda: None)()  # a generator closes its file here
-    forget = getattr(export, "forget", None) if budget else None
+    forget = getattr(export, "forget", None) if random_access else None
     if forget is not None:
         forget()
     skips.n = 0

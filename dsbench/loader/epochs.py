@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import numpy as np
 
+from dsbench.adapters import base
 from dsbench.adapters.base import Export
 from dsbench.errors import DsbenchError
 from dsbench.loader import memory
@@ -39,27 +40,31 @@ class Source(Protocol):
     def close(self) -> None: ...
 
 
-def worker_share(export: Export, order: Order, epoch: int, worker: int, n_workers: int) -> int:
-    """Samples worker `worker` reads in `epoch` of `order`, from indexes, headers and footers."""
+def worker_share(export: Export, order: Order, epoch: int, worker: int, n_workers: int,
+                 index: SampleIndex | None = None) -> int:
+    """Samples worker `worker` reads in `epoch` of `order`, from indexes, headers and footers
+    (`index`: the export's samples numbered, for a random-access order; made here if None)."""
     if order.name in RANDOM_ACCESS:
-        index = SampleIndex(export)
+        index = index or SampleIndex(export)
         return sum(len(b) for b in random_blocks(index, order.block_size, order.seed, epoch,
                                                  worker, n_workers))
     units = export.units()
     if order.name == SHUFFLE:
         plan = Plan(tuple(units), order.seed, 1, n_workers, 1, 0, shuffle_of(export.layout))
-        mine = [units[i] for i in plan.slot_indices(epoch, 0, worker)]
+        mine: Sequence[str] = plan.slot(epoch, 0, worker)
     else:
-        mine = units[worker::n_workers]
+        mine = base.worker_share(units, worker, n_workers)
     return sum(export.unit_samples(u) for u in mine)
 
 
 def batches_per_worker(export: Export, order: Order, epochs: int, n_workers: int,
                        batch_size: int) -> list[int]:
     """Full batches each worker gives in each epoch: the smallest share's."""
+    index = SampleIndex(export) if order.name in RANDOM_ACCESS else None
     out = []
     for e in range(epochs):
-        shares = [worker_share(export, order, e, w, n_workers) for w in range(n_workers)]
+        shares = [worker_share(export, order, e, w, n_workers, index)
+                  for w in range(n_workers)]
         if min(shares) < batch_size:
             raise DsbenchError(f"epoch {e} gives a worker {min(shares)} samples, fewer than a "
                                f"batch of {batch_size}: use a smaller --batch-size or fewer "

@@ -79,9 +79,6 @@ class Plan:
 
     def slot(self, epoch: int, rank: int, worker: int) -> list[str]:
         """The units worker `worker` of rank `rank` reads in `epoch`, in reading order."""
-        if not (0 <= rank < self.ranks and 0 <= worker < self.workers):
-            raise DsbenchError(f"rank {rank} worker {worker} is not in {self.ranks} x "
-                               f"{self.workers}")
         return [self.units[i] for i in self.slot_indices(epoch, rank, worker)]
 
     def slot_indices(self, epoch: int, rank: int, worker: int) -> list[int]:

@@ -19,7 +19,7 @@ import numpy as np
 from dsbench import procs
 from dsbench.adapters import base
 from dsbench.errors import DsbenchError
-from dsbench.loader.batch_order import labels_of
+from dsbench.loader.batch_order import where_of
 from dsbench.loader.order import IN_ORDER, Order, WorkerSamples
 from dsbench.loader.pipeline import BatchBuilder, Pipeline, collate_fields
 from dsbench.loader.sources import STARTUP_STALL_S
@@ -56,9 +56,7 @@ def torch_collate(items: list[tuple[Any, ...]]) -> dict[str, Any]:
                   if all(isinstance(o, np.ndarray) for o in outputs)
                   else default_collate(outputs))
     fields = collate_fields([it[3] for it in items])
-    found = [it[8] for it in items]
-    where = None if any(f is None for f in found) else (
-        [f[0] for f in found], [f[1] for f in found], labels_of(fields))
+    where = where_of([it[8] for it in items], fields)
     for name, value in fields.items():
         if isinstance(value, np.ndarray):
             fields[name] = torch.from_numpy(value)

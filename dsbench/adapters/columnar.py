@@ -241,11 +241,6 @@ class ColumnarExport(base.ReadsUnits):
         except Unreadable as exc:
             base.report(SampleError(str(exc), path=unit), skip)
 
-    def _block_survey(self) -> dict[str, Any] | None:
-        """What a sample read alone reads, where the layout is read by random access in blocks
-        (rows.RandomRowsExport); None here."""
-        return None
-
     def _probe(self, columns: list[str]) -> pa.Table | None:
         for p in self._files:
             have = [c for c in columns if c in self._columns.get(str(p), ())]
@@ -299,7 +294,6 @@ class ColumnarExport(base.ReadsUnits):
                        for n in self.plan.fields},
             "bad_samples": sum(1 for p in problems if p["key"] is not None),
         })
-        survey["blocks"] = self._block_survey()
         return survey
 
     def _check_rows(self, path: Loc, first: int, seen: dict[str, Any],

@@ -115,6 +115,9 @@ class RandomRowsExport(ColumnarExport):
         self._open[unit] = blocks  # now the most recently used
         return blocks
 
+    def survey(self) -> dict[str, Any]:
+        return super().survey() | {"blocks": self._block_survey()}
+
     def _block_survey(self) -> dict[str, Any] | None:
         """What a sample read alone reads, from the footers of the first BLOCK_UNITS shards:
         its block's name, whether a row costs the whole block, and the blocks' count, rows and

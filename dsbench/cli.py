@@ -42,8 +42,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-class Terminated(Exception):
-    """SIGTERM: unwinds like Ctrl-C, so every worker, segment and temporary is cleaned up."""
+class Terminated(BaseException):
+    """SIGTERM: unwinds like Ctrl-C, so every worker, segment and temporary is cleaned up.
+
+    Not an Exception, as KeyboardInterrupt is not: code that turns a library's errors into a
+    bad sample or a one-line error (`except Exception` around PIL's header probe, a format
+    writer) must not take the signal for one. Seen: a SIGTERM during compare's survey was
+    counted as an unreadable image header, and the run went on to exit 0."""
 
 
 def _terminate(signum: int, frame: object) -> None:

@@ -150,3 +150,24 @@ def test_a_ctrl_c_in_the_interpreters_last_steps_prints_no_traceback(tmp_path: P
     assert "Traceback" not in proc.stderr, proc.stderr
     assert proc.returncode == -signal.SIGINT
     assert proc.stdout  # the report was printed before
+
+
+def test_a_sigterm_inside_code_that_catches_a_librarys_errors_is_not_taken_for_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The SIGTERM handler raises Terminated wherever the main thread is. Arriving inside the
+    # image-header probe (which turns PIL's errors into "not an image") or a format writer's
+    # call (whose errors become one line), it must go on unwinding to the command line: once it
+    # was counted as an unreadable image and the run went on to exit 0.
+    from dsbench.adapters import survey
+    from dsbench.cli import Terminated
+    from dsbench.export.generate import library_errors
+
+    def signalled(data: object) -> object:
+        raise Terminated
+
+    monkeypatch.setattr(survey, "open_image", signalled)
+    with pytest.raises(Terminated):
+        survey.probe_image(b"\xff\xd8\xff\xe0 a jpeg's first bytes")
+    spec = parse_spec({"name": "t", "layout": "wds", "fields": {}}, "test")
+    with pytest.raises(Terminated), library_errors(spec, "unit 0"):
+        raise Terminated

@@ -19,7 +19,7 @@ from dsbench.errors import DsbenchError, Interrupted
 
 # Module names under dsbench.commands; each has HELP, add_arguments(parser) and run(args) -> int.
 COMMANDS = ["demo", "generate", "inspect", "bench", "compare", "gate", "extrapolate", "budget",
-            "probe", "job", "resume", "asv"]
+            "probe", "proxy", "job", "resume", "asv"]
 
 
 class _Parser(argparse.ArgumentParser):

@@ -123,9 +123,9 @@ def test_bad_credentials_are_one_line_without_the_secret(
 
 def test_nothing_listening_is_one_line(monkeypatch: pytest.MonkeyPatch, s3_env: Any,
                                        capsys: pytest.CaptureFixture[str]) -> None:
-    from dsbench.storage.server import _free_port
+    from dsbench.storage.server import free_port
 
-    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{_free_port()}")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")
     assert main(["inspect", "s3://exports/before"]) == 2
     assert_one_line_error(capsys.readouterr().err, "inspect", "cannot connect to the store")
 

@@ -321,6 +321,21 @@ def moved_text(rows: list[dict[str, Any]]) -> str:
     return "; ".join(parts)
 
 
+PUSHBACK = ("retries_per_sample", "throttled_per_sample", "retry_s_per_sample")
+
+
+def pushback(base: BenchResult, cand: BenchResult) -> dict[str, Any] | None:
+    """Each side's retries, throttle answers and the time they added, per sample, where either
+    side's store pushed back in its count pass: a count of the store's load as much as of the
+    export, so shown beside the table, not as an exact count in it."""
+    def of(doc: BenchResult) -> dict[str, float]:
+        requests: Mapping[str, Any] = doc.get("requests") or {}
+        return {k: float(requests.get(k, 0.0)) for k in PUSHBACK}
+
+    sides = {"base": of(base), "cand": of(cand)}
+    return sides if any(v for side in sides.values() for v in side.values()) else None
+
+
 def compare(base: BenchResult, cand: BenchResult, *,
             cluster: dict[str, dict[str, Any]] | None = None, any_order: bool = False
             ) -> dict[str, Any]:
@@ -338,7 +353,7 @@ def compare(base: BenchResult, cand: BenchResult, *,
         "load_drift": load_drift(base, cand),
         "method": ("paired t on per-round log ratios (one interleaved run)" if paired else
                    "Welch t on log values (measured apart: assumes both saw the same machine)"),
-        "runs": [], "cluster": cluster,
+        "runs": [], "cluster": cluster, "pushback": pushback(base, cand),
     }
     if reasons:
         return out

@@ -26,7 +26,9 @@ from dsbench.loader.order import ORDERS
 from dsbench.model.costs import DIST_SYNTAX, Distribution
 from dsbench.model.node import ClusterSpec
 from dsbench.model.profiles import PROFILES, parse_storage
+from dsbench.storage import retry
 from dsbench.storage.remote import is_url
+from dsbench.storage.retry import RetryPolicy
 
 STDOUT = "-"
 # Comparing wants more rounds than describing one export: 10 paired rounds of 2 s detect a 10%
@@ -163,6 +165,16 @@ def add_window_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup,
     p.add_argument("--block", type=int, default=d.block, metavar="N",
                    help="with --order block: consecutive samples per block, read together "
                         f"(default {d.block})")
+    r = RetryPolicy()
+    p.add_argument("--retries", type=int, default=r.retries, metavar="N",
+                   help="object stores: retries of a request answered 5xx or 429 or cut off, "
+                        f"each counted in the result (default {r.retries})")
+    p.add_argument("--backoff", type=float, default=r.backoff_s, metavar="S",
+                   help="object stores: the wait before the first retry, doubling after each "
+                        f"up to {r.max_backoff_s:g} s (default {r.backoff_s:g})")
+    p.add_argument("--request-deadline", type=float, default=r.deadline_s, metavar="S",
+                   help="object stores: a request's time, all attempts together, after which "
+                        f"it is an error (default {r.deadline_s:g})")
     p.add_argument("--count-samples", type=int, default=None, metavar="N",
                    help="files, bytes and requests per sample are counted over whole units up "
                         f"to N samples; 0 counts every unit (default {DEFAULT_MAX_SAMPLES}, "
@@ -177,6 +189,11 @@ def add_image_field_argument(p: argparse.ArgumentParser | argparse._ArgumentGrou
 
 
 def window_options(args: argparse.Namespace, **more: Any) -> BenchOptions:
+    # The retry policy reaches every process that reads, workers included, as the store's
+    # address does: through the environment.
+    retry.use(RetryPolicy(retries=args.retries, backoff_s=args.backoff,
+                          max_backoff_s=max(RetryPolicy().max_backoff_s, args.backoff),
+                          deadline_s=args.request_deadline))
     return BenchOptions(workers=parse_workers(args.workers), batch_size=args.batch_size,
                         seconds=args.seconds, rounds=args.rounds,
                         sweep_rounds=args.sweep_rounds, decoder=args.decoder,

@@ -27,6 +27,14 @@ def requests_text(doc: BenchResult) -> str:
         ttfb = q["first_byte_s"]
         text += (f", first byte p50 {fmt.seconds(ttfb['p50'])}, p99 {fmt.seconds(ttfb['p99'])}, "
                  f"client CPU {fmt.seconds(q.get('client_cpu_s_per_request', 0.0))}/request")
+    if q.get("retries_per_sample") or q.get("throttled_per_sample") or q.get("failed_requests"):
+        text += (f"\nthe store pushed back: {fmt.sig(q['retries_per_sample'])} retries/sample, "
+                 f"{fmt.sig(q['throttled_per_sample'])} throttled (503 SlowDown or 429), "
+                 f"{fmt.seconds(q['retry_s_per_sample'])}/sample waited for retries"
+                 + (f", {fmt.plural(q['failed_requests'], 'request')} failed after retries"
+                    if q.get("failed_requests") else "")
+                 + " (counted in the count pass, one reader: the store's load as much as the "
+                   "export's)")
     return text
 
 

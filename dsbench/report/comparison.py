@@ -139,6 +139,15 @@ def _figures(q: dict[str, Any]) -> str:
                f", consecutive samples {fmt.sig(apart)} samples apart in the source order"))
 
 
+def pushback_text(sides: dict[str, dict[str, float]]) -> str:
+    def one(q: dict[str, float]) -> str:
+        return (f"{fmt.sig(q['retries_per_sample'])} retries/sample "
+                f"({fmt.sig(q['throttled_per_sample'])} throttled), "
+                f"{fmt.seconds(q['retry_s_per_sample'])}/sample waited")
+    return (f"the store pushed back: base {one(sides['base'])}; candidate {one(sides['cand'])} "
+            "(counted in each side's count pass: the store's load as much as the export's)")
+
+
 def order_text(figures: dict[str, Any]) -> str:
     """How random each side's batches were, beside what they cost."""
     sides = [(name, figures.get(key)) for name, key in (("base", "base"), ("candidate", "cand"))]
@@ -165,6 +174,8 @@ def render(comparison: dict[str, Any], markdown: bool = False) -> str:
     warning = drift_warning(comparison)
     if warning:
         out.append(warning)
+    if comparison.get("pushback"):
+        out.append(pushback_text(comparison["pushback"]))
     if not comparison["comparable"]:
         out.append("x NOT COMPARABLE: " + "; ".join(comparison["not_comparable_reasons"]))
         return "\n".join(out)

@@ -166,6 +166,11 @@ class Requests(TypedDict):
     list_per_sample: float
     requests: dict[str, int]
     body_bytes_per_sample: float
+    retries_per_sample: NotRequired[float]
+    throttled_per_sample: NotRequired[float]
+    retry_s_per_sample: NotRequired[float]
+    failed_requests: NotRequired[int]
+    retry_policy: NotRequired[dict[str, float]]
     first_byte_s: NotRequired[FirstByte]
     client_cpu_s_per_request: NotRequired[float]
 

@@ -33,17 +33,24 @@ class Requests:
     body_bytes: int = 0
     first_byte_s: list[float] = field(default_factory=list)
     cpu_s: list[float] = field(default_factory=list)
+    retries: int = 0  # attempts after a request's first (storage/retry.py)
+    throttled: int = 0  # attempts answered 503 SlowDown or 429
+    failed: int = 0  # requests that failed after their retries
+    retry_s: float = 0.0  # time from requests' first attempts to their last ones
 
     def copy(self) -> Requests:
         return Requests(dict(self.count), self.body_bytes, list(self.first_byte_s),
-                        list(self.cpu_s))
+                        list(self.cpu_s), self.retries, self.throttled, self.failed,
+                        self.retry_s)
 
     def since(self, before: Requests) -> Requests:
         """What was requested after `before` (a copy taken earlier)."""
         return Requests({k: self.count[k] - before.count[k] for k in KINDS},
                         self.body_bytes - before.body_bytes,
                         self.first_byte_s[len(before.first_byte_s):],
-                        self.cpu_s[len(before.cpu_s):])
+                        self.cpu_s[len(before.cpu_s):], self.retries - before.retries,
+                        self.throttled - before.throttled, self.failed - before.failed,
+                        self.retry_s - before.retry_s)
 
     @property
     def data_requests(self) -> int:
@@ -66,6 +73,16 @@ def record(kind: str, nbytes: int, first_byte_s: float | None, cpu_s: float, n: 
             _totals.cpu_s.append(cpu_s)
 
 
+def retried(retries: int, throttled: int, seconds: float, failed: bool) -> None:
+    """What one request's retries cost: its retries, throttle answers and the time from its
+    first attempt to its last; `failed` when it never succeeded."""
+    with _lock:
+        _totals.retries += retries
+        _totals.throttled += throttled
+        _totals.retry_s += seconds
+        _totals.failed += failed
+
+
 def body_bytes() -> int:
     """Body bytes received so far (cheap: the loader reads it per batch)."""
     return _totals.body_bytes
@@ -77,7 +94,7 @@ def totals() -> Requests:
         return _totals.copy()
 
 
-def summary(requests: Requests, samples: int, client: dict[str, str]) -> Any:
+def summary(requests: Requests, samples: int, client: dict[str, Any]) -> Any:
     """Per-sample request counts and the requests' latency and CPU, for a result document
     (results.types.Requests; this stage comes before results, so it is built as a dict)."""
     per = 1 / samples if samples else 0.0
@@ -89,6 +106,10 @@ def summary(requests: Requests, samples: int, client: dict[str, str]) -> Any:
         "list_per_sample": requests.count["LIST"] * per,
         "requests": dict(requests.count),
         "body_bytes_per_sample": requests.body_bytes * per,
+        "retries_per_sample": requests.retries * per,
+        "throttled_per_sample": requests.throttled * per,
+        "retry_s_per_sample": requests.retry_s * per,
+        "failed_requests": requests.failed,
     }
     if requests.first_byte_s:
         ttfb = stats.distribution(requests.first_byte_s)

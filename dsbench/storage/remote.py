@@ -11,13 +11,15 @@ AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION or AWS_D
 GOOGLE_* and AZURE_* as obstore reads them for gs:// and az://. Keys are passed explicitly, so a
 missing key never sends a request to a cloud's instance-metadata endpoint, and they never
 appear in a message or a result. A plain-http endpoint (a local server) is allowed.
-Requests fail fast: 2 s to connect, 10 s without a byte, two retries within 10 s.
+Requests fail fast: 2 s to connect, 10 s without a byte. The client's own retries are off:
+dsbench retries, under a stated policy, and counts each retry (storage/retry.py).
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import random
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -27,7 +29,7 @@ from pathlib import PurePosixPath
 from typing import Any, TypeVar
 
 from dsbench.errors import DsbenchError
-from dsbench.storage import accounting
+from dsbench.storage import accounting, retry
 from dsbench.storage.accounting import process_cpu
 
 SCHEMES = ("s3", "gs", "az", "abfs", "http", "https")
@@ -132,12 +134,12 @@ def _store(scheme: str, authority: str) -> Any:
         options |= extra
     elif scheme == "http":
         options["allow_http"] = "true"
-    retry = {"max_retries": 2, "retry_timeout": timedelta(seconds=10),
-             "backoff": {"init_backoff": timedelta(milliseconds=100),
-                         "max_backoff": timedelta(seconds=1), "base": 2}}
+    none = {"max_retries": 0, "retry_timeout": timedelta(seconds=retry.policy().deadline_s),
+            "backoff": {"init_backoff": timedelta(milliseconds=100),
+                        "max_backoff": timedelta(seconds=1), "base": 2}}
     try:
         return from_url(f"{scheme}://{authority}", client_options=options,  # type: ignore[call-overload]
-                        retry_config=retry, **kwargs)
+                        retry_config=none, **kwargs)
     except Exception as exc:  # obstore's configuration errors: bad URL, unknown account
         raise DsbenchError(f"cannot use this store: {first_line(exc)}",
                            path=f"{scheme}://{authority}") from None
@@ -153,10 +155,11 @@ def store_of(path: RemotePath) -> Any:
     return _store(path.scheme, path.authority)
 
 
-def client_info() -> dict[str, str]:
+def client_info() -> dict[str, Any]:
     from importlib.metadata import version
 
-    return {"client": "obstore", "client_version": version("obstore")}
+    return {"client": "obstore", "client_version": version("obstore"),
+            "retry_policy": retry.policy().to_json()}
 
 
 # --- errors ------------------------------------------------------------------------------
@@ -178,7 +181,7 @@ def describe(exc: BaseException) -> str:
                                          "AWS_SECRET_ACCESS_KEY",
                 "AccessDenied": "access denied (AccessDenied)"}
         return what.get(code.group(1), f"the store answered {code.group(1)}")
-    if "error sending request" in text or "Connect" in text:
+    if retry.cannot_connect(text):
         endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
         return (f"cannot connect to the store{f' at {endpoint}' if endpoint else ''} (nothing "
                 "listening, or blocked): check AWS_ENDPOINT_URL")
@@ -189,14 +192,42 @@ def describe(exc: BaseException) -> str:
     return first_line(exc)
 
 
-def call(path: RemotePath, what: Callable[[], T]) -> T:
-    """Run one obstore call; its failure is a one-line DsbenchError naming `path`."""
-    try:
-        return what()
-    except DsbenchError:
-        raise
-    except Exception as exc:  # obstore raises its own types, FileNotFoundError, PermissionError
-        raise DsbenchError(describe(exc), path=path) from None
+_jitter = random.Random()
+
+
+def retried(path: RemotePath, what: Callable[[], T]) -> T:
+    """Run one request (`what`) under the retry policy, counting its retries; a failure that
+    a retry cannot mend, or one that outlasts the policy, is a one-line DsbenchError naming
+    `path` and the store's last answer."""
+    policy = retry.policy()
+    start = time.perf_counter()
+    retries = throttled = 0
+    while True:
+        attempt = time.perf_counter()
+        try:
+            value = what()
+        except DsbenchError:
+            raise
+        except Exception as exc:  # obstore's errors, FileNotFoundError, PermissionError
+            why = retry.transient(exc)
+            throttled += why == "throttled"
+            wait = policy.wait_s(retries + 1, _jitter)
+            if why is not None and retries < policy.retries and \
+                    time.perf_counter() - start + wait < policy.deadline_s:
+                retries += 1
+                time.sleep(wait)  # the client's backoff: part of what a retry costs
+                continue
+            accounting.retried(retries, throttled, attempt - start, failed=True)
+            if why is None:
+                raise DsbenchError(describe(exc), path=path) from None
+            said = describe(exc) if retry.cannot_connect(str(exc)) else retry.answer(exc)
+            raise DsbenchError(
+                f"{said} after {retries + 1} attempt"
+                f"{'s' if retries else ''} in {time.perf_counter() - start:.1f} s "
+                f"({policy.describe()}; --retries, --request-deadline)", path=path) from None
+        if retries:
+            accounting.retried(retries, throttled, attempt - start, failed=False)
+        return value
 
 
 # --- requests ----------------------------------------------------------------------------
@@ -219,8 +250,8 @@ def get(path: RemotePath, start: int | None = None, end: int | None = None) -> b
     kind = "GET" if start is None else "RANGE"
     options = {} if start is None else {"range": (start, end)}
     c0, t0 = process_cpu(), time.perf_counter()
-    data, first = call(path, lambda: _body(obstore.get(store_of(path), path.key,
-                                                       options=options)))  # type: ignore[arg-type]
+    data, first = retried(path, lambda: _body(obstore.get(store_of(path), path.key,
+                                                          options=options)))  # type: ignore[arg-type]
     accounting.record(kind, len(data), first - t0, process_cpu() - c0)
     return data
 
@@ -236,23 +267,36 @@ def get_tail(path: RemotePath, n: int) -> tuple[bytes, int]:
         data, first = _body(result)
         return data, first, int(result.meta["size"])
 
-    data, first, size = call(path, tail)
+    data, first, size = retried(path, tail)
     accounting.record("RANGE", len(data), first - t0, process_cpu() - c0)
     return data, size
 
 
 def stream(path: RemotePath, chunk_bytes: int = 1 << 20) -> Iterator[bytes]:
-    """The object's body in chunks, from one GET (counted when the stream ends or is closed)."""
+    """The object's body in chunks, from one GET (counted when the stream ends or is closed).
+    A body that breaks off is resumed where it stopped, by a range GET counted as a retry."""
     import obstore
 
     c0, t0 = process_cpu(), time.perf_counter()
     first: float | None = None
     received = 0
+    chunks: Iterator[Any] | None = None
+
+    def next_chunk() -> Any:
+        nonlocal chunks
+        if chunks is None:
+            options = {"range": {"offset": received}} if received else {}
+            result = obstore.get(store_of(path), path.key, options=options)  # type: ignore[arg-type]
+            chunks = iter(result.stream(min_chunk_size=chunk_bytes))
+        try:
+            return next(chunks, None)
+        except Exception:
+            chunks = None  # the next attempt asks for the rest
+            raise
+
     try:
-        result = call(path, lambda: obstore.get(store_of(path), path.key))
-        chunks = iter(result.stream(min_chunk_size=chunk_bytes))
         while True:
-            chunk = call(path, lambda: next(chunks, None))
+            chunk = retried(path, next_chunk)
             if chunk is None:
                 return
             if first is None:
@@ -269,14 +313,17 @@ def head_size(path: RemotePath) -> int | None:
     import obstore
 
     c0 = process_cpu()
+
+    def head() -> Any:
+        try:
+            return obstore.head(store_of(path), path.key)
+        except FileNotFoundError:
+            return None
+
     try:
-        meta = obstore.head(store_of(path), path.key)
-    except FileNotFoundError:
-        meta = None
-    except Exception as exc:
+        meta = retried(path, head)
+    finally:
         accounting.record("HEAD", 0, None, process_cpu() - c0)
-        raise DsbenchError(describe(exc), path=path) from None
-    accounting.record("HEAD", 0, None, process_cpu() - c0)
     return None if meta is None else int(meta["size"])
 
 
@@ -292,7 +339,7 @@ def listing(path: RemotePath) -> tuple[tuple[str, int], ...]:
         return [meta for page in obstore.list(store_of(path), path.key or None,
                                               chunk_size=LIST_PAGE) for meta in page]
 
-    metas = call(path, everything)
+    metas = retried(path, everything)
     accounting.record("LIST", 0, None, process_cpu() - c0, n=max(1, -(-len(metas) // LIST_PAGE)))
     cut = len(path.key) + 1 if path.key else 0
     return tuple(sorted((str(m["path"])[cut:], int(m["size"])) for m in metas))

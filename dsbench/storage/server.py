@@ -37,10 +37,45 @@ _LAUNCH = ("import sys; from dsbench.procs import die_with_parent; die_with_pare
            "runpy.run_module('moto.server', run_name='__main__')")
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def wait_ready(proc: subprocess.Popen[bytes], ready: Callable[[], bool]) -> bool:
+    """Whether `proc` became `ready` within START_TIMEOUT_S (False as soon as it exits)."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return False
+        if ready():
+            return True
+        time.sleep(0.1)  # start-up, not a measurement
+    return False
+
+
+def wait_listening(proc: subprocess.Popen[bytes], port: int) -> bool:
+    """Whether `proc` accepts connections on 127.0.0.1:`port` within START_TIMEOUT_S."""
+    def accepts() -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return True
+        except OSError:
+            return False
+    return wait_ready(proc, accepts)
+
+
+def stop_process(proc: subprocess.Popen[bytes] | None) -> None:
+    """Terminate `proc` (a server this process started), killing it if it lingers."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 class LocalS3:
@@ -66,42 +101,29 @@ class LocalS3:
             raise DsbenchError("the local S3 server needs moto: pip install 'dsbench[s3]'"
                                ) from None
         for _attempt in range(3):  # another process may take the free port first
-            self.port = _free_port()
+            self.port = free_port()
             self.proc = subprocess.Popen(
                 [sys.executable, "-c", _LAUNCH, "-H", "127.0.0.1", "-p", str(self.port)],
                 # moto logs every request: a pipe nobody reads would fill and stop the server.
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            if self._wait_ready():
+            if wait_ready(self.proc, self._answers):
                 return self
             self._stop()
         raise DsbenchError("the local S3 server (moto) did not start")
 
-    def _wait_ready(self) -> bool:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.proc is None or self.proc.poll() is not None:
-                return False
-            try:
-                with urllib.request.urlopen(f"{self.endpoint}/moto-api/", timeout=1):
-                    return True
-            except (urllib.error.URLError, OSError):
-                time.sleep(0.1)  # start-up, not a measurement
-        return False
+    def _answers(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.endpoint}/moto-api/", timeout=1):
+                return True
+        except (urllib.error.URLError, OSError):
+            return False
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self._stop()
 
     def _stop(self) -> None:
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
         self.proc = None
 
     # --- what the demo and the tests do with it ------------------------------------------

@@ -1,0 +1,179 @@
+"""A store that pushes back: exports read from the local S3 server through the fault-injecting
+proxy, which throttles, fails, resets and cuts reads short. Retries are counted, a sample is
+never read twice or lost, a store that keeps failing ends the run in one line within the
+request deadline, and throttling costs a per-sample layout what it does not cost shards."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import write_export
+from layouts import assert_one_line_error
+from leftovers import as_in_a_terminal, left_behind
+
+from dsbench.cli import main
+from dsbench.results import schema
+from dsbench.storage import accounting, remote, retry
+from dsbench.storage.faults import FaultProxy, Faults
+
+FAST = ["--workers", "1", "--rounds", "2", "--seconds", "0.3", "--batch-size", "8"]
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """after: a JPEG and a JSON object per sample; before: 3 shards of 20, each one GET."""
+    root = tmp_path_factory.mktemp("faults")
+    return {"after": write_export(root, "files", 60),
+            "before": write_export(root, "wds", 60, shard_samples=20)}
+
+
+@pytest.fixture(scope="module")
+def buckets(s3_server: Any, exports: dict[str, Path]) -> dict[str, str]:
+    """The same exports in two buckets: `hot`, where the proxy pushes back, and `calm`."""
+    out = {}
+    for name in ("hot", "calm"):
+        out[name] = s3_server.create_bucket(name)
+        for export, path in exports.items():
+            s3_server.upload_tree(path, f"{out[name]}/{export}")
+    return out
+
+
+@pytest.fixture
+def through(s3_env: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """Point the client at a proxy with the given faults (in front of the test's S3 server)."""
+    proxies: list[FaultProxy] = []
+
+    def start(faults: Faults) -> FaultProxy:
+        proxy = FaultProxy(s3_env.endpoint, faults).__enter__()
+        proxies.append(proxy)
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+        remote.clear_caches()
+        return proxy
+
+    yield start
+    for proxy in proxies:
+        proxy.stop()
+    monkeypatch.delenv(retry.ENV, raising=False)
+    remote.clear_caches()
+
+
+def _bench(target: str, out: Path, *more: str) -> dict[str, Any]:
+    assert main(["bench", target, *FAST, "--json", str(out), *more]) == 0
+    doc: dict[str, Any] = json.loads(out.read_text())
+    schema.validate(doc, "bench")
+    return doc
+
+
+def test_errors_and_resets_are_retried_and_counted_with_every_sample_read_once(
+        buckets: dict[str, str], through: Any, tmp_path: Path) -> None:
+    through(Faults(error_rate=0.025, reset_rate=0.025, bucket="hot", seed=3))
+    doc = _bench(f"{buckets['hot']}/after", tmp_path / "hot.json")
+    calm = _bench(f"{buckets['calm']}/after", tmp_path / "calm.json")
+    q = doc["requests"]
+    # Every sample counted once: the same samples, bytes and requests as where nothing fails.
+    assert doc["counts"]["samples"] == calm["counts"]["samples"] == 60
+    assert doc["counts"]["bytes_per_sample"] == calm["counts"]["bytes_per_sample"]
+    assert q["requests"] == calm["requests"]["requests"]
+    assert q["failed_requests"] == 0 and q["throttled_per_sample"] == 0
+    # 5% of attempts fail, so about 0.05 / 0.95 retries per request: 6.3 expected over the
+    # 120 GETs (and the few HEADs); 1 to 20 holds it beyond any seed's reach.
+    retries = q["retries_per_sample"] * 60
+    assert 1 <= retries <= 20, retries
+    assert q["retries_per_sample"] == pytest.approx(retries / 60)
+    assert q["retry_s_per_sample"] > 0
+    assert q["retry_policy"] == retry.RetryPolicy().to_json()
+    assert calm["requests"]["retries_per_sample"] == 0
+
+
+def test_a_cut_stream_is_resumed_and_its_bytes_are_the_objects(
+        buckets: dict[str, str], through: Any) -> None:
+    through(Faults(cut_rate=0.5, bucket="hot", seed=1))
+    # Generous retries: half the attempts are cut, and this test is about what a resumed
+    # stream delivers, not about running out of retries.
+    retry.use(retry.RetryPolicy(retries=30, backoff_s=0.001))
+    shard = "shard-000000.tar"
+    whole = b"".join(remote.stream(remote.RemotePath(f"{buckets['calm']}/before/{shard}")))
+    before = accounting.totals()
+    for _ in range(8):
+        got = b"".join(remote.stream(remote.RemotePath(f"{buckets['hot']}/before/{shard}")))
+        assert got == whole
+    spent = accounting.totals().since(before)
+    assert spent.count["GET"] == 8  # a stream is one GET however often it was resumed
+    assert spent.retries > 0 and spent.failed == 0  # 8 streams: all uncut has odds 1 in 256
+
+
+def test_a_store_that_keeps_failing_ends_the_run_in_one_line_within_the_deadline(
+        buckets: dict[str, str], through: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    through(Faults(error_rate=1.0, bucket="hot"))
+    target = f"{buckets['hot']}/after"
+    start = time.monotonic()
+    assert main(["bench", target, *FAST, "--retries", "2", "--request-deadline", "5"]) == 2
+    assert time.monotonic() - start < 20  # a deadline of 5 s for each of the requests tried
+    err = capsys.readouterr().err
+    assert_one_line_error(err, "bench", f"{target}/", "HTTP 500", "after 3 attempts")
+
+
+def test_throttling_costs_a_per_sample_layout_what_it_does_not_cost_shards(
+        buckets: dict[str, str], through: Any, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    through(Faults(throttle_per_s=50, bucket="hot"))
+    ratios = {}
+    for name in ("after", "before"):
+        out = tmp_path / f"{name}.json"
+        assert main(["compare", f"{buckets['calm']}/{name}", f"{buckets['hot']}/{name}",
+                     "--workers", "1", "--rounds", "4", "--seconds", "0.5", "--batch-size", "8",
+                     "--json", str(out)]) in (0, 1)
+        comparison = json.loads(out.read_text())
+        schema.validate(comparison, "comparison")
+        metric = next(m for m in comparison["runs"][0]["metrics"]
+                      if m["metric"] == "samples_per_s")
+        ratios[name] = metric
+        if name == "after":
+            assert comparison["pushback"]["cand"]["throttled_per_sample"] > 0
+            assert comparison["pushback"]["base"]["throttled_per_sample"] == 0
+            assert "the store pushed back" in capsys.readouterr().out
+        else:  # 3 GETs per pass: never beyond the bucket's allowance
+            assert comparison["pushback"] is None
+    # 2 GETs per sample at 50 GETs/s: at most 25 samples/s where the calm bucket gives more.
+    assert ratios["after"]["ratio_ci95"][1] < 1
+    # Shards are not slowed the same way (a loose bound: this is not an A/A check).
+    assert ratios["before"]["ratio_ci95"][1] > 0.8
+
+
+def test_the_proxy_command_serves_until_ctrl_c_and_leaves_nothing() -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "dsbench", "proxy", "--local",
+                             "--throttle", "10"], stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, preexec_fn=as_in_a_terminal,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        assert line.startswith("AWS_ENDPOINT_URL=http://127.0.0.1:"), line
+        assert "503 SlowDown beyond 10 reads/s per prefix" in line
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) in (0, 130)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert left_behind(proc.pid) == []
+
+
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["--errors", "2"], "--errors must be a fraction"),
+    (["--throttle", "0"], "--throttle must be"),
+    (["--latency", "x"], "--latency 'x'"),
+    (["--upstream", "https://example.invalid"], "plain-http"),
+])
+def test_bad_proxy_options_are_one_line(argv: list[str], needle: str,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["proxy", *argv]) == 2
+    assert_one_line_error(capsys.readouterr().err, "proxy", needle)

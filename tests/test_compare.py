@@ -201,4 +201,5 @@ def test_before_against_after_opens_many_more_files(measured: dict[str, Any]) ->
     assert cmp["runs"][0]["attribution"][0]["what"] == "files opened"
     text = tables.render(cmp)
     assert "2.00 files/sample" in text and "0.0100 files/sample" in text
-    assert fmt.rate(after["runs"][0]["samples_per_s"]) in text
+    # The figure the comparison states (the undisturbed rounds' on a busy machine).
+    assert fmt.rate(_metric(cmp, "samples_per_s")["cand"]) in text

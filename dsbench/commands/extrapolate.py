@@ -49,6 +49,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help="bytes read per sample (default: measured, or 0)")
     add_cluster_arguments(p, _D, "the job (unset options are assumed and marked 'default')",
                           batch_aliases=("--batch-size",))
+    st = p.add_argument_group("an object store's load and bill (with a store profile, or a "
+                              "result measured in a store)")
+    st.add_argument("--prefixes", type=int, default=1, metavar="N",
+                    help="key prefixes the export's objects spread over, each with the "
+                         "store's request limit (default 1)")
+    st.add_argument("--epoch-samples", type=int, default=None, metavar="N",
+                    help="samples in one epoch, for its requests and cost (default: the "
+                         "measured export's)")
     m = p.add_argument_group("the simulation")
     m.add_argument("--steps", type=int, default=DEFAULT_STEPS,
                    help=f"steps to simulate (default {DEFAULT_STEPS})")
@@ -97,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
     cluster, sources = cluster_from_args(
         args, _D, measured_batch=cost.measured_batch if cost.origin == "measured" else None)
     doc = extrapolate(cost, cluster, np.random.default_rng(args.seed), steps=args.steps,
-                      scaling=_scaling(args.scaling), sources=sources)
+                      scaling=_scaling(args.scaling), sources=sources,
+                      prefixes=args.prefixes, epoch_samples=args.epoch_samples)
     doc["seed"] = args.seed
     emit(args, doc, lambda: render(doc))
     return 0

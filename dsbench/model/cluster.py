@@ -41,6 +41,7 @@ from dsbench.model import explain
 from dsbench.model import simulate as sim
 from dsbench.model.costs import LoaderCost
 from dsbench.model.node import MAX_RANKS, ClusterSpec, node_rates
+from dsbench.model.store import store_load
 
 DEFAULT_SCALING = (8, 16, 32, 64, 128, 256)
 DEFAULT_STEPS = 10_000
@@ -103,10 +104,12 @@ def simulate(cost: LoaderCost, cluster: ClusterSpec, rng: np.random.Generator, *
 def extrapolate(source: Mapping[str, Any] | LoaderCost, cluster: ClusterSpec,
                 rng: np.random.Generator, *, steps: int = DEFAULT_STEPS,
                 scaling: Sequence[int] = DEFAULT_SCALING, path: str | None = None,
-                sources: Mapping[str, str] | None = None) -> dict[str, Any]:
+                sources: Mapping[str, str] | None = None, prefixes: int = 1,
+                epoch_samples: int | None = None) -> dict[str, Any]:
     """Everything `dsbench extrapolate` reports, as plain data.
 
     `source` is a bench result document (dsbench.results.read_result) or a LoaderCost.
+    `prefixes` and `epoch_samples` are for an object store's load and bill (model/store.py).
     `sources` maps ClusterSpec fields to where their value came from when it was not stated by
     the caller: "default" (dsbench's assumption) or "measured" (taken from the result), so the
     output can say which inputs were assumed; unnamed fields count as "stated".
@@ -126,6 +129,8 @@ def extrapolate(source: Mapping[str, Any] | LoaderCost, cluster: ClusterSpec,
 
     verdict, verdict_text = explain.verdict(rates)
     scaling_rows = _scaling_rows(result, sorted(set(scaling)))
+    step = result.stats(cluster.ranks)
+    util = float(result.gpu_util[main])
     return {
         "kind": "dsbench-extrapolation", "schema_version": 1,
         "model_note": "a model, not a measurement: every figure follows from the inputs listed",
@@ -136,8 +141,9 @@ def extrapolate(source: Mapping[str, Any] | LoaderCost, cluster: ClusterSpec,
         "demand_samples_per_s_per_node": rates.demand,
         "supply_over_demand": rates.ratio, "verdict": verdict, "verdict_text": verdict_text,
         "ranks": cluster.ranks, "steps": steps, "warmup_steps": result.warmup,
-        "step_time_s": result.stats(cluster.ranks),
-        "gpu_util": float(result.gpu_util[main]),
+        "step_time_s": step, "gpu_util": util,
+        "store": store_load(cost, cluster, step["mean"], util, prefixes=prefixes,
+                            epoch_samples=epoch_samples),
         "data_wait_share": float(result.data_wait_share[main]),
         "samples_per_s_per_node": cluster.gpus_per_node * cluster.batch_size
         / result.stats(cluster.ranks)["mean"],

@@ -100,6 +100,9 @@ class LoaderCost:
     order: str | None = None  # the order the measured export was read in (bench --order)
     # bench --epochs: the wait at an epoch's start (fresh workers to their first batch), s
     epoch_start_s: float | None = None
+    # Measured in an object store: data requests per sample (GET and range GET); None on disk
+    requests_per_sample: float | None = None
+    export_samples: int | None = None  # the measured export's samples: one epoch's, by default
 
     def __post_init__(self) -> None:
         for name in ("cpu_s_per_sample", "cpu_cv", "files_per_sample", "bytes_per_sample"):
@@ -160,7 +163,9 @@ class LoaderCost:
                 "stated_fields": sorted(self.stated_fields), "units": self.units,
                 "memory_per_worker_bytes": self.memory_per_worker_bytes,
                 "memory_workers": self.memory_workers, "memory_kind": self.memory_kind,
-                "order": self.order, "epoch_start_s": self.epoch_start_s}
+                "order": self.order, "epoch_start_s": self.epoch_start_s,
+                "requests_per_sample": self.requests_per_sample,
+                "export_samples": self.export_samples}
 
     def source_of(self, name: str) -> str:
         """'measured' or 'stated', for one of this cost's figures."""
@@ -231,7 +236,23 @@ def _from_result(doc: Mapping[str, Any], path: str | None) -> LoaderCost:
                       stages=stage_items, units=units if sharded else None,
                       unit_name=str(export.get("unit_name") or "units"),
                       order=order_label(config if isinstance(config, Mapping) else {}),
-                      epoch_start_s=_epoch_start(base), **_memory(parsed))
+                      epoch_start_s=_epoch_start(base), requests_per_sample=_requests(doc),
+                      export_samples=_count(export.get("samples")), **_memory(parsed))
+
+
+def _requests(doc: Mapping[str, Any]) -> float | None:
+    """Data requests per sample where the export was read from an object store."""
+    requests = doc.get("requests")
+    value = requests.get("requests_per_sample") if isinstance(requests, Mapping) else None
+    if isinstance(value, int | float) and not isinstance(value, bool) and \
+            math.isfinite(value) and value >= 0:
+        return float(value)
+    return None
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 \
+        else None
 
 
 def _epoch_start(run: Mapping[str, Any]) -> float | None:

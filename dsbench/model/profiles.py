@@ -47,6 +47,11 @@ class StorageProfile:
     source: str
     note: str = ""
     origin: str = "profile"  # "measured", "stated", "profile", "measured + stated", ...
+    # An object store's limits and bill (model/store.py); None where none is published.
+    read_limit_per_prefix_s: float | None = None  # GET/HEAD per second per prefix
+    usd_per_1000_get: float | None = None
+    usd_per_gb_read: float | None = None
+    limit_source: str = ""
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.op_latency_s) and self.op_latency_s >= 0):
@@ -69,7 +74,10 @@ class StorageProfile:
                 "ops_per_file": self.ops_per_file, "per_file_s": self.per_file_s,
                 "node_bytes_per_s": None if math.isinf(self.node_bytes_per_s)
                 else self.node_bytes_per_s,
-                "source": self.source, "note": self.note, "origin": self.origin}
+                "source": self.source, "note": self.note, "origin": self.origin,
+                "read_limit_per_prefix_s": self.read_limit_per_prefix_s,
+                "usd_per_1000_get": self.usd_per_1000_get,
+                "usd_per_gb_read": self.usd_per_gb_read, "limit_source": self.limit_source}
 
 
 LOCAL = StorageProfile(
@@ -96,7 +104,14 @@ PROFILES: dict[str, StorageProfile] = {
                "throughput measured on p3dn.24xlarge (8 V100 GPUs) by dvassallo/s3-benchmark "
                "(README, 2019)",
         note="the low end (100 ms) of the latency range; one GET per file (a FUSE mount may "
-             "add a HEAD per open)"),
+             "add a HEAD per open)",
+        read_limit_per_prefix_s=5500, usd_per_1000_get=0.0004, usd_per_gb_read=0.0,
+        limit_source="Amazon S3 User Guide, 'Best practices design patterns: optimizing Amazon "
+                     "S3 performance': at least 5,500 GET/HEAD requests per second per "
+                     "partitioned prefix, beyond which S3 answers 503 SlowDown while it "
+                     "scales; Amazon S3 pricing, S3 Standard, US East (N. Virginia): $0.0004 "
+                     "per 1,000 GET requests, and no charge for data moved to EC2 in the same "
+                     "Region"),
     "s3-express": StorageProfile(
         "s3-express", 5e-3, 1, 6269e6,
         source="Amazon S3 User Guide, 'Optimizing S3 Express One Zone performance': "

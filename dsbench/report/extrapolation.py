@@ -48,6 +48,7 @@ def render(doc: dict[str, Any]) -> str:
               f"  GPU utilization {fmt.percent(doc['gpu_util'])} (compute / step time); "
               f"waiting for data {fmt.percent(doc['data_wait_share'])} of a step; "
               f"{fmt.rate(doc['samples_per_s_per_node'])} per node", ""]
+    lines += store_lines(doc.get("store"))
     tl = doc["timeline"]
     shown = tl["gpu_util"][:_SPARK_WIDTH]
     lines += [f"GPU utilization timeline (mean of {tl['ranks']} GPUs, one character per "
@@ -64,6 +65,42 @@ def render(doc: dict[str, Any]) -> str:
     lines += ["  " + ln for ln in fmt.table(heads, rows).splitlines()]
     lines += [f"  {doc['mechanism']}"]
     return "\n".join(lines)
+
+
+def store_lines(store: dict[str, Any] | None) -> list[str]:
+    """The object store's load at the target scale, its limit, and an epoch's bill."""
+    if not store:
+        return []
+    limit = store["limit_per_prefix_s"]
+    prefixes = fmt.plural(store["prefixes"], "prefix", "prefixes")
+    lines = ["Object store",
+             f"  the job reads {round(store['requests_per_s']):,} requests/s "
+             f"({fmt.sig(store['requests_per_sample'])} requests/sample, "
+             f"{store['requests_basis']}; {fmt.rate(store['job_samples_per_s'])}), "
+             f"{round(store['requests_per_s_per_prefix']):,} requests/s per prefix over "
+             f"{prefixes}"]
+    if limit is None:
+        lines.append("  the profile states no request limit per prefix")
+    elif store["throttle_bound"]:
+        lines.append(
+            f"  THROTTLE-BOUND: {fmt.ratio(store['requests_per_s_per_prefix'] / limit)} the "
+            f"store's limit of {limit:,.0f} requests/s per prefix; held to it, the job "
+            f"makes {fmt.rate(store['job_samples_per_s_at_limit'])}: a step takes at least "
+            f"{fmt.seconds(store['step_floor_s'])}, GPU utilization at most "
+            f"{fmt.percent(store['gpu_util_at_limit'])} (more prefixes: --prefixes)")
+    else:
+        lines.append(f"  within the store's limit of {limit:,.0f} requests/s per prefix "
+                     f"({fmt.percent(store['requests_per_s_per_prefix'] / limit)} of it)")
+    epoch = store.get("epoch")
+    if epoch:
+        bill = (_usd(epoch["usd"]) if epoch["usd"] is not None
+                else "no price in the profile")
+        lines.append(f"  one epoch of {epoch['samples']:,} samples ({epoch['samples_from']}"
+                     f"): {round(epoch['requests']):,} requests, {fmt.sig(epoch['gb_read'])} GB "
+                     f"read, {bill}, {fmt.seconds(epoch['wall_s'])} of the job")
+    if store.get("limit_source"):
+        lines.append(f"  limit and prices: {store['limit_source']}")
+    return [*lines, ""]
 
 
 KIND = {"PSS": "PSS", "anonymous + shared": "anonymous and shared memory (page cache left out)"}
@@ -119,3 +156,7 @@ def _what_if_lines(doc: dict[str, Any]) -> list[str]:
         lines.append(f"  no core count up to 16384 reaches {target} in the simulation")
     lines.append(f"  ceiling with a loader that is never late: {fmt.percent(w['ceiling_util'])}")
     return lines
+
+
+def _usd(value: float) -> str:
+    return f"${value:,.2f}" if value >= 0.01 or value == 0 else f"${value:.2g}"

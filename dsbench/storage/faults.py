@@ -9,8 +9,8 @@ pass untouched, so an export can be uploaded through it), with the S3 error body
 parses, so a client's retries and accounting see what they would see in a cloud:
 
 * `throttle_per_s`: reads per second per prefix (an object's key up to its last '/') beyond
-  which a read gets 503 SlowDown; a token bucket holding a tenth of a second of reads (at least
-  one), so a burst passes only as far as S3's own short-term allowance would;
+  which a read gets 503 SlowDown; a token bucket holding one second of reads, so a short
+  burst passes and a sustained rate above the limit does not;
 * `error_rate`: the fraction of reads answered 500 InternalError;
 * `reset_rate`: the fraction whose connection is reset before any answer;
 * `cut_rate`: the fraction whose body stops half-way (the headers promise all of it);
@@ -108,10 +108,10 @@ class Faults:
 
 
 class _Buckets:
-    """A token bucket per prefix: `rate` reads per second, holding a tenth of a second's."""
+    """A token bucket per prefix: `rate` reads per second, holding one second's."""
 
     def __init__(self, rate: float) -> None:
-        self.rate, self.size = rate, max(1.0, rate / 10)
+        self.rate, self.size = rate, max(1.0, rate)
         self.tokens: dict[str, tuple[float, float]] = {}  # prefix -> (tokens, when)
         self.lock = threading.Lock()
 

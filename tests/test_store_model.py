@@ -57,13 +57,13 @@ def test_shards_stay_within_the_limit_and_more_prefixes_lift_it() -> None:
 def test_an_epochs_bill_is_its_requests_and_bytes_at_the_profiles_prices() -> None:
     bill = _model(per_sample_files(), epoch_samples=10_000_000)["store"]["epoch"]
     assert bill["requests"] == pytest.approx(20_000_000)
-    assert bill["gb_read"] == pytest.approx(1100)
+    assert bill["gib_read"] == pytest.approx(1100e9 / 2**30)
     # $0.0004 per 1,000 GETs; reads inside the Region move bytes for nothing.
     assert bill["usd"] == pytest.approx(8.0)
     priced = dataclasses.replace(PROFILES["s3"], usd_per_gb_read=0.09)
     bill = _model(per_sample_files(), ClusterSpec(storage=priced),
                   epoch_samples=10_000_000)["store"]["epoch"]
-    assert bill["usd"] == pytest.approx(8.0 + 1100 * 0.09)
+    assert bill["usd"] == pytest.approx(8.0 + 1100e9 / 2**30 * 0.09)
 
 
 def test_local_disk_makes_no_requests_and_a_store_result_brings_its_own() -> None:

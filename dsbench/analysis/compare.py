@@ -31,7 +31,8 @@ MACHINE_MUST_MATCH = ("cpu_model", "usable_cores")
 # differ: comparing one export read two ways is a question of its own ("our reader or theirs?");
 # the comparison says so, and the gate refuses it (gate.py).
 CONFIG_MUST_MATCH = ("batch_size", "decoder", "normalize", "step_time_s", "cold", "prefetch",
-                     "epochs")
+                     "epochs", "inflight")
+CONFIG_BEFORE = {"inflight": 1}  # what results from before an option existed ran with
 COUNT_TOLERANCE = 1e-9  # relative; counts differ by at least one file or byte per export
 STAGE_LEVEL = 1 - (1 - stats.LEVEL) / len(STAGES)  # simultaneous over the stages: 0.99
 
@@ -95,7 +96,8 @@ def not_comparable(base: BenchResult, cand: BenchResult, any_order: bool = False
         if a != b:
             reasons.append(f"machine {key} differs: {a!r} vs {b!r}")
     for key in CONFIG_MUST_MATCH:
-        a, b = base["config"].get(key), cand["config"].get(key)
+        a = base["config"].get(key, CONFIG_BEFORE.get(key))
+        b = cand["config"].get(key, CONFIG_BEFORE.get(key))
         if a != b:
             reasons.append(f"bench option {key} differs: {a!r} vs {b!r}")
     if not common_workers(base, cand):

@@ -26,7 +26,7 @@ from dsbench.loader.order import ORDERS
 from dsbench.model.costs import DIST_SYNTAX, Distribution
 from dsbench.model.node import ClusterSpec
 from dsbench.model.profiles import PROFILES, parse_storage
-from dsbench.storage import retry
+from dsbench.storage import remote, retry
 from dsbench.storage.remote import is_url
 from dsbench.storage.retry import RetryPolicy
 
@@ -165,6 +165,10 @@ def add_window_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup,
     p.add_argument("--block", type=int, default=d.block, metavar="N",
                    help="with --order block: consecutive samples per block, read together "
                         f"(default {d.block})")
+    p.add_argument("--inflight", type=int, default=d.inflight, metavar="K",
+                   help="object stores: each worker keeps the next K per-sample objects "
+                        "requested while it works, as a loader that prefetches does "
+                        f"(per-sample files; default {d.inflight}: one request at a time)")
     r = RetryPolicy()
     p.add_argument("--retries", type=int, default=r.retries, metavar="N",
                    help="object stores: retries of a request answered 5xx or 429 or cut off, "
@@ -194,14 +198,16 @@ def window_options(args: argparse.Namespace, **more: Any) -> BenchOptions:
     retry.use(RetryPolicy(retries=args.retries, backoff_s=args.backoff,
                           max_backoff_s=max(RetryPolicy().max_backoff_s, args.backoff),
                           deadline_s=args.request_deadline))
-    return BenchOptions(workers=parse_workers(args.workers), batch_size=args.batch_size,
-                        seconds=args.seconds, rounds=args.rounds,
-                        sweep_rounds=args.sweep_rounds, decoder=args.decoder,
-                        cold=args.cold, layout=args.layout, count_samples=args.count_samples,
-                        max_pixels=args.max_pixels, image_field=args.image_field,
-                        step=args.pipeline, order=args.order,
-                        shuffle_buffer=args.shuffle_buffer, block=args.block,
-                        epochs=args.epochs, **more)
+    options = BenchOptions(workers=parse_workers(args.workers), batch_size=args.batch_size,
+                           seconds=args.seconds, rounds=args.rounds,
+                           sweep_rounds=args.sweep_rounds, decoder=args.decoder,
+                           cold=args.cold, layout=args.layout,
+                           count_samples=args.count_samples, max_pixels=args.max_pixels,
+                           image_field=args.image_field, step=args.pipeline, order=args.order,
+                           shuffle_buffer=args.shuffle_buffer, block=args.block,
+                           epochs=args.epochs, inflight=args.inflight, **more)
+    remote.use_inflight(options.inflight)
+    return options
 
 
 # --- the two sides of compare and gate ------------------------------------------------------------

@@ -31,6 +31,7 @@ BACKENDS = ("dsbench", "torch", "native")
 
 # An emulated training step longer than an hour is a typo (and time.sleep overflows near 1e11).
 MAX_STEP_S = 3600
+MAX_INFLIGHT = 64  # requests ahead per worker: past this, threads, not the store, are the cost
 
 @dataclass(frozen=True)
 class BenchOptions:
@@ -68,11 +69,15 @@ class BenchOptions:
     epochs: int | None = None  # --epochs E: each round reads E whole epochs from fresh workers
     start_epoch: int = 0  # the epoch a round's workers start at (set per epoch by epochs.py)
     ceiling: bool = False  # --ceiling: also measure the loader replaying batches it built
+    inflight: int = 1  # --inflight K: per-sample objects requested ahead by each worker
     replay: bool = False  # this side is the ceiling: workers hand built batches over again
 
     def __post_init__(self) -> None:
         def bad(option: str, value: object, want: str) -> DsbenchError:
             return DsbenchError(f"--{option} must be {want}, got {value!r}")
+        if isinstance(self.inflight, bool) or not isinstance(self.inflight, int) or \
+                not 1 <= self.inflight <= MAX_INFLIGHT:
+            raise bad("inflight", self.inflight, f"an integer from 1 to {MAX_INFLIGHT}")
         if not self.workers or any(isinstance(w, bool) or not isinstance(w, int) or w < 1
                                    for w in self.workers):
             raise bad("workers", self.workers, "a list of positive integers")
@@ -177,4 +182,4 @@ class BenchOptions:
                 "pipeline": self.step, "dataset": self.dataset, "order": self.order,
                 "shuffle_buffer": self.shuffle_buffer if self.order == SHUFFLE else None,
                 "block": self.block if self.order == BLOCK else None,
-                "ceiling": self.ceiling, "epochs": self.epochs}
+                "ceiling": self.ceiling, "epochs": self.epochs, "inflight": self.inflight}

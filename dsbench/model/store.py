@@ -30,7 +30,7 @@ from dsbench.model.node import ClusterSpec
 def store_load(cost: LoaderCost, cluster: ClusterSpec, step_mean_s: float, gpu_util: float, *,
                prefixes: int = 1, epoch_samples: int | None = None) -> dict[str, Any] | None:
     """The job's requests per second, its standing against the profile's limit, and an epoch's
-    bill; None when the export is read from a filesystem that makes no requests."""
+    bill; None when neither the result (measured on disk) nor the profile makes requests."""
     if prefixes < 1:
         raise DsbenchError(f"--prefixes must be an integer >= 1, not {prefixes}")
     if epoch_samples is not None and epoch_samples < 1:
@@ -72,10 +72,10 @@ def _bill(samples: int | None, per_sample: float, bytes_per_sample: float, profi
     if samples is None:
         return None
     requests = samples * per_sample
-    gb = samples * bytes_per_sample / 1e9
+    gib = samples * bytes_per_sample / 2**30  # a store's "GB" on the bill is 2^30 bytes
     usd = None
     if profile.usd_per_1000_get is not None:
-        usd = requests / 1000 * profile.usd_per_1000_get + gb * (profile.usd_per_gb_read or 0.0)
-    return {"samples": samples, "samples_from": "the measured export" if from_export
-            else "stated (--epoch-samples)", "requests": requests, "gb_read": gb,
+        usd = requests / 1000 * profile.usd_per_1000_get + gib * (profile.usd_per_gb_read or 0.0)
+    return {"samples": samples, "samples_from": "the measured export's" if from_export
+            else "stated with --epoch-samples", "requests": requests, "gib_read": gib,
             "usd": usd, "wall_s": samples / (capped or rate)}

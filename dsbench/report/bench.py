@@ -30,7 +30,8 @@ def requests_text(doc: BenchResult) -> str:
     if q.get("retries_per_sample") or q.get("throttled_per_sample") or q.get("failed_requests"):
         text += (f"\nthe store pushed back: {fmt.sig(q['retries_per_sample'])} retries/sample, "
                  f"{fmt.sig(q['throttled_per_sample'])} throttled (503 SlowDown or 429), "
-                 f"{fmt.seconds(q['retry_s_per_sample'])}/sample waited for retries"
+                 f"{fmt.seconds(q['retry_s_per_sample'])}/sample spent in retries (failed "
+                 "attempts and backoff)"
                  + (f", {fmt.plural(q['failed_requests'], 'request')} failed after retries"
                     if q.get("failed_requests") else "")
                  + " (counted in the count pass, one reader: the store's load as much as the "

@@ -78,16 +78,33 @@ HEADERS = ["", "metric", "base", "candidate", "ratio", "95% CI", "change"]
 
 
 def cluster_rows(cluster: dict[str, dict[str, Any]]) -> list[list[str]]:
+    stores = any(cluster[side].get("store") for side in ("base", "cand"))
     rows = []
     for side in ("base", "cand"):
         e = cluster[side]
         st = e["step_time_s"]
-        rows.append([side, f"{e['ranks']} GPUs", fmt.seconds(st["mean"]), fmt.seconds(st["p50"]),
-                     fmt.seconds(st["p99"]), fmt.percent(e["gpu_util"]), e["verdict"]])
+        row = [side, f"{e['ranks']} GPUs", fmt.seconds(st["mean"]), fmt.seconds(st["p50"]),
+               fmt.seconds(st["p99"]), fmt.percent(e["gpu_util"]), e["verdict"]]
+        if stores:
+            row[-1:-1] = [store_cell(e.get("store"))]
+            if (e.get("store") or {}).get("throttle_bound"):
+                row[-1] += ", throttle-bound"
+        rows.append(row)
     return rows
 
 
+def store_cell(store: dict[str, Any] | None) -> str:
+    """The job's requests per second per prefix, against the store's limit where stated."""
+    if not store:
+        return "-"
+    text = f"{round(store['requests_per_s_per_prefix']):,}/s"
+    limit = store["limit_per_prefix_s"]
+    return text + (f" ({fmt.percent(store['requests_per_s_per_prefix'] / limit)} of limit)"
+                   if limit else "")
+
+
 CLUSTER_HEADERS = ["export", "job", "mean step", "p50 step", "p99 step", "GPU util", "verdict"]
+STORE_HEADERS = [*CLUSTER_HEADERS[:-1], "GETs per prefix", "verdict"]
 
 
 def drift_warning(comparison: dict[str, Any]) -> str:
@@ -197,7 +214,9 @@ def render(comparison: dict[str, Any], markdown: bool = False) -> str:
         out.append(f"\n{'#### ' if markdown else ''}predicted cluster "
                    f"({e['cluster']['nodes']} nodes x {e['cluster']['gpus_per_node']} GPUs, "
                    "a model, not a measurement)")
-        out.append(fmt.table(CLUSTER_HEADERS, cluster_rows(cluster), markdown=markdown))
+        stores = any(cluster[side].get("store") for side in ("base", "cand"))
+        out.append(fmt.table(STORE_HEADERS if stores else CLUSTER_HEADERS, cluster_rows(cluster),
+                             markdown=markdown))
     return "\n".join(out)
 
 

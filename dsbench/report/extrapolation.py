@@ -76,7 +76,7 @@ def store_lines(store: dict[str, Any] | None) -> list[str]:
     lines = ["Object store",
              f"  the job reads {round(store['requests_per_s']):,} requests/s "
              f"({fmt.sig(store['requests_per_sample'])} requests/sample, "
-             f"{store['requests_basis']}; {fmt.rate(store['job_samples_per_s'])}), "
+             f"{store['requests_basis']}; {round(store['job_samples_per_s']):,} samples/s), "
              f"{round(store['requests_per_s_per_prefix']):,} requests/s per prefix over "
              f"{prefixes}"]
     if limit is None:
@@ -85,8 +85,8 @@ def store_lines(store: dict[str, Any] | None) -> list[str]:
         lines.append(
             f"  THROTTLE-BOUND: {fmt.ratio(store['requests_per_s_per_prefix'] / limit)} the "
             f"store's limit of {limit:,.0f} requests/s per prefix; held to it, the job "
-            f"makes {fmt.rate(store['job_samples_per_s_at_limit'])}: a step takes at least "
-            f"{fmt.seconds(store['step_floor_s'])}, GPU utilization at most "
+            f"makes {round(store['job_samples_per_s_at_limit']):,} samples/s: a step takes at "
+            f"least {fmt.seconds(store['step_floor_s'])}, GPU utilization at most "
             f"{fmt.percent(store['gpu_util_at_limit'])} (more prefixes: --prefixes)")
     else:
         lines.append(f"  within the store's limit of {limit:,.0f} requests/s per prefix "
@@ -96,7 +96,7 @@ def store_lines(store: dict[str, Any] | None) -> list[str]:
         bill = (_usd(epoch["usd"]) if epoch["usd"] is not None
                 else "no price in the profile")
         lines.append(f"  one epoch of {epoch['samples']:,} samples ({epoch['samples_from']}"
-                     f"): {round(epoch['requests']):,} requests, {fmt.sig(epoch['gb_read'])} GB "
+                     f"): {round(epoch['requests']):,} requests, {fmt.sig(epoch['gib_read'])} GiB "
                      f"read, {bill}, {fmt.seconds(epoch['wall_s'])} of the job")
     if store.get("limit_source"):
         lines.append(f"  limit and prices: {store['limit_source']}")
@@ -159,4 +159,6 @@ def _what_if_lines(doc: dict[str, Any]) -> list[str]:
 
 
 def _usd(value: float) -> str:
-    return f"${value:,.2f}" if value >= 0.01 or value == 0 else f"${value:.2g}"
+    if value >= 0.01 or value == 0:
+        return f"${value:,.2f}"
+    return "$" + f"{value:.8f}".rstrip("0")  # $0.00008, not $8e-05

@@ -68,6 +68,7 @@ class Config(TypedDict):
     block: NotRequired[int | None]
     ceiling: NotRequired[bool]
     epochs: NotRequired[int | None]
+    inflight: NotRequired[int]
 
 
 class Statistics(TypedDict):

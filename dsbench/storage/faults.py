@@ -130,6 +130,9 @@ class _Buckets:
 class _Proxy(ThreadingHTTPServer):
     daemon_threads = True
 
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass  # a client that resets its connection is not the proxy's error to print
+
     def __init__(self, port: int, upstream: str, faults: Faults) -> None:
         super().__init__(("127.0.0.1", port), _Handler)
         split = urlsplit(upstream)
@@ -178,27 +181,30 @@ class _Handler(BaseHTTPRequestHandler):
         self._serve()
 
     def do_PUT(self) -> None:
+        self._body = None
         self._forward()
 
     def do_POST(self) -> None:
+        self._body = None
         self._forward()
 
     def do_DELETE(self) -> None:
+        self._body = None
         self._forward()
 
     def _serve(self) -> None:
+        self._body = None
         path = self.path.split("?", 1)[0].lstrip("/")
         bucket, _, key = path.partition("/")
         if not key or (self.server.faults.bucket and bucket != self.server.faults.bucket):
             self._forward()  # a bucket request (LIST), or another bucket's: untouched
             return
-        prefix = f"{bucket}/{key.rpartition('/')[0]}"
-        if not self.server.buckets.take(prefix):
-            self._error(503, "SlowDown", "Please reduce your request rate.")
-            return
         fault, delay = self.server.draw()
         if delay:
-            time.sleep(delay)  # the store's latency, which is what the proxy is for
+            time.sleep(delay)  # the store's latency (a refusal takes a round trip too)
+        if not self.server.buckets.take(f"{bucket}/{key.rpartition('/')[0]}"):
+            self._error(503, "SlowDown", "Please reduce your request rate.")
+            return
         if fault == "reset":
             # SO_LINGER with a zero timeout: close() sends a RST instead of a FIN.
             self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
@@ -214,7 +220,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _error(self, status: int, code: str, message: str) -> None:
         body = _ERROR_BODY.format(code=code, message=message).encode()
-        self._drain()
+        self._request_body()  # read, so that the connection stays in step
         self.send_response(status)
         self.send_header("Content-Type", "application/xml")
         self.send_header("Content-Length", str(len(body)))
@@ -222,34 +228,78 @@ class _Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(body)
 
-    def _drain(self) -> bytes:
-        length = int(self.headers.get("Content-Length") or 0)
-        return self.rfile.read(length) if length else b""
+    _body: bytes | None = None
+
+    def _request_body(self) -> bytes:
+        """The request's body, read once (sent with a length, or in chunks)."""
+        if self._body is None:
+            if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+                self._body = self._chunks()
+            else:
+                length = int(self.headers.get("Content-Length") or 0)
+                self._body = self.rfile.read(length) if length else b""
+        return self._body
+
+    def _chunks(self) -> bytes:
+        parts: list[bytes] = []
+        while True:
+            size = int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16)
+            if size == 0:
+                while self.rfile.readline().strip():  # trailers, up to the blank line
+                    pass
+                return b"".join(parts)
+            parts.append(self.rfile.read(size))
+            self.rfile.readline()  # the CRLF after each chunk
 
     def _forward(self, cut: bool = False) -> None:
-        body = self._drain()
+        body = self._request_body()
         headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
+        headers["Content-Length"] = str(len(body))
         try:
             response = self._request(body, headers)
-        except OSError:
+        except (OSError, http.client.HTTPException):
+            self._drop_upstream()
             self._error(502, "BadGateway", "The proxy could not reach the store.")
             return
-        data = response.read()
         self.send_response(response.status, response.reason)
         for name, value in response.getheaders():
-            if name.lower() not in _HOP and name.lower() != "content-length":
+            if name.lower() not in _HOP:
                 self.send_header(name, value)
-        length = int(response.getheader("Content-Length") or len(data))
-        self.send_header("Content-Length", str(length))
+        length = response.getheader("Content-Length")
+        if length is None:  # no length to promise (a chunked answer): read whole, then sent
+            data = response.read()
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(data)
+            return
         self.end_headers()
         if self.command == "HEAD":
+            response.read()  # nothing, but it frees the upstream connection for the next
             return
-        if cut and len(data) > 1:
-            self.wfile.write(data[: len(data) // 2])
-            self.wfile.flush()
+        # The body streams through, so a first byte arrives when the store sends it; a cut
+        # one stops half-way and closes the connection, as a broken network does.
+        left = int(length) // 2 if cut and int(length) > 1 else int(length)
+        try:
+            while left > 0:
+                piece = response.read(min(left, 1 << 16))
+                if not piece:
+                    break
+                self.wfile.write(piece)
+                left -= len(piece)
+        except (OSError, http.client.HTTPException):
+            self._drop_upstream()
             self.close_connection = True
             return
-        self.wfile.write(data)
+        if cut:
+            self.wfile.flush()
+            self._drop_upstream()  # the rest of the upstream body is never read
+            self.close_connection = True
+
+    def _drop_upstream(self) -> None:
+        if self._upstream is not None:
+            self._upstream.close()
+            self._upstream = None
 
     def _request(self, body: bytes, headers: dict[str, str]) -> http.client.HTTPResponse:
         """The same request sent upstream, on this connection's own upstream connection
@@ -264,8 +314,7 @@ class _Handler(BaseHTTPRequestHandler):
                                        headers=headers)
                 return self._upstream.getresponse()
             except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
-                self._upstream.close()
-                self._upstream = None
+                self._drop_upstream()
                 if attempt:
                     raise
         raise AssertionError("unreachable")

@@ -145,6 +145,23 @@ def _store(scheme: str, authority: str) -> Any:
                            path=f"{scheme}://{authority}") from None
 
 
+INFLIGHT_ENV = "DSBENCH_STORE_INFLIGHT"
+
+
+def inflight() -> int:
+    """Requests a reader keeps in flight (bench --inflight), set for every process that reads,
+    workers included, through the environment as the store's address is."""
+    text = os.environ.get(INFLIGHT_ENV, "1")
+    return int(text) if text.isdigit() and int(text) > 0 else 1
+
+
+def use_inflight(k: int) -> None:
+    if k == 1:
+        os.environ.pop(INFLIGHT_ENV, None)
+    else:
+        os.environ[INFLIGHT_ENV] = str(k)
+
+
 def clear_caches() -> None:
     """Forget stores and listings (they are read once per process): for a changed environment."""
     _store.cache_clear()
@@ -217,9 +234,11 @@ def retried(path: RemotePath, what: Callable[[], T]) -> T:
                 retries += 1
                 time.sleep(wait)  # the client's backoff: part of what a retry costs
                 continue
-            accounting.retried(retries, throttled, attempt - start, failed=True)
-            if why is None:
+            if why is None:  # not for a retry to mend: no such object, access denied
+                if retries:
+                    accounting.retried(retries, throttled, attempt - start, failed=True)
                 raise DsbenchError(describe(exc), path=path) from None
+            accounting.retried(retries, throttled, attempt - start, failed=True)
             said = describe(exc) if retry.cannot_connect(str(exc)) else retry.answer(exc)
             raise DsbenchError(
                 f"{said} after {retries + 1} attempt"
@@ -232,44 +251,46 @@ def retried(path: RemotePath, what: Callable[[], T]) -> T:
 
 # --- requests ----------------------------------------------------------------------------
 
-def _body(result: Any) -> tuple[bytes, float]:
-    """The whole body of a GET result, and when its first byte arrived."""
+def _body(result: Any, sent: float) -> tuple[bytes, float]:
+    """The whole body of a GET result, and the seconds from `sent` to its first byte."""
     chunks: list[bytes] = []
     first: float | None = None
     for chunk in result.stream(min_chunk_size=0):
         if first is None:
             first = time.perf_counter()
         chunks.append(bytes(chunk))
-    return b"".join(chunks), first or time.perf_counter()
+    return b"".join(chunks), (first or time.perf_counter()) - sent
+
+
+def _timed_get(path: RemotePath, options: dict[str, Any]) -> tuple[bytes, float, Any]:
+    """One attempt: the body, the seconds to its first byte (of this attempt, so that
+    retries are counted as retries and not as latency), and the result's metadata."""
+    import obstore
+
+    sent = time.perf_counter()
+    result = obstore.get(store_of(path), path.key, options=options)  # type: ignore[arg-type]
+    data, first = _body(result, sent)
+    return data, first, result.meta
 
 
 def get(path: RemotePath, start: int | None = None, end: int | None = None) -> bytes:
     """The object, or bytes [start, end) of it, in one request."""
-    import obstore
 
     kind = "GET" if start is None else "RANGE"
-    options = {} if start is None else {"range": (start, end)}
-    c0, t0 = process_cpu(), time.perf_counter()
-    data, first = retried(path, lambda: _body(obstore.get(store_of(path), path.key,
-                                                          options=options)))  # type: ignore[arg-type]
-    accounting.record(kind, len(data), first - t0, process_cpu() - c0)
+    options: dict[str, Any] = {} if start is None else {"range": (start, end)}
+    c0 = process_cpu()
+    data, first, _ = retried(path, lambda: _timed_get(path, options))
+    accounting.record(kind, len(data), first, process_cpu() - c0)
     return data
 
 
 def get_tail(path: RemotePath, n: int) -> tuple[bytes, int]:
     """The last `n` bytes and the object's size, in one range request (no HEAD needed)."""
-    import obstore
 
-    c0, t0 = process_cpu(), time.perf_counter()
-
-    def tail() -> tuple[bytes, float, int]:
-        result = obstore.get(store_of(path), path.key, options={"range": {"suffix": n}})
-        data, first = _body(result)
-        return data, first, int(result.meta["size"])
-
-    data, first, size = retried(path, tail)
-    accounting.record("RANGE", len(data), first - t0, process_cpu() - c0)
-    return data, size
+    c0 = process_cpu()
+    data, first, meta = retried(path, lambda: _timed_get(path, {"range": {"suffix": n}}))
+    accounting.record("RANGE", len(data), first, process_cpu() - c0)
+    return data, int(meta["size"])
 
 
 def stream(path: RemotePath, chunk_bytes: int = 1 << 20) -> Iterator[bytes]:
@@ -277,16 +298,25 @@ def stream(path: RemotePath, chunk_bytes: int = 1 << 20) -> Iterator[bytes]:
     A body that breaks off is resumed where it stopped, by a range GET counted as a retry."""
     import obstore
 
-    c0, t0 = process_cpu(), time.perf_counter()
+    c0 = process_cpu()
+    sent: float | None = None  # when the attempt that delivered the first byte was sent
     first: float | None = None
     received = 0
     chunks: Iterator[Any] | None = None
+    etag: str | None = None
 
     def next_chunk() -> Any:
-        nonlocal chunks
+        nonlocal chunks, sent, etag
         if chunks is None:
-            options = {"range": {"offset": received}} if received else {}
+            if first is None:
+                sent = time.perf_counter()
+            options: dict[str, Any] = {}
+            if received:  # the rest of the same object: a replaced one fails, not mixes
+                options = {"range": {"offset": received}}
+                if etag:
+                    options["if_match"] = etag
             result = obstore.get(store_of(path), path.key, options=options)  # type: ignore[arg-type]
+            etag = etag or result.meta.get("e_tag")
             chunks = iter(result.stream(min_chunk_size=chunk_bytes))
         try:
             return next(chunks, None)
@@ -304,7 +334,7 @@ def stream(path: RemotePath, chunk_bytes: int = 1 << 20) -> Iterator[bytes]:
             received += len(chunk)
             yield bytes(chunk)
     finally:
-        accounting.record("GET", received, (first or time.perf_counter()) - t0,
+        accounting.record("GET", received, (first - sent) if first and sent else 0.0,
                           process_cpu() - c0)
 
 

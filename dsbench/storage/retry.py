@@ -31,8 +31,11 @@ ENV = "DSBENCH_STORE_RETRY"
 _STATUS = re.compile(r"status code: (\d{3})")
 _CODE = re.compile(r"<Code>(\w+)</Code>")
 # obstore's words for a request that never got a whole answer (reqwest and hyper underneath).
-_NETWORK = ("error sending request", "body error", "connection", "timed out", "timeout",
+# Not the bare word "timeout": every obstore error names its retry_timeout setting.
+_NETWORK = ("error sending request", "body error", "connection reset", "connectionreset",
+            "connection refused", "connectionrefused", "timed out", "timedout",
             "incompletebody", "unexpectedeof", "broken pipe")
+_CONNECT = re.compile(r"kind: Connect\b,|ConnectError|Connection refused")
 
 
 @dataclass(frozen=True)
@@ -109,7 +112,7 @@ def transient(exc: BaseException) -> str | None:
 
 def cannot_connect(text: str) -> bool:
     """Whether an obstore error says no connection was made (not one that broke)."""
-    return "kind: Connect" in text or "ConnectError" in text or "Connection refused" in text
+    return _CONNECT.search(text) is not None
 
 
 def answer(exc: BaseException) -> str:
@@ -119,6 +122,6 @@ def answer(exc: BaseException) -> str:
     if status:
         return f"the store answered HTTP {status.group(1)}" + (f" {code.group(1)}" if code
                                                                else "")
-    if "timed out" in text.lower() or "timeout" in text.lower():
+    if "timed out" in text.lower() or "TimedOut" in text:
         return "the request timed out"
     return "the connection broke (reset, or the body cut short)"

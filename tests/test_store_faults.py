@@ -226,3 +226,33 @@ def test_inflight_is_recorded_and_results_read_otherwise_are_not_compared(
     capsys.readouterr()
     assert main(["bench", f"{buckets['calm']}/after", "--inflight", "0"]) == 2
     assert_one_line_error(capsys.readouterr().err, "bench", "--inflight must be")
+
+
+def test_probe_finds_the_rate_the_store_throttles_past_and_the_model_takes_it(
+        buckets: dict[str, str], through: Any, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    through(Faults(throttle_per_s=30, bucket="hot"))
+    out = tmp_path / "probe.json"
+    assert main(["probe", f"{buckets['hot']}/after", "--objects", "20", "--readers", "1",
+                 "--seconds", "1", "--find-limit", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    schema.validate(doc, "probe")
+    limit = doc["limit"]
+    assert limit["found"] and limit["steps"][-1]["throttled"] > 0
+    # The proxy answers 30 reads/s once its one-second allowance is spent.
+    assert 20 <= limit["limit_per_s"] <= 40, limit
+    assert all(s["throttled"] == 0 for s in limit["steps"][:-2])
+    capsys.readouterr()
+    assert main(["extrapolate", "--cpu-per-sample", "0.002", "--files-per-sample", "2",
+                 "--storage", str(out), "--steps", "200"]) == 0
+    text = capsys.readouterr().out
+    assert f"limit of {limit['limit_per_s']:,.0f} requests/s per prefix" in text
+    assert "measured by dsbench probe --find-limit" in text
+
+
+def test_find_limit_on_a_local_path_is_one_line(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "a.bin").write_bytes(b"x" * 100)
+    assert main(["probe", str(tmp_path), "--objects", "2", "--readers", "1", "--seconds",
+                 "0.1", "--find-limit"]) == 2
+    assert_one_line_error(capsys.readouterr().err, "probe", "--find-limit is for an object store")

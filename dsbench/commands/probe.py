@@ -32,12 +32,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(default %(default)s)")
     p.add_argument("--seconds", type=float, default=_D.seconds,
                    help=f"window per reader count in s (default {_D.seconds:g})")
+    p.add_argument("--find-limit", action="store_true",
+                   help="an object store: also raise the request rate step by step (each "
+                        "--seconds long) until the store throttles, and record the rate it "
+                        "sustains as the profile's limit per prefix")
     add_json_argument(p, "the storage profile")
 
 
 def run(args: argparse.Namespace) -> int:
     opts = ProbeOptions(objects=args.objects, readers=parse_workers(args.readers, "--readers"),
-                        seconds=args.seconds)
+                        seconds=args.seconds, find_limit=args.find_limit)
     doc = probe(args.path, opts, fmt.progress)
     doc["machine"] = machine.collect()
     schema.validate(doc, "probe", "the probe's own document")  # what --storage will read

@@ -207,6 +207,7 @@ def load_probe(path: str | Path) -> StorageProfile:
 def from_probe(doc: dict[str, Any], name: str, where: str) -> StorageProfile:
     """The profile a storage-profile document describes (see load_probe for which figures)."""
     lat, best = doc["latency"], doc["bandwidth"]["best"]
+    limit = (doc.get("limit") or {}).get("limit_per_s")
     tail = (f"p99 {fmt.seconds(lat['p99_s'])}" if lat["p99_s"] is not None
             else f"max {fmt.seconds(lat['max_s'])}")
     return StorageProfile(
@@ -217,7 +218,10 @@ def from_probe(doc: dict[str, Any], name: str, where: str) -> StorageProfile:
                 f"{best['readers']} reader{'s' if best['readers'] > 1 else ''} from one "
                 "machine"),
         note="latency per file is the p50, one request per file; the tail is not modelled",
-        origin="measured")
+        origin="measured", read_limit_per_prefix_s=limit,
+        limit_source=f"measured by dsbench probe --find-limit ({where}): the requests per "
+                     "second the store answered while saturated, past its burst" if limit
+        else "")
 
 
 def with_added_latency(profile: StorageProfile, seconds: float, why: str) -> StorageProfile:

@@ -12,6 +12,20 @@ def _share(x: float | None) -> str:
     return "unknown" if x is None else fmt.percent(x)
 
 
+def limit_lines(limit: dict[str, Any] | None) -> list[str]:
+    if not limit:
+        return []
+    rows = [[f"{s['asked_per_s']:g}/s", str(s["sent"]), f"{s.get('sent_per_s', 0):.0f}/s",
+             str(s["throttled"]), fmt.percent(s["throttled_share"]),
+             f"{s.get('answered_late_per_s', 0):.0f}/s"] for s in limit["steps"]]
+    heads = ["asked", "sent", "sent at", "throttled", "share", "answered, 2nd half"]
+    found = (f"  limit: {limit['limit_per_s']:.0f} requests/s sustained (--storage FILE.json "
+             "takes it as the limit per prefix)" if limit["found"]
+             else f"  no limit found: {limit['reason']}")
+    return ["", f"Request limit ({limit['what']})",
+            *("  " + ln for ln in fmt.table(heads, rows).splitlines()), found]
+
+
 def render(doc: dict[str, Any]) -> str:
     lat, bw, files = doc["latency"], doc["bandwidth"], doc["files"]
     where = (f"an object store, client {doc['client']['client']} "
@@ -38,9 +52,11 @@ def render(doc: dict[str, Any]) -> str:
     rows = [[str(r["readers"]), fmt.nbytes(r["bytes"]), fmt.seconds(r["seconds"]),
              fmt.nbytes(r["bytes_per_s"], "s"), str(r["files"]),
              fmt.rate(r["files"] / r["seconds"] if r["seconds"] > 0 else 0.0, "files/s"),
+             "-" if r.get("first_byte_p50_s") is None else fmt.seconds(r["first_byte_p50_s"]),
              fmt.percent(r["latency_share"]), "files ran out" if r["ended"] == "files"
              else "time"] for r in bw["runs"]]
-    heads = ["readers", "read", "time", "bandwidth", "files", "rate", "first bytes", "ended by"]
+    heads = ["readers", "read", "time", "bandwidth", "files", "rate", "first byte p50",
+             "first bytes", "ended by"]
     lines += ["  " + ln for ln in fmt.table(heads, rows).splitlines()]
     lines.append("  first bytes: the share of the readers' time that first-byte latency alone "
                  "takes, at the p50 above (a lower bound)")
@@ -51,6 +67,7 @@ def render(doc: dict[str, Any]) -> str:
               f"  bandwidth         {fmt.nbytes(best['bytes_per_s'], 's')} per node (the best, "
               f"with {best['readers']} reader{'s' if best['readers'] > 1 else ''}, from "
               "this one machine)"]
+    lines += limit_lines(doc.get("limit"))
     if doc["notes"]:
         lines += ["", "Notes"] + [f"  - {n}" for n in doc["notes"]]
     return "\n".join(lines)

@@ -43,6 +43,7 @@ from dsbench import __version__, stats
 from dsbench.errors import DsbenchError
 from dsbench.storage import accounting, files, remote
 from dsbench.storage.files import Loc, evict
+from dsbench.storage.limit import find_limit
 
 KIND = "dsbench-storage-profile"
 SCHEMA_VERSION = 1
@@ -57,6 +58,7 @@ class ProbeOptions:
     objects: int = 100
     readers: tuple[int, ...] = (1, 2, 4, 8, 16)
     seconds: float = 2.0
+    find_limit: bool = False  # also find the request rate the store throttles past (limit.py)
 
     def __post_init__(self) -> None:
         if self.objects < 1:
@@ -201,6 +203,7 @@ def bandwidth_pass(root: Loc, order: Sequence[tuple[str, int]], readers: int,
     take = itertools.count()
     lock = threading.Lock()
     stop = threading.Event()
+    mark = accounting.totals()
     start = threading.Barrier(readers + 1)
     window = {"deadline": 0.0}
     state = [_Reader() for _ in range(readers)]
@@ -243,7 +246,10 @@ def bandwidth_pass(root: Loc, order: Sequence[tuple[str, int]], readers: int,
     elapsed = max(s.end for s in state) - t0
     nbytes = sum(s.nbytes for s in state)
     opened = sum(s.files for s in state)
+    # Remote: how long a request waited for its first byte with this many in flight.
+    waits = accounting.totals().since(mark).first_byte_s
     return {"readers": readers, "bytes": nbytes, "files": opened, "seconds": elapsed,
+            "first_byte_p50_s": stats.distribution(waits)["p50"] if waits else None,
             "bytes_per_s": nbytes / elapsed if elapsed > 0 else 0.0,
             "ended": "files" if local and opened >= len(order) and elapsed < seconds
             else "time"}
@@ -282,8 +288,11 @@ def list_files(text: str) -> Listing:
 def probe(text: str, opts: ProbeOptions,
           progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
     """The storage-profile document (without its `machine` block, which the command adds)."""
-    listing = list_files(text)
     loc = files.location(text)
+    if opts.find_limit and not files.is_remote(loc):  # before anything is measured
+        raise DsbenchError("--find-limit is for an object store: a local filesystem has no "
+                           "request limit to find", path=loc)
+    listing = list_files(text)
     nonempty = [f for f in listing.files if f[1] > 0]
     if not nonempty:
         raise DsbenchError("no non-empty files to probe (an empty file has no first byte)",
@@ -303,6 +312,8 @@ def probe(text: str, opts: ProbeOptions,
                                    / (r * run["seconds"])) if run["seconds"] > 0 else 0.0
         runs.append(run)
     best = max(runs, key=lambda run: run["bytes_per_s"])
+    limit = find_limit(listing.root, timed, opts.seconds, progress) if opts.find_limit \
+        else None
     return {
         "schema_version": SCHEMA_VERSION, "kind": KIND,
         "created_utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -321,7 +332,7 @@ def probe(text: str, opts: ProbeOptions,
             "chunk_bytes": CHUNK_BYTES, "files": len(order), "window_s": opts.seconds,
             "runs": runs, "best": {"readers": best["readers"],
                                    "bytes_per_s": best["bytes_per_s"]}},
-        "notes": notes(latency, runs, opts),
+        "limit": limit, "notes": notes(latency, runs, opts),
     }
 
 

@@ -189,7 +189,7 @@ def test_per_sample_files_feed_the_modelled_cluster_less(measured_demo: dict[str
 
 def run_demo_cli(tmp_path: Path, *extra: str) -> list[str]:
     return ["demo", "--cache", str(tmp_path / "cache"), "--samples", "40", "--workers", "1",
-            "--seconds", "0.3", "--rounds", "1", "--steps", "300", "--nodes", "2",
+            "--seconds", "0.3", "--rounds", "1", "--steps", "300", "--nodes", "16",
             "--network-latency", "0.004", "--json", str(tmp_path / "demo.json"), *extra]
 
 
@@ -198,7 +198,7 @@ def test_demo_end_to_end_reuses_its_cache(tmp_path: Path, capsys: pytest.Capture
     assert main(run_demo_cli(tmp_path)) == 0
     first = capsys.readouterr()
     assert "generating before" in first.err and "Verdict (measured on this machine" in first.out
-    assert "On 2 nodes x 8 GPUs" in first.out and "What to do" in first.out
+    assert "On 16 nodes x 8 GPUs" in first.out and "What to do" in first.out
     # The object-store section: a local S3 server started, measured, and stopped.
     assert "On object storage (measured: before's first shard" in first.out
     assert "makes 2.00 requests/sample" in first.out and "host CPU per sample" in first.out
@@ -210,6 +210,18 @@ def test_demo_end_to_end_reuses_its_cache(tmp_path: Path, capsys: pytest.Capture
     assert storage["per_file_s"] == pytest.approx(probed + 0.004)
     assert "measured (p50 first byte of the local S3 server, dsbench probe) + 4.00 ms stated" \
         in first.out
+    # Through a store that pushes back at each loader worker's share of S3's 5,500 GETs/s per
+    # prefix (1,024 workers: 5.4 GETs/s), after's 2 GETs per sample are throttled and
+    # before's one GET per shard is not; the model says the same of the job.
+    pushed = doc["object_store"]["throttled"]
+    assert pushed["limit_per_s"] == pytest.approx(5500 / (16 * 8 * 8))
+    assert pushed["counts"]["after"]["throttled_per_sample"] > 0
+    assert pushed["counts"]["after"]["retry_s_per_sample"] > 0
+    assert pushed["counts"]["before"]["throttled_per_sample"] == 0
+    assert "through a store that pushes back (503 SlowDown past 5.4 GETs/s" in first.out
+    assert "before never throttled" in first.out
+    assert doc["cluster"]["after"]["store"]["limit_per_prefix_s"] == 5500
+    assert "the store: after asks" in first.out
     # The model checked against a 2-rank job the demo measured: each figure within its
     # tolerance or missed by how much, and a miss said in the heading of the model's figures.
     checked = re.search(r"the model against a measured job: (within its tolerances|missed on "
@@ -242,7 +254,7 @@ def test_without_moto_the_object_store_section_says_why(monkeypatch: pytest.Monk
 
     monkeypatch.setattr(demo_store, "available", lambda: "moto is not installed (pip x)")
     said: list[str] = []
-    skipped = demo_store.measure({}, demo.DEMO_BENCH, said.append)
+    skipped = demo_store.measure({}, demo.DEMO_BENCH, said.append, demo.DEMO_CLUSTER)
     assert skipped == {"skipped": "moto is not installed (pip x)"}
     assert said == ["demo: object storage skipped: moto is not installed (pip x)"]
     assert verdict.store_lines(skipped) == [

@@ -160,7 +160,7 @@ def pushback_text(sides: dict[str, dict[str, float]]) -> str:
     def one(q: dict[str, float]) -> str:
         return (f"{fmt.sig(q['retries_per_sample'])} retries/sample "
                 f"({fmt.sig(q['throttled_per_sample'])} throttled), "
-                f"{fmt.seconds(q['retry_s_per_sample'])}/sample waited")
+                f"{fmt.seconds(q['retry_s_per_sample'])}/sample spent in retries")
     return (f"the store pushed back: base {one(sides['base'])}; candidate {one(sides['cand'])} "
             "(counted in each side's count pass: the store's load as much as the export's)")
 

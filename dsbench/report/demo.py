@@ -157,7 +157,8 @@ def run_demo(opts: DemoOptions, progress: Progress) -> dict[str, Any]:
              f"{fmt.seconds(opts.bench.seconds)} each")
     docs = dict(zip(EXPORTS, run_benches([paths[n] for n in EXPORTS], opts.bench, progress),
                     strict=True))
-    in_store = demo_store.measure(paths, opts.bench, progress) if opts.object_store else None
+    in_store = demo_store.measure(paths, opts.bench, progress, opts.cluster) \
+        if opts.object_store else None
     if in_store is not None and "probe" in in_store and not opts.storage_stated:
         opts = dataclasses.replace(opts, cluster=opts.cluster.replace(
             storage=probed_storage(in_store["probe"], opts.network_latency_s)))
@@ -180,8 +181,12 @@ def probed_storage(probed: dict[str, Any], network_s: float) -> StorageProfile:
                                  network_s, "the demo's network round trip, --network-latency")
     link = PROFILES["s3"]
     served = probed["bandwidth"]["best"]["bytes_per_s"]
+    # A loopback server has no request limit or price of its own: S3's stand for them.
     return dataclasses.replace(
         profile, node_bytes_per_s=link.node_bytes_per_s,
+        read_limit_per_prefix_s=link.read_limit_per_prefix_s,
+        usd_per_1000_get=link.usd_per_1000_get, usd_per_gb_read=link.usd_per_gb_read,
+        limit_source=f"the s3 profile's: {link.limit_source}",
         source=(f"latency: {profile.source}; bandwidth: the s3 profile's "
                 f"{fmt.nbytes(link.node_bytes_per_s, 's')} per node ({link.source}), not the "
                 f"{fmt.nbytes(served, 's')} the loopback server gave, which is its own limit"))

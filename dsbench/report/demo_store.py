@@ -11,6 +11,13 @@ CPU, so it is an upper bound for what the client side of a remote store would co
 probes the server (storage/probe.py): the cluster model's latency per request and bandwidth
 come from that probe, plus a stated network round trip that loopback does not have.
 
+Last, a store that pushes back: the same objects read through the fault proxy
+(storage/faults.py), which answers 503 SlowDown past a read rate scaled to this machine. S3
+holds a prefix to 5,500 GETs per second; the modelled job's loader workers, all reading one
+prefix, get that divided among them, and the proxy holds this machine's one reader to that
+share. One count pass of each export through it (THROTTLED_SAMPLES of after: a few seconds)
+says how often each was throttled and what the retries cost per sample.
+
 Without moto installed (`pip install 'dsbench[demo]'`) the section is skipped and says so.
 """
 
@@ -25,17 +32,24 @@ from pathlib import Path
 from typing import Any
 
 from dsbench import fmt
+from dsbench.adapters import open_export
+from dsbench.adapters.base import Export
 from dsbench.analysis.compare import compare
+from dsbench.loader.counts import count_pass
 from dsbench.loader.options import BenchOptions
 from dsbench.loader.runner import run_benches
+from dsbench.model.node import ClusterSpec
+from dsbench.model.profiles import PROFILES
+from dsbench.storage import accounting, remote
 from dsbench.storage import files as store
-from dsbench.storage import remote
+from dsbench.storage.faults import FaultProxy, Faults
 from dsbench.storage.probe import ProbeOptions, probe
 from dsbench.storage.server import LocalS3
 
 STORE_SAMPLES = 300  # of after, uploaded as 2 objects each
 STORE_ROUNDS = 5
-COUNT_SAMPLES = 200  # after's requests counted over this many samples: 400 GETs
+COUNT_SAMPLES = 100  # after's requests counted over this many samples: 200 GETs
+THROTTLED_SAMPLES = 20  # of after read through the throttling proxy: 40 GETs at a few per s
 BUCKET = "dsbench-demo"
 STORE_BATCH, STORE_SECONDS = 16, 2.0
 # The server probed for the cluster model: 100 first bytes (mostly after's small objects, as
@@ -84,7 +98,27 @@ def _environment(values: dict[str, str]) -> Iterator[None]:
         remote.clear_caches()
 
 
-def measure(paths: dict[str, Path], bench: BenchOptions, progress: Progress) -> dict[str, Any]:
+def worker_share(cluster: ClusterSpec) -> float:
+    """GETs per second each of the job's loader workers gets of one prefix's limit."""
+    limit = PROFILES["s3"].read_limit_per_prefix_s
+    assert limit is not None
+    return limit / (cluster.ranks * cluster.workers_per_gpu)
+
+
+def throttled_counts(exports: dict[str, Export]) -> dict[str, Any]:
+    """One count pass of each export (through the throttling proxy the environment points
+    at): its requests, retries and throttle answers per sample."""
+    out: dict[str, Any] = {}
+    for name, export in exports.items():
+        counts = count_pass(export, THROTTLED_SAMPLES)
+        requests = counts.requests or accounting.Requests()
+        out[name] = accounting.summary(requests, counts.samples, remote.client_info())
+        out[name]["samples"] = counts.samples
+    return out
+
+
+def measure(paths: dict[str, Path], bench: BenchOptions, progress: Progress,
+            cluster: ClusterSpec) -> dict[str, Any]:
     """before and after from the local S3 server: results and their comparison, or why not."""
     why = available()
     if why is not None:
@@ -117,10 +151,20 @@ def measure(paths: dict[str, Path], bench: BenchOptions, progress: Progress) -> 
             before, after = run_benches([where["before"], where["after"]], opts, progress)
             # After the benches, so that the probe's connections do not warm theirs.
             profile = probe(url, PROBE, progress)
+            # Opened (listed, their layout told) here: the proxy sees only the reads.
+            opened = {name: open_export(where[name]) for name in chosen}
+        share = worker_share(cluster)
+        progress(f"demo: reading before and after through a proxy that throttles past "
+                 f"{share:.1f} GETs/s, each loader worker's share of S3's limit")
+        with FaultProxy(server.endpoint, Faults(throttle_per_s=share)) as proxy, \
+                _environment({**server.env, "AWS_ENDPOINT_URL": proxy.endpoint}):
+            pushed = throttled_counts(opened)
     return {"server": f"moto {_version('moto')} (S3 API) on 127.0.0.1",
             "uploaded_bytes": uploaded, "probe": profile,
             "results": {"before": before, "after": after},
-            "comparison": compare(before, after)}
+            "comparison": compare(before, after),
+            "throttled": {"limit_per_s": share, "workers": cluster.ranks *
+                          cluster.workers_per_gpu, "counts": pushed}}
 
 
 def _version(package: str) -> str:

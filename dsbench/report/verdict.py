@@ -208,6 +208,9 @@ def verdict_lines(doc: dict[str, Any]) -> list[str]:
         lines.append(f"  the oscillation: {cl['after']['timeline']['note']}")
     lines.append(f"  the tail: {tail_text(doc, 'after')}")
     lines.append(f"  the model against a measured job: {job_check_text(doc.get('job_check'))}")
+    if cl["after"].get("store") and cl["before"].get("store"):
+        lines.append(f"  the store: {store_load_text(cl['after']['store'], 'after')}; "
+                     f"{store_load_text(cl['before']['store'], 'before')}")
     lines += store_lines(doc.get("object_store"))
     lines += resume_lines(doc.get("resume"))
     lines += ["", "What to do"]
@@ -300,7 +303,38 @@ def store_lines(store: dict[str, Any] | None) -> list[str]:
                      f", p99 {fmt.seconds(q['first_byte_s']['p99'])} (a loopback server, not a "
                      f"cloud store's latency); client CPU "
                      f"{fmt.seconds(q['client_cpu_s_per_request'])} per request")
+    pushed = store.get("throttled")
+    if pushed:
+        counts = pushed["counts"]
+        lines.append(f"  through a store that pushes back (503 SlowDown past "
+                     f"{pushed['limit_per_s']:.1f} GETs/s: S3's limit per prefix shared by the "
+                     f"job's {pushed['workers']:,} loader workers; one pass each): after "
+                     f"{pushback_text(counts['after'])}; before "
+                     f"{pushback_text(counts['before'])}")
     return lines
+
+
+def pushback_text(q: dict[str, Any]) -> str:
+    if not q["throttled_per_sample"] and not q["retries_per_sample"]:
+        return (f"never throttled ({fmt.sig(q['requests_per_sample'])} requests/sample over "
+                f"{q['samples']} samples)")
+    return (f"{fmt.sig(q['throttled_per_sample'])} throttle answers and "
+            f"{fmt.sig(q['retries_per_sample'])} retries per sample, "
+            f"{fmt.seconds(q['retry_s_per_sample'])}/sample spent in them (measured over "
+            f"{q['samples']} samples)")
+
+
+def store_load_text(store: dict[str, Any], name: str) -> str:
+    """The modelled job's requests against the store's limit per prefix."""
+    rate = f"{name} asks {round(store['requests_per_s_per_prefix']):,} GETs/s of one prefix"
+    limit = store["limit_per_prefix_s"]
+    if limit is None:
+        return rate
+    if store["throttle_bound"]:
+        return (f"{rate}, {fmt.ratio(store['requests_per_s_per_prefix'] / limit)} S3's "
+                f"{limit:,.0f}: throttle-bound until S3 partitions the prefix, GPU utilization "
+                f"at most {fmt.percent(store['gpu_util_at_limit'])} meanwhile")
+    return f"{rate}, within S3's {limit:,.0f}"
 
 
 def assumptions_text(spec: dict[str, Any], base: dict[str, Any]) -> str:

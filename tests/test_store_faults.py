@@ -30,10 +30,12 @@ FAST = ["--workers", "1", "--rounds", "2", "--seconds", "0.3", "--batch-size", "
 
 @pytest.fixture(scope="module")
 def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """after: a JPEG and a JSON object per sample; before: one shard of 60, one GET."""
+    """after: a JPEG and a JSON object per sample; before: one shard of 60, one GET; shards:
+    three of 30."""
     root = tmp_path_factory.mktemp("faults")
     return {"after": write_export(root, "files", 60),
-            "before": write_export(root, "wds", 60, shard_samples=60)}
+            "before": write_export(root, "wds", 60, shard_samples=60),
+            "shards": write_export(root, "wds", 90, shard_samples=30)}
 
 
 @pytest.fixture(scope="module")
@@ -205,8 +207,20 @@ def test_requests_in_flight_overlap_and_keep_the_samples_and_their_order(
     # 32 GETs (a JPEG and a JSON per sample) at 0.1 s each take 3.2 s one at a time; with
     # 8 samples' requests in flight they overlap. Half the serial time leaves a wide margin.
     assert elapsed < 1.6, elapsed
-    # A shard layout is a stream a worker reads as it goes: never read ahead.
-    assert read_ahead(open_export(f"{buckets['hot']}/before")) == 1
+    # Shards are read ahead too (the next shards streamed while one is used): the same
+    # samples in the same order.
+    sharded = open_export(f"{buckets['hot']}/shards")
+    remote.use_inflight(2)
+    try:
+        assert read_ahead(sharded) == 2
+        shards = sharded.units()
+        ahead = ReadAhead(sharded, shards, 2, None)
+        got = [raw.key for i in range(len(shards)) for raw in ahead.read(i)]
+        ahead.close()
+    finally:
+        remote.use_inflight(1)
+    assert len(shards) == 3
+    assert got == [raw.key for u in shards for raw in sharded.read_units([u])]
 
 
 def test_inflight_is_recorded_and_results_read_otherwise_are_not_compared(

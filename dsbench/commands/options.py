@@ -166,9 +166,10 @@ def add_window_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup,
                    help="with --order block: consecutive samples per block, read together "
                         f"(default {d.block})")
     p.add_argument("--inflight", type=int, default=d.inflight, metavar="K",
-                   help="object stores: each worker keeps the next K per-sample objects "
-                        "requested while it works, as a loader that prefetches does "
-                        f"(per-sample files; default {d.inflight}: one request at a time)")
+                   help="object stores: each worker keeps the next K units (per-sample "
+                        "objects, or WebDataset and TFRecord shards) requested while it works, "
+                        "as a loader that prefetches does (default "
+                        f"{d.inflight}: one request at a time)")
     r = RetryPolicy()
     p.add_argument("--retries", type=int, default=r.retries, metavar="N",
                    help="object stores: retries of a request answered 5xx or 429 or cut off, "

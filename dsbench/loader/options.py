@@ -69,7 +69,7 @@ class BenchOptions:
     epochs: int | None = None  # --epochs E: each round reads E whole epochs from fresh workers
     start_epoch: int = 0  # the epoch a round's workers start at (set per epoch by epochs.py)
     ceiling: bool = False  # --ceiling: also measure the loader replaying batches it built
-    inflight: int = 1  # --inflight K: per-sample objects requested ahead by each worker
+    inflight: int = 1  # --inflight K: units (objects, shards) requested ahead by each worker
     replay: bool = False  # this side is the ceiling: workers hand built batches over again
 
     def __post_init__(self) -> None:

@@ -1,11 +1,14 @@
-"""Requests in flight: a worker reading per-sample objects from a store asks for the next ones
-while it works on the current one (bench --inflight K), as a loader that prefetches does.
+"""Requests in flight: a worker reading from a store asks for the next units while it works on
+the current one (bench --inflight K), as a loader that prefetches does.
 
 A per-sample object costs a round trip before its first byte; read one after another, a worker
 waits a round trip per object, and its samples/s say more about the link's latency than about
 the export. With K requests in flight the waits overlap, which is what a DataLoader's
-prefetching threads (or an async client) give a real job. Only per-sample layouts in an object
-store are read ahead: a shard is one long stream, which a worker reads as it goes.
+prefetching threads (or an async client) give a real job. For shards (WebDataset, TFRecord)
+the next K shards are streamed while the current one is used, as a loader that downloads ahead
+does: a worker then holds up to K shards' samples in memory, which its peak memory shows.
+Columnar files (Arrow, Parquet) are read by range requests within a file and are not read
+ahead here.
 
 The samples come back in the order the worker would read them, so the stream's position,
 state and order figures are the same with or without read-ahead; a sample's error is raised
@@ -20,14 +23,16 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dsbench.adapters.base import Export, RawSample, SkipHandler
 from dsbench.storage import files, remote
 
+READ_AHEAD_LAYOUTS = ("files", "wds", "tfrecord")
+
 
 def read_ahead(export: Export) -> int:
-    """How many units to keep requested for this export: 1 unless it holds one sample per
-    unit in an object store and --inflight asked for more."""
+    """How many units to keep requested for this export: 1 unless it is a per-sample or shard
+    layout in an object store and --inflight asked for more."""
     k = remote.inflight()
     path = getattr(export, "path", None)
     if k <= 1 or path is None or not files.is_remote(files.location(path)) or \
-            getattr(export, "layout", None) != "files":
+            getattr(export, "layout", None) not in READ_AHEAD_LAYOUTS:
         return 1
     return k
 

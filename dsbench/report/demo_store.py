@@ -49,7 +49,7 @@ from dsbench.storage.server import LocalS3
 STORE_SAMPLES = 300  # of after, uploaded as 2 objects each
 STORE_ROUNDS = 5
 COUNT_SAMPLES = 100  # after's requests counted over this many samples: 200 GETs
-THROTTLED_SAMPLES = 20  # of after read through the throttling proxy: 40 GETs at a few per s
+THROTTLED_SAMPLES = 10  # of after read through the throttling proxy: 20 GETs at a few per s
 BUCKET = "dsbench-demo"
 STORE_BATCH, STORE_SECONDS = 16, 2.0
 # The server probed for the cluster model: 100 first bytes (mostly after's small objects, as

@@ -47,7 +47,7 @@ from dsbench.storage.probe import ProbeOptions, probe
 from dsbench.storage.server import LocalS3
 
 STORE_SAMPLES = 300  # of after, uploaded as 2 objects each
-STORE_ROUNDS = 5
+STORE_ROUNDS = 4  # paired rounds of before and after: enough for their 1.7x and 4x gaps
 COUNT_SAMPLES = 100  # after's requests counted over this many samples: 200 GETs
 THROTTLED_SAMPLES = 10  # of after read through the throttling proxy: 20 GETs at a few per s
 BUCKET = "dsbench-demo"

@@ -39,7 +39,7 @@ import numpy as np
 
 from dsbench.adapters.base import Export, RawSample, SkipHandler
 from dsbench.errors import DsbenchError
-from dsbench.loader.read_ahead import ReadAhead, read_ahead
+from dsbench.loader.read_ahead import ReadAhead
 from dsbench.loader.sampling import (
     BLOCK,
     RANDOM,
@@ -138,8 +138,7 @@ class SampleStream:
         self.buffer: list[tuple[tuple[int, int], RawSample]] = self._reread(st["buffer"])
         self.reader: Iterator[RawSample] | None = None
         self.last_pos, self.last_offset = 0, 0
-        k = read_ahead(export)
-        self.ahead = ReadAhead(export, self.units, k, skip) if k > 1 else None
+        self.ahead = ReadAhead.of(export, self.units, skip)
 
     def _reread(self, locators: list[list[int]]) -> list[tuple[tuple[int, int], RawSample]]:
         """The buffered samples again, read by locator: their units, in buffer order."""
@@ -161,8 +160,7 @@ class SampleStream:
         """The next sample from the units, advancing the cursor; None past the last unit."""
         while self.pos < len(self.units):
             if self.reader is None:
-                self.reader = self.ahead.read(self.pos) if self.ahead else \
-                    iter(self.export.read_units([self.units[self.pos]], self.skip))
+                self.reader = self.ahead.read(self.pos)
                 for _ in range(self.offset):  # resume inside a unit: skip what was taken
                     next(self.reader, None)
             raw = next(self.reader, None)
@@ -184,8 +182,7 @@ class SampleStream:
             self.buffer.append(got)
         if not self.buffer:
             self.done = True
-            if self.ahead:
-                self.ahead.close()
+            self.ahead.close()
             return None
         if self.plan.buffer:
             i = int(self.rng.integers(len(self.buffer)))
@@ -301,20 +298,16 @@ class WorkerSamples:
                     yield raw
             elif plan is None:
                 share = self.units[self.worker::self.n_workers]
-                k = read_ahead(self.export)
-                ahead = ReadAhead(self.export, share, k, skip) if k > 1 else None
+                ahead = ReadAhead.of(self.export, share, skip)
                 try:
-                    for i, unit in enumerate(share):
+                    for i in range(len(share)):
                         index = self.worker + i * self.n_workers  # in export.units()
-                        unit_samples = ahead.read(i) if ahead else \
-                            self.export.read_units([unit], skip)
-                        for off, raw in enumerate(unit_samples):
+                        for off, raw in enumerate(ahead.read(i)):
                             n += 1
                             self._where.append((raw.key, index, off))
                             yield raw
                 finally:
-                    if ahead:
-                        ahead.close()
+                    ahead.close()
             else:
                 stream = SampleStream(self.export, plan, 0, self.worker, epoch, skip=skip)
                 indices = plan.slot_indices(epoch, 0, self.worker)

@@ -38,17 +38,26 @@ def read_ahead(export: Export) -> int:
 
 
 class ReadAhead:
-    """The samples of unit `pos` of `units`, with the next units' already requested."""
+    """The samples of unit `pos` of `units`, with the next k - 1 units' already requested
+    (k = 1: read as they are asked for, as a generator, and no thread is started)."""
 
     def __init__(self, export: Export, units: Sequence[str], k: int, skip: SkipHandler) -> None:
         self.export, self.units, self.k, self.skip = export, units, k, skip
-        self.pool = ThreadPoolExecutor(k, thread_name_prefix="dsbench-read-ahead")
+        self.pool = ThreadPoolExecutor(k, thread_name_prefix="dsbench-read-ahead") \
+            if k > 1 else None
         self.pending: dict[int, Future[list[RawSample]]] = {}
+
+    @classmethod
+    def of(cls, export: Export, units: Sequence[str], skip: SkipHandler) -> ReadAhead:
+        """A reader of `units` ahead as far as --inflight asks for this export."""
+        return cls(export, units, read_ahead(export), skip)
 
     def _read(self, unit: str) -> list[RawSample]:
         return list(self.export.read_units([unit], self.skip))
 
     def read(self, pos: int) -> Iterator[RawSample]:
+        if self.pool is None:
+            return iter(self.export.read_units([self.units[pos]], self.skip))
         for stale in [p for p in self.pending if p < pos]:  # a resumed or skipped position
             self.pending.pop(stale).cancel()
         for p in range(pos, min(pos + self.k, len(self.units))):
@@ -60,4 +69,5 @@ class ReadAhead:
         for future in self.pending.values():
             future.cancel()
         self.pending.clear()
-        self.pool.shutdown(wait=False, cancel_futures=True)
+        if self.pool is not None:
+            self.pool.shutdown(wait=False, cancel_futures=True)

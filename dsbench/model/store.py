@@ -25,6 +25,7 @@ from typing import Any
 from dsbench.errors import DsbenchError
 from dsbench.model.costs import LoaderCost
 from dsbench.model.node import ClusterSpec
+from dsbench.model.profiles import StorageProfile
 
 
 def store_load(cost: LoaderCost, cluster: ClusterSpec, step_mean_s: float, gpu_util: float, *,
@@ -67,7 +68,8 @@ def store_load(cost: LoaderCost, cluster: ClusterSpec, step_mean_s: float, gpu_u
     return out
 
 
-def _bill(samples: int | None, per_sample: float, bytes_per_sample: float, profile: Any,
+def _bill(samples: int | None, per_sample: float, bytes_per_sample: float,
+          profile: StorageProfile,
           rate: float, capped: float | None, from_export: bool) -> dict[str, Any] | None:
     if samples is None:
         return None

@@ -32,7 +32,6 @@ import random
 import socket
 import struct
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, fields
@@ -41,6 +40,7 @@ from types import TracebackType
 from urllib.parse import urlsplit
 
 from dsbench.errors import DsbenchError
+from dsbench.storage.server import start_on_free_port, stop_process, wait_listening
 
 _ERROR_BODY = ('<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code>'
                "<Message>{message}</Message><RequestId>dsbench-proxy</RequestId></Error>")
@@ -174,26 +174,20 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:
         pass  # a line per request would be the proxy's main cost
 
+    def parse_request(self) -> bool:
+        self._body = None  # each request on a kept-alive connection brings its own body
+        return super().parse_request()
+
     def do_GET(self) -> None:
         self._serve()
 
-    def do_HEAD(self) -> None:
-        self._serve()
-
     def do_PUT(self) -> None:
-        self._body = None
         self._forward()
 
-    def do_POST(self) -> None:
-        self._body = None
-        self._forward()
-
-    def do_DELETE(self) -> None:
-        self._body = None
-        self._forward()
+    do_HEAD = do_GET
+    do_POST = do_DELETE = do_PUT
 
     def _serve(self) -> None:
-        self._body = None
         path = self.path.split("?", 1)[0].lstrip("/")
         bucket, _, key = path.partition("/")
         if not key or (self.server.faults.bucket and bucket != self.server.faults.bucket):
@@ -345,26 +339,17 @@ class FaultProxy:
         return f"http://127.0.0.1:{self.port}"
 
     def __enter__(self) -> FaultProxy:
-        from dsbench.storage.server import free_port, wait_listening
-
-        for _attempt in range(3):  # another process may take the free port first
-            self.port = free_port()
-            self.proc = subprocess.Popen(
-                [sys.executable, "-c", _LAUNCH, "--port", str(self.port),
-                 "--upstream", self.upstream, *self.faults.to_argv()],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            if wait_listening(self.proc, self.port):
-                return self
-            self.stop()
-        raise DsbenchError("the fault-injecting proxy did not start")
+        self.port, self.proc = start_on_free_port(
+            lambda port: [_LAUNCH, "--port", str(port), "--upstream", self.upstream,
+                          *self.faults.to_argv()],
+            wait_listening, "the fault-injecting proxy")
+        return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.stop()
 
     def stop(self) -> None:
-        from dsbench.storage.server import stop_process
-
         stop_process(self.proc)
         self.proc = None
 

@@ -39,12 +39,8 @@ FIRST_BYTES = 4096
 
 def _attempt(path: RemotePath) -> str:
     """One range GET without retries: 'ok' or 'throttled'; any other failure is an error."""
-    import obstore
-
     try:
-        result = obstore.get(remote.store_of(path), path.key,
-                             options={"range": (0, FIRST_BYTES)})
-        result.bytes()
+        remote.attempt_get(path, {"range": (0, FIRST_BYTES)})
         return "ok"
     except Exception as exc:  # obstore's errors
         if retry.transient(exc) == "throttled":

@@ -234,11 +234,10 @@ def retried(path: RemotePath, what: Callable[[], T]) -> T:
                 retries += 1
                 time.sleep(wait)  # the client's backoff: part of what a retry costs
                 continue
+            if retries or why is not None:  # a request that was retried, or could have been
+                accounting.retried(retries, throttled, attempt - start, failed=True)
             if why is None:  # not for a retry to mend: no such object, access denied
-                if retries:
-                    accounting.retried(retries, throttled, attempt - start, failed=True)
                 raise DsbenchError(describe(exc), path=path) from None
-            accounting.retried(retries, throttled, attempt - start, failed=True)
             said = describe(exc) if retry.cannot_connect(str(exc)) else retry.answer(exc)
             raise DsbenchError(
                 f"{said} after {retries + 1} attempt"
@@ -262,9 +261,10 @@ def _body(result: Any, sent: float) -> tuple[bytes, float]:
     return b"".join(chunks), (first or time.perf_counter()) - sent
 
 
-def _timed_get(path: RemotePath, options: dict[str, Any]) -> tuple[bytes, float, Any]:
-    """One attempt: the body, the seconds to its first byte (of this attempt, so that
-    retries are counted as retries and not as latency), and the result's metadata."""
+def attempt_get(path: RemotePath, options: dict[str, Any]) -> tuple[bytes, float, Any]:
+    """One attempt, not retried nor counted: the body, the seconds to its first byte (of this
+    attempt, so that retries are counted as retries and not as latency), and the result's
+    metadata."""
     import obstore
 
     sent = time.perf_counter()
@@ -279,7 +279,7 @@ def get(path: RemotePath, start: int | None = None, end: int | None = None) -> b
     kind = "GET" if start is None else "RANGE"
     options: dict[str, Any] = {} if start is None else {"range": (start, end)}
     c0 = process_cpu()
-    data, first, _ = retried(path, lambda: _timed_get(path, options))
+    data, first, _ = retried(path, lambda: attempt_get(path, options))
     accounting.record(kind, len(data), first, process_cpu() - c0)
     return data
 
@@ -288,7 +288,7 @@ def get_tail(path: RemotePath, n: int) -> tuple[bytes, int]:
     """The last `n` bytes and the object's size, in one range request (no HEAD needed)."""
 
     c0 = process_cpu()
-    data, first, meta = retried(path, lambda: _timed_get(path, {"range": {"suffix": n}}))
+    data, first, meta = retried(path, lambda: attempt_get(path, {"range": {"suffix": n}}))
     accounting.record("RANGE", len(data), first, process_cpu() - c0)
     return data, int(meta["size"])
 

@@ -66,6 +66,32 @@ def wait_listening(proc: subprocess.Popen[bytes], port: int) -> bool:
     return wait_ready(proc, accepts)
 
 
+def start_on_free_port(argv: Callable[[int], list[str]],
+                       ready: Callable[[subprocess.Popen[bytes], int], bool],
+                       what: str) -> tuple[int, subprocess.Popen[bytes]]:
+    """A server process (`python -c` with `argv(port)`) on a free port of 127.0.0.1, once it is
+    `ready`: its port and process. Another process may take the port between its choice and
+    the server's bind, so it is tried three times."""
+    for _attempt in range(3):
+        port = free_port()
+        # A server that logs every request into a pipe nobody reads would fill it and stop.
+        proc = subprocess.Popen([sys.executable, "-c", *argv(port)], stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if ready(proc, port):
+            return port, proc
+        stop_process(proc)
+    raise DsbenchError(f"{what} did not start")
+
+
+def _answers(port: int) -> bool:
+    """Whether moto's server on `port` answers its own API."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/moto-api/", timeout=1):
+            return True
+    except (urllib.error.URLError, OSError):
+        return False
+
+
 def stop_process(proc: subprocess.Popen[bytes] | None) -> None:
     """Terminate `proc` (a server this process started), killing it if it lingers."""
     if proc is None or proc.poll() is not None:
@@ -100,23 +126,11 @@ class LocalS3:
         except ImportError:
             raise DsbenchError("the local S3 server needs moto: pip install 'dsbench[s3]'"
                                ) from None
-        for _attempt in range(3):  # another process may take the free port first
-            self.port = free_port()
-            self.proc = subprocess.Popen(
-                [sys.executable, "-c", _LAUNCH, "-H", "127.0.0.1", "-p", str(self.port)],
-                # moto logs every request: a pipe nobody reads would fill and stop the server.
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            if wait_ready(self.proc, self._answers):
-                return self
-            self._stop()
-        raise DsbenchError("the local S3 server (moto) did not start")
-
-    def _answers(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"{self.endpoint}/moto-api/", timeout=1):
-                return True
-        except (urllib.error.URLError, OSError):
-            return False
+        self.port, self.proc = start_on_free_port(
+            lambda port: [_LAUNCH, "-H", "127.0.0.1", "-p", str(port)],
+            lambda proc, port: wait_ready(proc, lambda: _answers(port)),
+            "the local S3 server (moto)")
+        return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:

@@ -46,7 +46,7 @@ from dsbench.model.store import store_load
 DEFAULT_SCALING = (8, 16, 32, 64, 128, 256)
 DEFAULT_STEPS = 10_000
 TARGET_UTIL = 0.9
-MAX_RANK_STEPS = 60_000_000  # steps x ranks of the largest job: bounds memory and time
+MAX_RANK_STEPS = 200_000_000  # steps x ranks of the largest job: bounds the time (about 30 s)
 WHAT_IF_STEPS = 3_000
 _REFINE_TRIES = 8
 
@@ -87,14 +87,13 @@ def simulate(cost: LoaderCost, cluster: ClusterSpec, rng: np.random.Generator, *
     io_s = (rates.latency_s + rates.transfer_s) * batch
 
     def batch_wall(g: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
-        if not loader:
-            return np.zeros(shape)
         if batches is not None:
             return batches(g, shape)
         return cost.sample_batch_cpu(g, shape, batch) * factor + io_s
 
-    return sim.run(batch_wall, cluster.compute.sample, workers=cluster.workers_per_gpu,
-                   prefetch=cluster.prefetch, jobs=jobs, steps=steps, rng=rng,
+    return sim.run(batch_wall if loader else None, cluster.compute.sample,
+                   workers=cluster.workers_per_gpu, prefetch=cluster.prefetch, jobs=jobs,
+                   steps=steps, rng=rng,
                    allreduce_s=cluster.allreduce_s if allreduce is None else allreduce,
                    handover=handover, departure=departure, stall_prob=cluster.stall_prob,
                    stall_s=cluster.stall_s,

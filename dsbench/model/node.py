@@ -17,7 +17,7 @@ from dsbench.errors import DsbenchError
 from dsbench.model.costs import Distribution, LoaderCost
 from dsbench.model.profiles import LOCAL, StorageProfile
 
-MAX_RANKS = 4096
+MAX_RANKS = 16384
 DEFAULT_COMPUTE = Distribution("const", 0.25)
 
 

@@ -14,8 +14,8 @@ The loop runs over steps; each step is a handful of numpy operations over every 
 simulated job at once. Several jobs (rank counts) run side by side in one pass: rank j of every
 job draws from column j of the same random arrays (common random numbers), so a bigger job is the
 smaller one plus more ranks, and rank counts compare without independent noise. Times are kept
-relative to the current step's start, so step durations come out exactly, not as differences of
-large clock values.
+on a clock that restarts with each chunk of 512 steps, so step durations come out as
+differences of small clock values, exact to about 1e-13 s.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ class SimResult:
         return stats.distribution(self.step_s[:, self.column(ranks)])
 
 
-def run(sample_cost: Sampler, sample_compute: Sampler, *, workers: int, prefetch: int,
+def run(sample_cost: Sampler | None, sample_compute: Sampler, *, workers: int, prefetch: int,
         jobs: Sequence[int], steps: int, rng: np.random.Generator,
         allreduce_s: float | Sampler = 0.0, handover: Sampler | None = None,
         departure: Sampler | None = None,
@@ -66,13 +66,13 @@ def run(sample_cost: Sampler, sample_compute: Sampler, *, workers: int, prefetch
         timeline_job: int | None = None, timeline_bucket_s: float = 1.0) -> SimResult:
     """Simulate `steps` steps of each job in `jobs` (rank counts), all in one vectorised pass.
 
-    `sample_cost` gives the wall seconds one worker takes to build a batch, `sample_compute` the GPU
-    seconds of a step. `allreduce_s` is a fixed time after the slowest rank, or a Sampler drawn
-    once per step (shape (steps, 1): every job's step s gets the same draw, as the rank draws
-    are common to the jobs too). `handover` draws, per rank and step, the time a rank takes to
-    have a batch that is built and asked for (none when not given); `departure`, per rank and
-    step, how long after the first rank to leave the previous all-reduce this one left it (its
-    step starts then; none when not given). The first
+    `sample_cost` gives the wall seconds one worker takes to build a batch (None: a loader that
+    is never late), `sample_compute` the GPU seconds of a step. `allreduce_s` is a fixed time
+    after the slowest rank, or a Sampler drawn once per step (shape (steps, 1): every job's step
+    s gets the same draw, as the rank draws are common to the jobs too). `handover` draws, per
+    rank and step, the time a rank takes to have a batch that is built and asked for (none when
+    not given); `departure`, per rank and step, how long after the first rank to leave the
+    previous all-reduce this one left it (its step starts then; none when not given). The first
     `workers x prefetch` steps (the loader's start, when every outstanding batch was handed out
     at once) are simulated but not counted.
     """
@@ -85,74 +85,176 @@ def run(sample_cost: Sampler, sample_compute: Sampler, *, workers: int, prefetch
     n_jobs, max_ranks = len(sizes), sizes[-1]
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.intp)
     total = int(sum(sizes))
-    col = np.concatenate([np.arange(n) for n in sizes])  # rank j of every job -> column j
     job_of = np.repeat(np.arange(n_jobs), sizes)
     tl = sizes.index(tl_ranks)
     tl_cols = slice(int(starts[tl]), int(starts[tl]) + tl_ranks)
 
     # Per rank: finish time of each worker's latest batch, and when each outstanding batch was
-    # handed out; both relative to the current step's start (zeros: everything starts at t = 0).
+    # handed out; both on the job's clock, which restarts at 0 with each chunk of steps (zeros:
+    # everything starts at t = 0). Moving the rows to each step's start cost most of the loop's
+    # time; once per chunk keeps the clock small, so step durations lose nothing to rounding.
     finish = np.zeros((workers, total))
     handed = np.zeros((window, total))
     step_end = np.empty((steps, n_jobs))
     lost = np.empty((steps, n_jobs))
     compute_sum = np.empty((steps, n_jobs))
-    tl_taken = np.empty((steps, tl_ranks))
-    tl_compute = np.empty((steps, tl_ranks))
     taken_buf = np.empty((_CHUNK, total))
+    # The timeline job's busy seconds per bucket of timeline_bucket_s, filled chunk by chunk.
+    busy = _BusyBins(timeline_bucket_s)
+    clock = 0.0  # the timeline job's time at the start of the chunk
+
+    last = np.asarray(sizes) - 1  # each job's last column of a (steps, max_ranks) draw
+
+    def spread(x: np.ndarray) -> np.ndarray:
+        """(n, max_ranks) draws -> (n, total): every job's columns are the first of x's."""
+        out = np.empty((x.shape[0], total))
+        for first, size in zip(starts, sizes, strict=True):
+            out[:, first:first + size] = x[:, :size]
+        return out
 
     for s0 in range(0, steps, _CHUNK):
         n = min(_CHUNK, steps - s0)
-        cost = sample_cost(rng, (n, max_ranks))[:, col]
-        compute = sample_compute(rng, (n, max_ranks))[:, col]
+        cost = None if sample_cost is None else spread(sample_cost(rng, (n, max_ranks)))
+        compute = sample_compute(rng, (n, max_ranks))
         reduce = allreduce_s(rng, (n, 1)) if callable(allreduce_s) \
             else np.full((n, 1), allreduce_s)
         # None when not given: the extrapolator's loop pays nothing for them.
-        hand = None if handover is None else handover(rng, (n, max_ranks))[:, col]
-        leave = None if departure is None else departure(rng, (n, max_ranks))[:, col]
+        hand = None if handover is None else handover(rng, (n, max_ranks))
+        leave = None if departure is None else departure(rng, (n, max_ranks))
         arrive = compute
         if stall_prob > 0:
             stalled = rng.random((n, max_ranks)) < stall_prob
-            arrive = compute + np.where(stalled, stall_s, 0.0)[:, col]
-        for i in range(n):
-            s = s0 + i
-            w, slot = s % workers, s % window
-            done = np.maximum(finish[w], handed[slot])
-            done += cost[i]
-            finish[w] = done
-            taken = np.maximum(done, 0.0 if leave is None else leave[i])
-            if hand is not None:
-                taken += hand[i]
-            taken_buf[i] = taken
-            end = np.maximum.reduceat(taken + arrive[i], starts)
-            end += reduce[i]
-            step_end[s] = end
-            handed[slot] = taken  # batch s + window is handed out when batch s is taken
-            rebase = end[job_of]
-            finish -= rebase
-            handed -= rebase
+            arrive = compute + np.where(stalled, stall_s, 0.0)
+        wide_hand = None if hand is None else spread(hand)
+        wide_leave = None if leave is None else spread(leave)
+        if cost is None:
+            start = _never_late(taken_buf[:n], step_end[s0:s0 + n], spread(arrive), wide_hand,
+                                wide_leave, starts, job_of, reduce)
+        else:
+            start = _steps(taken_buf, step_end, s0, finish, handed, cost, spread(arrive),
+                           wide_hand, wide_leave, starts, job_of, reduce)
         # Time each step lost to data: its length minus the step a never-late loader (and a
-        # free hand-over) gives.
-        ideal = np.maximum.reduceat(arrive if leave is None else arrive + leave, starts,
-                                    axis=1) + reduce
-        lost[s0:s0 + n] = step_end[s0:s0 + n] - ideal
-        compute_sum[s0:s0 + n] = np.add.reduceat(compute, starts, axis=1)
-        tl_taken[s0:s0 + n] = taken_buf[:n, tl_cols]
-        tl_compute[s0:s0 + n] = compute[:, tl_cols]
+        # free hand-over) gives. Per job, over its ranks: the first columns of the draws.
+        ideal = np.maximum.accumulate(arrive if leave is None else arrive + leave, axis=1)
+        late = step_end[s0:s0 + n] - (ideal[:, last] + reduce)
+        # Under a nanosecond is the chunk clock's rounding, not a wait.
+        lost[s0:s0 + n] = np.where(late > 1e-9, late, 0.0)
+        compute_sum[s0:s0 + n] = np.cumsum(compute, axis=1)[:, last]
+        busy.add(clock + taken_buf[:n, tl_cols], compute[:, :tl_ranks])
+        clock += float(start[tl])
 
     counted = slice(warmup, steps)
     sizes_arr = np.asarray(sizes, dtype=float)
     step_total = step_end[counted].sum(axis=0)
     util = compute_sum[counted].sum(axis=0) / (sizes_arr * step_total)
     wait_share = np.maximum(lost[counted], 0.0).sum(axis=0) / step_total
-    step_start = np.concatenate([[0.0], np.cumsum(step_end[:, tl])[:-1]])
-    bucket_s, timeline = busy_timeline(step_start[:, None] + tl_taken, tl_compute,
-                                       float(step_end[:, tl].sum()),
-                                       bucket_s=timeline_bucket_s)
+    bucket_s, timeline = busy.fractions(float(step_end[:, tl].sum()), tl_ranks)
     return SimResult(ranks=tuple(sizes), warmup=warmup, step_s=step_end[counted].copy(),
                      start_s=step_end[:warmup].sum(axis=0),
                      gpu_util=util, data_wait_share=wait_share, timeline_ranks=tl_ranks,
                      timeline_bucket_s=bucket_s, timeline=timeline)
+
+
+def _steps(taken_buf: np.ndarray, step_end: np.ndarray, s0: int, finish: np.ndarray,
+           handed: np.ndarray, cost: np.ndarray, arrive: np.ndarray, hand: np.ndarray | None,
+           leave: np.ndarray | None, starts: np.ndarray, job_of: np.ndarray,
+           reduce: np.ndarray) -> np.ndarray:
+    """One chunk of steps, from s0: fills taken_buf (when each rank took its batch, on the
+    chunk's clock) and step_end; moves finish and handed to the next chunk's clock. Returns
+    each job's time at the chunk's end."""
+    workers, window = finish.shape[0], handed.shape[0]
+    arrived = np.empty(finish.shape[1])
+    start = np.zeros(starts.size)  # each job's current step start, on the chunk's clock
+    start_col = np.zeros(finish.shape[1])
+    for i in range(arrive.shape[0]):
+        s = s0 + i
+        row, taken = finish[s % workers], taken_buf[i]
+        np.maximum(row, handed[s % window], out=row)
+        row += cost[i]
+        if leave is None:
+            np.maximum(row, start_col, out=taken)
+        else:
+            np.maximum(row, start_col + leave[i], out=taken)
+        if hand is not None:
+            taken += hand[i]
+        np.add(taken, arrive[i], out=arrived)
+        end = np.maximum.reduceat(arrived, starts)
+        end += reduce[i]
+        np.subtract(end, start, out=step_end[s])
+        start = end
+        start_col = end[job_of]
+        handed[s % window] = taken  # batch s + window is handed out when batch s is taken
+    finish -= start_col
+    handed -= start_col
+    return start
+
+
+def _never_late(taken: np.ndarray, step_end: np.ndarray, arrive: np.ndarray,
+                hand: np.ndarray | None, leave: np.ndarray | None, starts: np.ndarray,
+                job_of: np.ndarray, reduce: np.ndarray) -> np.ndarray:
+    """_steps for a loader that is never late: every batch is built before it is asked for,
+    so a rank takes it as its step starts (plus its departure and hand-over), and the steps
+    need no loop."""
+    late = np.zeros(arrive.shape) if leave is None else leave.copy()
+    if hand is not None:
+        late += hand
+    step_end[:] = np.maximum.reduceat(late + arrive, starts, axis=1) + reduce
+    begin = np.cumsum(step_end, axis=0) - step_end
+    taken[:] = begin[:, job_of] + late
+    return begin[-1] + step_end[-1]
+
+
+class _BusyBins:
+    """Busy seconds summed over ranks per time bucket of `width` from t = 0, from intervals
+    [begin, begin + busy) added in any number of batches. Exact: an interval adds its overlap
+    with each bucket it touches (its head, its tail, and the whole buckets between)."""
+
+    def __init__(self, width: float) -> None:
+        self.width = width
+        self.sums = np.zeros(1024)
+
+    def add(self, begin: np.ndarray, busy: np.ndarray) -> None:
+        a = begin.ravel()
+        d = busy.ravel()
+        if a.size == 0:
+            return
+        first = np.floor(a * (1.0 / self.width)).astype(np.intp)
+        need = int(first.max()) + int(np.ceil(float(d.max()) / self.width)) + 2
+        if need > self.sums.size:
+            grown = np.zeros(max(need, 2 * self.sums.size))
+            grown[:self.sums.size] = self.sums
+            self.sums = grown
+        size = self.sums.size
+        # Each interval to the bucket it starts in; then the few that run past that bucket's
+        # end move their excess on.
+        self.sums += np.bincount(first, weights=d, minlength=size)
+        edge = (first + 1) * self.width
+        over = a + d > edge
+        if not over.any():
+            return
+        a, e, first, edge = a[over], (a + d)[over], first[over], edge[over]
+        last = np.maximum(np.floor(e * (1.0 / self.width)).astype(np.intp), first + 1)
+        self.sums -= np.bincount(first, weights=e - edge, minlength=size)
+        self.sums += np.bincount(last, weights=e - last * self.width, minlength=size)
+        # Whole buckets first + 1 .. last - 1: +1 where the run starts, -1 past its end.
+        runs = np.bincount(first + 1, minlength=size) - np.bincount(last, minlength=size)
+        self.sums += np.cumsum(runs)[:size] * self.width
+
+    def fractions(self, total_s: float, ranks: int, max_buckets: int = MAX_TIMELINE_BUCKETS
+                  ) -> tuple[float, np.ndarray]:
+        """(bucket, mean busy fraction over `ranks` per bucket up to total_s). Buckets are
+        `width`, or a whole multiple of it when those would exceed `max_buckets`."""
+        if total_s <= 0:
+            return self.width, np.zeros(0)
+        merge = max(1, int(np.ceil(total_s / max_buckets / self.width)))
+        bucket = self.width * merge
+        edges = np.append(np.arange(0.0, total_s, bucket), total_s)
+        count = edges.size - 1
+        sums = np.zeros(count * merge)
+        keep = min(sums.size, self.sums.size)
+        sums[:keep] = self.sums[:keep]
+        per_bucket = sums.reshape(count, merge).sum(axis=1) / ranks / np.diff(edges)
+        return bucket, np.clip(per_bucket, 0.0, 1.0)
 
 
 def busy_timeline(begin: np.ndarray, busy: np.ndarray, total_s: float,
@@ -160,28 +262,12 @@ def busy_timeline(begin: np.ndarray, busy: np.ndarray, total_s: float,
                   ) -> tuple[float, np.ndarray]:
     """Mean busy fraction over ranks per time bucket, from intervals [begin, begin + busy).
 
-    `begin` and `busy` are (steps, ranks); each rank's intervals are in order and do not overlap.
-    Buckets are `bucket_s`, or a whole multiple of it when those would exceed `max_buckets`.
-    Exact: the busy time up to t is a prefix sum plus the part of the interval straddling t.
+    `begin` and `busy` are (steps, ranks). Buckets are `bucket_s`, or a whole multiple of it
+    when those would exceed `max_buckets`.
     """
     steps, ranks = begin.shape
     if total_s <= 0 or steps == 0:
         return bucket_s, np.zeros(0)
-    bucket = bucket_s * max(1, int(np.ceil(total_s / max_buckets / bucket_s)))
-    edges = np.arange(0.0, total_s, bucket)
-    edges = np.append(edges, total_s)
-    a = np.ascontiguousarray(begin.T)
-    d = np.ascontiguousarray(busy.T)
-    before = np.cumsum(d, axis=1) - d  # busy time of each rank before each of its intervals
-    offset = total_s + float(d.max()) + 1.0  # separates the ranks on one sorted axis
-    shift = offset * np.arange(ranks)[:, None]
-    flat_a = (a + shift).ravel()
-    queries = (edges[None, :] + shift).ravel()
-    idx = np.searchsorted(flat_a, queries, side="right") - 1
-    first = np.repeat(np.arange(ranks) * steps, edges.size)
-    valid = idx >= first
-    idx = np.where(valid, idx, 0)
-    upto = before.ravel()[idx] + np.minimum(queries - flat_a[idx], d.ravel()[idx])
-    upto = np.where(valid, upto, 0.0).reshape(ranks, edges.size)
-    per_bucket = np.diff(upto, axis=1).mean(axis=0) / np.diff(edges)
-    return bucket, np.clip(per_bucket, 0.0, 1.0)
+    bins = _BusyBins(bucket_s * max(1, int(np.ceil(total_s / max_buckets / bucket_s))))
+    bins.add(begin, busy)
+    return bins.fractions(total_s, ranks, max_buckets)

@@ -18,7 +18,7 @@ import signal
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.pool import Pool
 from pathlib import Path
 from typing import Any
@@ -26,9 +26,11 @@ from typing import Any
 from dsbench import atomic, procs
 from dsbench.adapters.base import MANIFEST
 from dsbench.errors import DsbenchError
+from dsbench.export import parts
 from dsbench.export.libraries import UNITS
+from dsbench.export.parts import Part
 from dsbench.export.spec import ExportSpec
-from dsbench.export.synth import make_samples
+from dsbench.export.synth import GENERATOR, make_samples, warm
 from dsbench.export.write import is_whole, writer_of
 from dsbench.fmt import Progress
 
@@ -44,6 +46,9 @@ class GenerateReport:
     units_skipped: int
     wall_s: float
     cpu_s: float
+    # A part's run (export.parts): which, and whether the export is whole now.
+    part: Part | None = field(default=None, kw_only=True)
+    complete: bool = field(default=True, kw_only=True)
 
 
 def unit_size(spec: ExportSpec) -> int:
@@ -57,18 +62,22 @@ def unit_ranges(spec: ExportSpec, samples: int) -> list[tuple[int, int, int]]:
 
 
 # What a re-run must agree on with the manifest to complete the export rather than refuse it.
-RESUME_KEYS = ("definition", "samples", "seed", "source")
+RESUME_KEYS = ("definition", "samples", "seed", "source", "generator")
 
 
 def manifest(spec: ExportSpec, samples: int, seed: int, complete: bool,
-             source: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The manifest's content; `source` is a re-export's provenance (export.reexport)."""
+             source: dict[str, Any] | None = None, generator: int | None = None
+             ) -> dict[str, Any]:
+    """The manifest's content; `source` is a re-export's provenance (export.reexport),
+    `generator` the synthetic samples' (export.synth)."""
     spec_dict = spec.to_dict()
     spec_dict.pop("source")
     data = {"dsbench_export": 1, "definition": spec_dict, "samples": samples, "seed": seed,
             "complete": complete}
     if source is not None:
         data["source"] = source
+    if generator is not None:
+        data["generator"] = generator
     # As JSON holds it (tuples become lists), so that a re-run compares equal to the manifest.
     loaded: dict[str, Any] = json.loads(json.dumps(data))
     return loaded
@@ -82,7 +91,14 @@ def _check_target(out_dir: Path, want: dict[str, Any]) -> None:
         except (OSError, ValueError) as exc:
             raise DsbenchError(f"unreadable manifest ({exc}); delete the directory", path=path
                                ) from None
-        if {k: have.get(k) for k in RESUME_KEYS} != {k: want.get(k) for k in RESUME_KEYS}:
+        if "source" not in have and "generator" not in have:
+            have["generator"] = 1  # written before there was a generator 2
+        differ = [k for k in RESUME_KEYS if have.get(k) != want.get(k)]
+        if differ == ["generator"]:
+            raise DsbenchError(f"holds an export of generator {have['generator']}; add "
+                               f"--generator {have['generator']} to complete it, or choose "
+                               "another directory", path=out_dir)
+        if differ:
             what = ("definition, seed, sample count or source" if "source" in want
                     or "source" in have else "definition, seed or sample count")
             raise DsbenchError(f"holds a different export ({what}); choose another directory "
@@ -96,15 +112,17 @@ def write_manifest(out_dir: Path, data: dict[str, Any]) -> None:
     atomic.write_text(out_dir / MANIFEST, json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
-def prepare(out: Path, started: dict[str, Any]) -> None:
+def prepare(out: Path, started: dict[str, Any], sweep: bool = True) -> None:
     """Make `out` ready to write (or to complete) the export whose manifest is `started`:
-    refuse a directory holding anything else, remove a killed run's temporaries."""
+    refuse a directory holding anything else, remove a killed run's temporaries (unless
+    `sweep` is False: other parts' may be in flight)."""
     if out.exists() and not out.is_dir():
         raise DsbenchError("not a directory: the export is written into a directory", path=out)
     _check_target(out, started)
     try:
         out.mkdir(parents=True, exist_ok=True)
-        _remove_temporaries(out)
+        if sweep:
+            _remove_temporaries(out)
         if not (out / MANIFEST).exists():
             write_manifest(out, started)
     except OSError as exc:
@@ -148,11 +166,11 @@ def pool_jobs(spec: ExportSpec, jobs: int | None, todo: int) -> int:
     return max(1, min(jobs or len(os.sched_getaffinity(0)), todo))
 
 
-def _remove_temporaries(out_dir: Path) -> None:
+def _remove_temporaries(out_dir: Path, only: set[Path] | None = None) -> None:
     """What a killed writer left: its temporaries, files or directories (a finished write
-    leaves none)."""
+    leaves none); with `only`, those of these final paths alone."""
     for tmp in sorted(out_dir.rglob(".*"), key=lambda p: len(p.parts)):
-        if not atomic.is_tmp(tmp):
+        if not atomic.is_tmp(tmp) or (only is not None and not parts.owned_temporary(tmp, only)):
             continue
         if tmp.is_dir() and not tmp.is_symlink():
             shutil.rmtree(tmp, ignore_errors=True)
@@ -174,11 +192,11 @@ def _pool_worker(setup: Callable[..., None] | None, args: tuple[Any, ...]) -> No
 @contextmanager
 def worker_pool(out: Path, workers: int, start: str = "fork",
                 setup: Callable[..., None] | None = None, args: tuple[Any, ...] = (),
-                ) -> Iterator[Pool]:
+                only: set[Path] | None = None) -> Iterator[Pool]:
     """A pool of `workers` processes writing into `out`. On any failure or interruption the
-    workers are ended and their temporaries removed: the units written so far stay whole (a
-    re-run completes the export), the ones being written are gone. `setup(*args)` runs first
-    in each worker."""
+    workers are ended and their temporaries removed (of the final paths `only`, when given):
+    the units written so far stay whole (a re-run completes the export), the ones being
+    written are gone. `setup(*args)` runs first in each worker."""
     # fork by default: workers inherit the imported modules, which makes start-up cheap on
     # Linux. Callers whose process has used an object store pass "spawn": its client is not
     # fork-safe (a forked child hangs on its first request).
@@ -191,7 +209,7 @@ def worker_pool(out: Path, workers: int, start: str = "fork",
         with procs.uninterrupted():
             pool.terminate()
             pool.join()
-            _remove_temporaries(out)
+            _remove_temporaries(out, only)
         if isinstance(exc, OSError):
             # A full disk, a read-only mount.
             raise DsbenchError(f"cannot write the export: {exc.strerror or exc}",
@@ -200,10 +218,11 @@ def worker_pool(out: Path, workers: int, start: str = "fork",
     pool.join()
 
 
-def _write_unit(job: tuple[ExportSpec, Path, int, int, int, int]) -> int:
-    spec, out_dir, seed, unit, start, stop = job
+def _write_unit(job: tuple[ExportSpec, Path, int, int, int, int, int]) -> int:
+    spec, out_dir, seed, generator, unit, start, stop = job
     with library_errors(spec, f"unit {unit}"):
-        writer_of(spec).write_unit(spec, out_dir, unit, make_samples(spec, seed, start, stop))
+        writer_of(spec).write_unit(spec, out_dir, unit,
+                                   make_samples(spec, seed, start, stop, generator))
     return stop - start
 
 
@@ -221,30 +240,67 @@ def library_errors(spec: ExportSpec, what: str) -> Iterator[None]:
 
 
 def generate(spec: ExportSpec, out_dir: str | Path, samples: int | None = None, seed: int = 0,
-             jobs: int | None = None) -> GenerateReport:
-    """Generate (or complete) the export of `spec` in `out_dir`."""
+             jobs: int | None = None, generator: int = GENERATOR, part: Part | None = None
+             ) -> GenerateReport:
+    """Generate (or complete) the export of `spec` in `out_dir`; with `part`, only that part's
+    units, and the export is finished by the part that finds every unit whole (export.parts)."""
     out = Path(out_dir)
     n = spec.samples if samples is None else samples
     if n < 1:
         raise DsbenchError(f"--samples must be at least 1, got {n}")
     if seed < 0:
         raise DsbenchError(f"--seed must be non-negative, got {seed}")
-    prepare(out, manifest(spec, n, seed, complete=False))
-    todo = [(spec, out, seed, u, a, b) for u, a, b in missing_units(spec, out, n)]
+    if part is not None and (writer_of(spec).sequential or writer_of(spec).rows_done):
+        raise DsbenchError(f"--part: a {spec.layout} export takes its units one after another "
+                           "in one process; write it without --part")
+    done_manifest = manifest(spec, n, seed, complete=True, generator=generator)
+    prepare(out, manifest(spec, n, seed, complete=False, generator=generator),
+            sweep=part is None)
+    ranges = missing_units(spec, out, n)
+    only = None
+    if part is not None:
+        ranges = [r for r in ranges if part.owns(r[0])]
+        only = {p for r in ranges for p in writer_of(spec).unit_paths(spec, out, r[0])}
+        _remove_temporaries(out, only)
+    else:
+        parts.clear_lock(out)
+    todo = [(spec, out, seed, generator, u, a, b) for u, a, b in ranges]
     workers = pool_jobs(spec, jobs, len(todo))
-    bar = Progress(f"generate {spec.name}", sum(j[5] - j[4] for j in todo), "samples")
+    bar = Progress(f"generate {spec.name}" + (f" part {part}" if part else ""),
+                   sum(j[6] - j[5] for j in todo), "samples")
     t0, cpu0 = time.perf_counter(), cpu_with_children()
+    complete = True
     try:
-        with worker_pool(out, workers, start_method(spec)) as pool:
-            # In order: a sequential format's units must be written one after another.
-            for done in pool.imap(_write_unit, todo):
-                bar.advance(done)
-        finish(spec, out, n)
+        if todo:
+            warm(generator)
+            with worker_pool(out, workers, start_method(spec), only=only) as pool:
+                # In order: a sequential format's units must be written one after another.
+                for done in pool.imap(_write_unit, todo):
+                    bar.advance(done)
+        if part is None:
+            finish(spec, out, n)
+            write_manifest(out, done_manifest)
+        else:
+            complete = _finish_part(spec, out, n, done_manifest)
     finally:
         bar.close()
-    write_manifest(out, manifest(spec, n, seed, complete=True))
     return GenerateReport(out, n, bar.total, len(todo), len(unit_ranges(spec, n)) - len(todo),
-                          time.perf_counter() - t0, cpu_with_children() - cpu0)
+                          time.perf_counter() - t0, cpu_with_children() - cpu0, part=part,
+                          complete=complete)
+
+
+def _finish_part(spec: ExportSpec, out: Path, n: int, done_manifest: dict[str, Any]) -> bool:
+    """After a part's units: finish the export if every unit is whole and no other part is
+    finishing it. Whether the export is complete."""
+    if not missing_units(spec, out, n):
+        with parts.finishing(out) as mine:
+            if mine:
+                finish(spec, out, n)
+                write_manifest(out, done_manifest)
+    try:
+        return bool(json.loads((out / MANIFEST).read_text()).get("complete"))
+    except (OSError, ValueError):
+        return False
 
 
 def cpu_with_children() -> float:

@@ -1,4 +1,5 @@
-"""Synthetic photographs whose JPEG size and decode cost are close to natural photos.
+"""Synthetic photographs whose JPEG size and decode cost are close to natural photos (generator 1;
+export.texture is generator 2, the default, made from the same kind of fields).
 
 Natural images have an amplitude spectrum that falls roughly as 1/f (power as 1/f^2), strongly
 correlated colour channels and sharp occlusion edges. Noise has none of that (it compresses
@@ -60,7 +61,7 @@ def _amplitude(h: int, w: int, alpha: float) -> np.ndarray:
     return amp
 
 
-def _spectral_field(rng: np.random.Generator, h: int, w: int, alpha: float) -> np.ndarray:
+def spectral_field(rng: np.random.Generator, h: int, w: int, alpha: float) -> np.ndarray:
     """A real h x w field with a 1/f^alpha amplitude spectrum and random phases, unit std.
 
     White complex noise shaped in the frequency domain: one inverse real FFT, no forward one.
@@ -77,14 +78,14 @@ def _smooth_field(rng: np.random.Generator, h: int, w: int, alpha: float) -> np.
     Colour in photos varies slowly (and JPEG halves chroma resolution anyway), so the detail
     lost is detail a photo would not have; it makes generation several times cheaper.
     """
-    small = _spectral_field(rng, max(2, h // 4), max(2, w // 4), alpha)
+    small = spectral_field(rng, max(2, h // 4), max(2, w // 4), alpha)
     return np.asarray(Image.fromarray(small, mode="F").resize((w, h), Image.Resampling.BILINEAR))
 
 
 def render(spec: ImageSpec, rng: np.random.Generator) -> np.ndarray:
     """An HxWx3 uint8 photo-like image."""
     w, h = image_size(spec, rng)
-    lum = _spectral_field(rng, h, w, ALPHA) * np.float32(42.0)
+    lum = spectral_field(rng, h, w, ALPHA) * np.float32(42.0)
     chroma_a = _smooth_field(rng, h, w, CHROMA_ALPHA)
     chroma_b = _smooth_field(rng, h, w, CHROMA_ALPHA)
     base = rng.uniform(70.0, 170.0, size=3).astype(np.float32)
@@ -112,20 +113,23 @@ def render(spec: ImageSpec, rng: np.random.Generator) -> np.ndarray:
     return np.clip(img, 0.0, 255.0).astype(np.uint8)
 
 
-def encode(pixels: np.ndarray, spec: ImageSpec) -> bytes:
-    """Encode pixels with the definition's codec. Deterministic: same pixels, same bytes."""
+def encode(pixels: np.ndarray | Image.Image, spec: ImageSpec) -> bytes:
+    """Encode an image (HxWx3 uint8 RGB, or a PIL image: generator 2's YCbCr goes into a JPEG as
+    it is) with the definition's codec. Deterministic: same pixels, same bytes."""
     if spec.codec == "raw":
         buf = io.BytesIO()
-        np.save(buf, pixels, allow_pickle=False)
+        rgb = np.asarray(pixels.convert("RGB")) if isinstance(pixels, Image.Image) else pixels
+        np.save(buf, rgb, allow_pickle=False)
         return buf.getvalue()
-    im = Image.fromarray(pixels, mode="RGB")
+    im = pixels if isinstance(pixels, Image.Image) else Image.fromarray(pixels, mode="RGB")
     buf = io.BytesIO()
     if spec.codec == "jpeg":
         im.save(buf, format="JPEG", quality=spec.quality, subsampling="4:2:0")
     else:
-        im.save(buf, format="PNG", compress_level=6)
+        im.convert("RGB").save(buf, format="PNG", compress_level=6)
     return buf.getvalue()
 
 
 def make_image(spec: ImageSpec, rng: np.random.Generator) -> bytes:
+    """Generator 1's image (export.synth picks the generator)."""
     return encode(render(spec, rng), spec)

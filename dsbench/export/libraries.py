@@ -33,6 +33,7 @@ import io
 import logging
 import os
 import shutil
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -281,10 +282,20 @@ def _tf_example(spec: ExportSpec, s: dict[str, Any]) -> dict[str, tuple[Any, str
 def write_tfrecord(spec: ExportSpec, out: Path, unit: int, total: int,
                    samples: Samples) -> None:
     tfrecord = require("tfrecord", "tfrecord")
+    from tfrecord import example_pb2
+
+    crc = tfrecord.TFRecordWriter.masked_crc
     with atomic.replacing(tfrecord_paths(spec, out, unit, total)[0]) as tmp:
         writer = tfrecord.TFRecordWriter(str(tmp))
         try:
             for s in samples:
-                writer.write(_tf_example(spec, s))
+                # The library's Example, serialised deterministically: its own write() leaves
+                # the feature map's order to protobuf, which differs from process to process,
+                # so the same samples made different bytes in every run.
+                proto = example_pb2.Example.FromString(
+                    tfrecord.TFRecordWriter.serialize_tf_example(_tf_example(spec, s)))
+                record = proto.SerializeToString(deterministic=True)
+                length = struct.pack("<Q", len(record))
+                writer.file.write(length + crc(length) + record + crc(record))
         finally:
             writer.close()

@@ -32,7 +32,9 @@ NOT_HERE = {
     "python -m pytest": "is this test suite",
     "asv": ".ci/run runs asv machine, check and run --quick (docs/asv.md)",
     "torchrun": "tests/test_job.py runs a job as two torchrun nodes on localhost",
-    "srun": "needs Slurm; tests/test_job.py checks the rank read from Slurm's variables",
+    "srun": "needs Slurm; tests/test_job_nodes.py runs two tasks with srun's variables set",
+    "dsbench job s3://bucket/export --nodes 2": "needs two machines; tests/test_job_nodes.py "
+                                                "runs two such launchers on this one",
     "python benchmarks/job_accuracy.py": "is the measurement behind docs/job.md's tables "
                                          "(minutes of jobs)",
     "python benchmarks/access_patterns.py": "is the measurement behind "

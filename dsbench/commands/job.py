@@ -40,6 +40,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--ranks", type=int, default=None,
                    help=f"ranks to start on this machine (default {_D.ranks}; under torchrun "
                         "or srun the launcher's world size)")
+    g.add_argument("--nodes", type=int, default=1,
+                   help="machines the job spans, each running this same command (default 1); "
+                        "with more than 1, give --rdzv")
+    g.add_argument("--rdzv", default=None, metavar="HOST:PORT",
+                   help="with --nodes: the first node's address and a free port, the same on "
+                        "every node (torch's c10d rendezvous, as torchrun's --rdzv-endpoint)")
     g.add_argument("--ranks-sweep", default=None, metavar="N,N,...",
                    help="run the same job at each of these rank counts and report the tail "
                         "per count beside the model's (e.g. 1,2,4,8)")
@@ -82,26 +88,55 @@ def options(args: argparse.Namespace, ranks: int) -> JobOptions:
 def run(args: argparse.Namespace) -> int:
     ident = identity.detect()
     if ident is not None:
+        if args.nodes != 1 or args.rdzv is not None:
+            raise DsbenchError("--nodes and --rdzv are for dsbench's own launch; under "
+                               "torchrun or srun the launcher says how many nodes there are")
         return _as_rank(args, ident)
     sweep = parse_workers(args.ranks_sweep, "--ranks-sweep") if args.ranks_sweep else None
     if sweep and args.ranks is not None:
         raise DsbenchError("give --ranks or --ranks-sweep, not both")
+    nodes = _nodes(args, sweep)
     counts = sweep or (args.ranks if args.ranks is not None else _D.ranks,)
-    jobs = [options(args, n) for n in counts]  # every count checked before any job starts
-    share.check(args.path, args.workers, max(counts), args.layout)
+    # Options for the whole job (its world size); each node starts `count` of its ranks.
+    jobs = [options(args, n * nodes) for n in counts]  # every count checked before any starts
+    share.check(args.path, args.workers, max(counts) * nodes, args.layout)
     from dsbench.job.launch import launch
 
     docs = []
     for opts in jobs:  # a signal ends the launch in errors.Interrupted, which the cli reports
-        fmt.progress(f"job: {opts.ranks} rank{'s' if opts.ranks != 1 else ''} x "
+        per_node = opts.ranks // nodes
+        where = f" on each of {nodes} nodes" if nodes > 1 else ""
+        fmt.progress(f"job: {per_node} rank{'s' if per_node != 1 else ''}{where} x "
                      f"{opts.workers} loader worker{'s' if opts.workers != 1 else ''}, "
                      f"{opts.steps} steps")
-        docs.append(launch(args.path, opts))
+        got = launch(args.path, opts, nodes=nodes, rdzv=args.rdzv)
+        if got is None:
+            fmt.out(f"job: this node's {fmt.plural(per_node, 'rank')} finished; the node that "
+                    "holds rank 0 prints the report and writes --json")
+            return 0
+        docs.append(got)
     doc = docs[-1]
     if sweep:
         doc["sweep"] = predict.tail_rows(docs)
     emit(args, doc, lambda: render(doc), lambda path, d: result.write(Path(path), d))
     return 0
+
+
+def _nodes(args: argparse.Namespace, sweep: tuple[int, ...] | None) -> int:
+    if args.nodes < 1:
+        raise DsbenchError(f"--nodes must be at least 1, got {args.nodes}")
+    if args.nodes > 1 and args.rdzv is None:
+        raise DsbenchError("--nodes needs --rdzv HOST:PORT: the first node's address and a "
+                           "free port, the same on every node")
+    if args.nodes == 1 and args.rdzv is not None:
+        raise DsbenchError("--rdzv is for a job of several --nodes")
+    if args.nodes > 1 and sweep:
+        raise DsbenchError("--ranks-sweep runs on one node: give --ranks with --nodes")
+    if args.rdzv is not None:
+        host, _, port = args.rdzv.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise DsbenchError(f"--rdzv {args.rdzv!r}: expected HOST:PORT")
+    return int(args.nodes)
 
 
 def _as_rank(args: argparse.Namespace, ident: identity.Identity) -> int:

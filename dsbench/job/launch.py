@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import sys
@@ -46,6 +47,9 @@ def _quiet_torch_logging() -> None:
     """
     before = os.environ.get("LOGLEVEL")
     os.environ["LOGLEVEL"] = "CRITICAL"
+    # And torch's C++ side: a node that lost the rendezvous's host would print the store's
+    # warning with a stack trace of C++ frames, before dsbench's one line says what happened.
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     try:
         import torch.distributed.launcher.api  # noqa: F401
     finally:
@@ -78,9 +82,18 @@ def _rank_log(failure: Any, rank: int, logs: Path | None) -> Path | None:
     return next(iter(sorted(logs.glob(f"*/attempt_*/{rank}/stderr.log"))), None)
 
 
-def describe(failures: Mapping[int, Any], ranks: int, logs: Path | None = None) -> str:
-    """One line: which rank failed first and how, and how many others were stopped."""
+def describe(failures: Mapping[int, Any], ranks: int, logs: Path | None = None,
+             nodes: int = 1) -> str:
+    """One line: which rank failed first and how, and how many others were stopped; in a job
+    of several nodes whose ranks here only lost their peers, that another node went."""
     items = list(failures.items())
+    if nodes > 1 and all(f.exitcode == PEER_LOST for _, f in items):
+        here = ("ranks " if len(items) > 1 else "rank ") + ", ".join(str(r) for r, _ in items)
+        other = "the other node" if nodes == 2 else "another node"
+        first = _rank_log(items[0][1], items[0][0], logs)
+        said = _last_line(first) if first else None
+        return (f"{other} of the job stopped or became unreachable: this node's {here} lost "
+                f"the job's other ranks ({_peer_error(said)})")
     root_rank, root = next(((r, f) for r, f in items if f.exitcode != PEER_LOST), items[0])
     log = _rank_log(root, root_rank, logs)
     said = _last_line(log) if log else None
@@ -97,6 +110,16 @@ def describe(failures: Mapping[int, Any], ranks: int, logs: Path | None = None) 
     return f"rank {root_rank} (pid {root.pid}) {how}{stopped}"
 
 
+def _peer_error(said: str | None) -> str:
+    """What a rank said when it lost its peers, as gloo put it, without the source path of the
+    line that raised it and the advice after the first sentence."""
+    if not said:
+        return "a connection closed"
+    text = said.split("lost a peer: ", 1)[-1]
+    text = re.sub(r"^\[[^\]]*\.(cc|cpp|h):\d+\]\s*", "", text)
+    return text.split(". ")[0][:160]
+
+
 def _remove_stale() -> None:
     """Remove the directories of launchers that were killed outright (SIGKILL runs no cleanup);
     the launcher's pid is in the name."""
@@ -106,12 +129,16 @@ def _remove_stale() -> None:
             shutil.rmtree(d, ignore_errors=True)
 
 
-def launch(path: str, opts: JobOptions) -> dict[str, Any]:
-    """Run the job with `opts.ranks` ranks on this machine; rank 0's result document."""
+def launch(path: str, opts: JobOptions, nodes: int = 1, rdzv: str | None = None
+           ) -> dict[str, Any] | None:
+    """Run this machine's share of the job (`opts.ranks` ranks over `nodes` machines, each
+    launching as this one does, meeting at `rdzv`); rank 0's result document on the node that
+    holds rank 0, None on the others."""
     _quiet_torch_logging()
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.elastic.rendezvous.api import RendezvousError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     _remove_stale()
@@ -121,10 +148,13 @@ def launch(path: str, opts: JobOptions) -> dict[str, Any]:
         cfg = tmp / "job.json"
         atomic.write_text(cfg, json.dumps({"path": str(path), "options": opts.to_json(),
                                            "out": str(out)}))
+        per_node = opts.ranks // nodes
+        # Every node's launcher names the same run: the rendezvous's address does.
+        run_id = f"dsbench-{rdzv}" if rdzv else f"dsbench-{uuid.uuid4().hex[:12]}"
         config = LaunchConfig(
-            min_nodes=1, max_nodes=1, nproc_per_node=opts.ranks,
-            run_id=f"dsbench-{uuid.uuid4().hex[:12]}", rdzv_backend="c10d",
-            rdzv_endpoint="localhost:0", rdzv_configs={"timeout": RENDEZVOUS_TIMEOUT_S},
+            min_nodes=nodes, max_nodes=nodes, nproc_per_node=per_node,
+            run_id=run_id.replace(":", "-"), rdzv_backend="c10d",
+            rdzv_endpoint=rdzv or "localhost:0", rdzv_configs={"timeout": RENDEZVOUS_TIMEOUT_S},
             max_restarts=0, monitor_interval=MONITOR_INTERVAL_S, start_method="spawn",
             logs_specs=DefaultLogsSpecs(log_dir=str(tmp / "logs"), redirects=Std.ALL),
             shutdown_timeout=2)
@@ -135,16 +165,23 @@ def launch(path: str, opts: JobOptions) -> dict[str, Any]:
         try:
             # -P: the working directory does not go first on sys.path, so a folder named
             # dsbench there (a user's data, such as /tmp/dsbench) cannot stand in for the package.
-            elastic_launch(config, sys.executable)("-P", "-u", "-m", "dsbench.job.rank",
-                                                  str(cfg))
+            done = elastic_launch(config, sys.executable)("-P", "-u", "-m", "dsbench.job.rank",
+                                                         str(cfg))
         except ChildFailedError as exc:
-            raise DsbenchError(describe(exc.failures, opts.ranks, tmp / "logs")) from None
+            raise DsbenchError(describe(exc.failures, per_node, tmp / "logs", nodes)) from None
         except SignalException as exc:
             raise Interrupted(int(exc.sigval), "every rank stopped") from None
+        except RendezvousError as exc:
+            # The first node's launcher holds the rendezvous: it stopped, or is unreachable.
+            raise DsbenchError(f"lost the job's rendezvous at {rdzv or 'localhost'} (the "
+                               f"first node's launcher stopped or cannot be reached): "
+                               f"{type(exc).__name__}") from None
         finally:
             for sig, handler in handlers.items():
                 if handler is not None:
                     signal.signal(sig, handler)
+        if nodes > 1 and 0 not in done:
+            return None  # rank 0 is another node's: it reports
         try:
             doc: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
         except (OSError, ValueError):

@@ -7,5 +7,6 @@ time to its first batch, its fast-forward time or state size, and the label entr
 distinct shards per batch after the restart against steady state. order.py is the epoch's
 order and the state that fixes it, workers.py dsbench's own loader (worker processes, saved
 state), torch_loader.py torch's DataLoader and torchdata's StatefulDataLoader, figures.py the
-comparison. May import: the foundation modules, adapters, loader.
+comparison, reshard.py an elastic restart's remainder (what the epoch still owes, dealt to
+another number of ranks and workers; not yet run by the command). May import: the foundation modules, adapters, loader.
 """

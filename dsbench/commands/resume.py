@@ -37,6 +37,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "(default %(default)s)")
     p.add_argument("--workers", type=int, default=_D.workers,
                    help="loader worker processes per rank (default %(default)s)")
+    p.add_argument("--ranks-after", type=int, default=None, metavar="M",
+                   help="restart on M ranks, as after a lost node (default: --ranks); the "
+                        "ranks run together and replayed and skipped samples are counted over "
+                        "the whole epoch across them")
+    p.add_argument("--workers-after", type=int, default=None, metavar="V",
+                   help="restart with V loader workers per rank (default: --workers)")
     p.add_argument("--batch-size", type=int, default=_D.batch_size,
                    help="samples per batch (default %(default)s)")
     p.add_argument("--buffer", type=int, default=_D.buffer,
@@ -73,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
                          backend=args.backend, ranks=args.ranks, workers=args.workers,
                          batch_size=args.batch_size, buffer=args.buffer, seed=args.seed,
                          epoch=args.epoch, window=args.window, label=args.label,
-                         units=args.units)
+                         units=args.units, ranks_after=args.ranks_after,
+                         workers_after=args.workers_after)
     opts.check()  # bad options fail before the export is read
     if args.plot is not None:
         from dsbench.report.plots import available

@@ -61,17 +61,28 @@ def demo_lines(doc: dict[str, Any] | None) -> list[str]:
     return lines
 
 
+def _after(st: dict[str, Any]) -> tuple[int, int] | None:
+    """An elastic restart's (ranks, workers), or None for a restart on the job's own."""
+    ranks, workers = st.get("ranks_after"), st.get("workers_after")
+    if ranks in (None, st["ranks"]) and workers in (None, st["workers"]):
+        return None
+    return ranks or st["ranks"], workers or st["workers"]
+
+
 def render(doc: dict[str, Any]) -> str:
     st, ex = doc["settings"], doc["export"]
     backend = ("torch DataLoader / torchdata StatefulDataLoader" if st["backend"] == "torch"
                else "dsbench's loader")
     shuffle = (f"shard order + a {st['buffer']}-sample buffer per worker"
                if st["shuffle"] == "shard+buffer" else "per sample (the layout allows it)")
+    after = _after(st)
     lines = [f"dsbench resume: {ex['path']} ({ex['layout']}, {ex['units']} units)",
              f"  {st['ranks']} rank(s) x {st['workers']} worker(s), batch {st['batch_size']}, "
              f"seed {st['seed']}, epoch {st['epoch']}, {backend}; shuffle: {shuffle}",
-             f"  restart after K = {st['restart_at']} steps; diversity over up to "
-             f"{st['window']} steps after it", ""]
+             f"  restart after K = {st['restart_at']} steps"
+             + (f" on {after[0]} rank(s) x {after[1]} worker(s), the ranks together"
+                if after else "")
+             + f"; diversity over up to {st['window']} steps after it", ""]
     rows = []
     for p in doc["policies"]:
         t = p["total"]
@@ -87,7 +98,19 @@ def render(doc: dict[str, Any]) -> str:
     lines += ["", f"  K batches of the uninterrupted epoch hold {first['total']['first_k_samples']}"
                   f" samples (all ranks); an epoch holds "
                   f"{first['total']['samples_per_epoch']} samples"]
-    if st["ranks"] > 1:
+    if after:
+        lines += ["", "Per rank of the job (replayed / skipped, samples, of the samples its "
+                      "uninterrupted epoch held)"]
+        for p in doc["policies"]:
+            parts = [f"rank {r['rank']}: {r['replayed']} / {r['skipped']}" for r in p["ranks"]]
+            lines.append(f"  {p['policy']}: " + "; ".join(parts))
+        lines += ["", f"The restart on {after[0]} rank(s), started together (samples "
+                      "delivered; time to the first batch)"]
+        for p in doc["policies"]:
+            parts = [f"rank {r['rank']}: {r['delivered_samples']}, {_s(r['first_batch_s'])}"
+                     for r in p["restarted"]]
+            lines.append(f"  {p['policy']}: " + "; ".join(parts))
+    elif st["ranks"] > 1:
         lines += ["", "Per rank (replayed / skipped, samples; time to the first batch)"]
         for p in doc["policies"]:
             parts = [f"rank {r['rank']}: {r['replayed']} / {r['skipped']}, "
@@ -111,7 +134,9 @@ def render(doc: dict[str, Any]) -> str:
                   + ", ".join(f"{p['policy']} {_n(p['total']['shards_after'])}"
                               for p in doc["policies"])
                   + f"; steady state {_n(t0['shards_steady'])}"]
-    lines += [""] + [f"  {k}: {v}" for k, v in POLICY_TEXT.items() if k in st["policies"]]
+    text = {**POLICY_TEXT, "stateful": "every rank's loader state saved; what they leave dealt "
+                                       "to the new ranks and workers"} if after else POLICY_TEXT
+    lines += [""] + [f"  {k}: {v}" for k, v in text.items() if k in st["policies"]]
     lines += [f"  note: {n}" for n in doc["notes"]]
     return "\n".join(lines)
 

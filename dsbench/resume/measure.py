@@ -18,6 +18,7 @@ between them (no sleeping, no printing).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -51,6 +52,13 @@ class ResumeOptions:
     window: int = 8  # steps after the restart whose diversity is reported
     label: str | None = None  # the label field; None: label, cls, class or target
     units: int | None = None  # only the export's first N units (shards or files): a quick run
+    ranks_after: int | None = None  # an elastic restart's ranks (None: the same)
+    workers_after: int | None = None  # and its workers per rank (None: the same)
+
+    @property
+    def elastic(self) -> bool:
+        return (self.ranks_after not in (None, self.ranks)
+                or self.workers_after not in (None, self.workers))
 
     def check(self) -> None:
         bad = [p for p in self.policies if p not in POLICIES]
@@ -62,6 +70,10 @@ class ResumeOptions:
                                f"{', '.join(BACKENDS)})")
         for name in ("ranks", "workers", "batch_size", "prefetch", "window"):
             if getattr(self, name) < 1:
+                raise DsbenchError(f"--{name.replace('_', '-')} must be at least 1, got "
+                                   f"{getattr(self, name)}")
+        for name in ("ranks_after", "workers_after"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise DsbenchError(f"--{name.replace('_', '-')} must be at least 1, got "
                                    f"{getattr(self, name)}")
         if self.units is not None and self.units < 1:
@@ -197,6 +209,34 @@ def _rank(run: _Run, fill: int) -> list[dict[str, Any]]:
     return out
 
 
+def _elastic(path: str, plan: Plan, opts: ResumeOptions, progress: Callable[[str], None]
+             ) -> tuple[list[dict[str, Any]], list[str]]:
+    """The restart on another number of ranks or workers (resume/elastic.py)."""
+    from dsbench.resume.elastic import Elastic, check_shape
+
+    after = dataclasses.replace(plan, ranks=opts.ranks_after or opts.ranks,
+                                workers=opts.workers_after or opts.workers)
+    check_shape(plan, after)
+    pipeline = Pipeline()
+
+    def make(p: Plan, rank: int, policy: str, state: dict[str, Any] | None) -> Loader:
+        if opts.backend == "torch":
+            from dsbench.resume.torch_loader import TorchLoader
+
+            pieces = ([w["pieces"] for w in state["workers"]]
+                      if state is not None and "workers" in state else None)
+            return TorchLoader(path, p, rank, opts.epoch, pipeline, opts.label, opts.prefetch,
+                               stateful=policy == "stateful",
+                               state=None if pieces is not None else state, pieces=pieces)
+        from dsbench.resume.workers import DsbenchLoader
+
+        return DsbenchLoader(path, p, rank, opts.epoch, pipeline, opts.label, opts.prefetch,
+                             state)
+
+    return Elastic(plan, after, opts.epoch, opts.restart_at, opts.window, opts.policies,
+                   opts.backend, make, lambda st: _state_bytes(opts, st)).measure(progress)
+
+
 def run_resume(path: str, opts: ResumeOptions,
                progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
     """Measure a restart of every rank's loader on the export at `path`: the resume document."""
@@ -211,17 +251,19 @@ def run_resume(path: str, opts: ResumeOptions,
         raise DsbenchError(f"--restart-at {opts.restart_at} is not inside the epoch: it has "
                            f"{min(steps)} steps per rank (batch {opts.batch_size}, "
                            f"{opts.ranks} ranks)", path=path)
-    per_rank = []
-    for rank in range(opts.ranks):
-        progress(f"rank {rank + 1}/{opts.ranks}: uninterrupted epoch, then a restart at step "
-                 f"{opts.restart_at} ({', '.join(opts.policies)})")
-        per_rank.append(_rank(_Run(str(export.path), plan, rank, opts), plan.fill_steps()))
-    policies = []
-    for i, policy in enumerate(opts.policies):
-        ranks = [r[i] for r in per_rank]
-        policies.append({"policy": policy, "ranks": ranks, "total": figures.total(ranks)})
-    notes = []
-    if any(r[0]["diversity"]["steady"]["steps"] == 0 for r in per_rank):
+    if opts.elastic:
+        policies, notes = _elastic(str(export.path), plan, opts, progress)
+    else:
+        per_rank = []
+        for rank in range(opts.ranks):
+            progress(f"rank {rank + 1}/{opts.ranks}: uninterrupted epoch, then a restart at "
+                     f"step {opts.restart_at} ({', '.join(opts.policies)})")
+            per_rank.append(_rank(_Run(str(export.path), plan, rank, opts), plan.fill_steps()))
+        policies, notes = [], []
+        for i, policy in enumerate(opts.policies):
+            ranks = [r[i] for r in per_rank]
+            policies.append({"policy": policy, "ranks": ranks, "total": figures.total(ranks)})
+    if any(r["diversity"]["steady"]["steps"] == 0 for r in policies[0]["ranks"]):
         notes.append("no steady state: the epoch is too short for the shuffle buffer (every "
                      "step is filling or draining it); steady figures are null")
     if len(set(steps)) > 1:

@@ -23,6 +23,7 @@ from dsbench import adapters, procs
 from dsbench.errors import DsbenchError
 from dsbench.loader.order import Plan, SampleStream, fresh_state
 from dsbench.loader.pipeline import Pipeline
+from dsbench.resume.reshard import PieceStream
 from dsbench.resume.work import Item, SampleWork
 
 STALL_S = 120.0
@@ -30,11 +31,12 @@ STALL_S = 120.0
 
 class OrderedSamples(IterableDataset[tuple[Item, np.ndarray]]):
     def __init__(self, path: str, plan: Plan, rank: int, epoch: int, pipeline: Pipeline,
-                 label: str | None) -> None:
+                 label: str | None, pieces: list[list[Any]] | None = None) -> None:
         self.path, self.plan, self.rank, self.epoch = path, plan, rank, epoch
         self.pipeline, self.label = pipeline, label
+        self.pieces = pieces  # per worker: an elastic restart's share (reshard.py)
         self._pending: dict[str, Any] | None = None
-        self._stream: SampleStream | None = None
+        self._stream: SampleStream | PieceStream | None = None
         self._rng: np.random.Generator | None = None
 
     def _worker(self) -> int:
@@ -44,8 +46,14 @@ class OrderedSamples(IterableDataset[tuple[Item, np.ndarray]]):
     def __iter__(self) -> Iterator[tuple[Item, np.ndarray]]:
         w = self._worker()
         state, self._pending = self._pending, None
-        stream = SampleStream(adapters.open_export(self.path), self.plan, self.rank, w,
-                              self.epoch, state)
+        export = adapters.open_export(self.path)
+        stream: SampleStream | PieceStream
+        if self.pieces is not None:
+            stream = PieceStream(export, [tuple(p) for p in self.pieces[w]], self.plan.buffer,
+                                 np.random.default_rng([self.plan.seed, self.epoch, self.rank,
+                                                        w, 2]))
+        else:
+            stream = SampleStream(export, self.plan, self.rank, w, self.epoch, state)
         rng = np.random.default_rng([self.plan.seed, self.epoch, self.rank, w, 1])
         if state is not None and "aug_rng" in state:
             rng.bit_generator.state = state["aug_rng"]
@@ -62,6 +70,17 @@ class OrderedSamples(IterableDataset[tuple[Item, np.ndarray]]):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._pending = state
+
+
+def worker_states(state: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each worker's dataset state (its stream's) in a StatefulDataLoader's state: what an
+    elastic restart redistributes (torchdata's own state fits only the same worker count)."""
+    try:
+        snaps = state["_snapshot"]["_worker_snapshots"]
+        return [snaps[f"worker_{w}"]["dataset_state"] for w in range(len(snaps))]
+    except (KeyError, TypeError):
+        raise DsbenchError("the StatefulDataLoader's state holds no per-worker dataset state "
+                           "(a torchdata version dsbench does not know?)") from None
 
 
 def collate_items(batch: list[tuple[Item, np.ndarray]]) -> dict[str, Any]:
@@ -85,8 +104,9 @@ class TorchLoader:
 
     def __init__(self, path: str, plan: Plan, rank: int, epoch: int, pipeline: Pipeline,
                  label: str | None, prefetch: int, stateful: bool,
-                 state: dict[str, Any] | None = None) -> None:
-        dataset = OrderedSamples(path, plan, rank, epoch, pipeline, label)
+                 state: dict[str, Any] | None = None,
+                 pieces: list[list[Any]] | None = None) -> None:
+        dataset = OrderedSamples(path, plan, rank, epoch, pipeline, label, pieces)
         kwargs: dict[str, Any] = dict(batch_size=plan.batch_size, num_workers=plan.workers,
                                       prefetch_factor=prefetch, collate_fn=collate_items,
                                       multiprocessing_context="spawn", timeout=STALL_S)

@@ -26,6 +26,7 @@ from dsbench import adapters, procs
 from dsbench.errors import DsbenchError
 from dsbench.loader.order import Plan, SampleStream
 from dsbench.loader.pipeline import Pipeline
+from dsbench.resume.reshard import PieceStream
 from dsbench.resume.work import Item, SampleWork, collate
 
 STOP = -1
@@ -39,7 +40,12 @@ def _worker(path: str, plan: Plan, rank: int, worker: int, epoch: int, pipeline:
     procs.die_with_parent()
     try:
         export = adapters.open_export(path)
-        stream = SampleStream(export, plan, rank, worker, epoch, state)
+        stream: SampleStream | PieceStream
+        if state is not None and "pieces" in state:  # an elastic restart's share (reshard.py)
+            stream = PieceStream(export, [tuple(p) for p in state["pieces"]], plan.buffer,
+                                 np.random.default_rng([plan.seed, epoch, rank, worker, 2]))
+        else:
+            stream = SampleStream(export, plan, rank, worker, epoch, state)
         # The augmentation's generator is part of the state too, so a resumed worker crops as
         # the uninterrupted one would have.
         rng = np.random.default_rng([plan.seed, epoch, rank, worker, 1])

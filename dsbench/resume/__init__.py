@@ -8,6 +8,6 @@ distinct shards per batch after the restart against steady state. order.py is th
 order and the state that fixes it, workers.py dsbench's own loader (worker processes, saved
 state), torch_loader.py torch's DataLoader and torchdata's StatefulDataLoader, figures.py the
 comparison, reshard.py an elastic restart's remainder (what the epoch still owes, dealt to
-another number of ranks and workers; not yet run by the command). May import: the foundation
-modules, adapters, loader.
+another number of ranks and workers) and elastic.py that restart (`--ranks-after`), its ranks
+run together. May import: the foundation modules, adapters, loader.
 """

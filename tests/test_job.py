@@ -153,6 +153,17 @@ def _ranks_of(launcher: psutil.Process) -> dict[int, psutil.Process]:
     return found
 
 
+def assert_nothing_left(tree: list[psutil.Process], shm_before: set[str]) -> None:
+    """No process of `tree` is left a second later, nor a shared-memory segment one made.
+    Segments are named dsbench-<pid of the process that made them>-...; other dsbench runs on
+    the machine may make their own meanwhile."""
+    time.sleep(1.0)
+    alive = [p for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert alive == []
+    pids = {str(p.pid) for p in tree}
+    assert {n for n in _shm() - shm_before if n.split("-")[1] in pids} == set()
+
+
 def _job_dirs() -> set[Path]:
     return set(Path(tempfile.gettempdir()).glob("dsbench-job-*"))
 
@@ -186,13 +197,7 @@ def test_a_killed_rank_fails_the_job_at_once_with_one_line_and_leaves_nothing(
     assert len(lines) == 1, err
     assert re.fullmatch(r"dsbench job: error: rank 1 \(pid \d+\) was killed by SIGKILL; the "
                         r"other 1 rank stopped", lines[0]), lines[0]
-    time.sleep(1.0)
-    alive = [p for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-    assert alive == []
-    # Segments are named dsbench-<pid of the process that made them>-...; other dsbench runs
-    # on the machine may make their own meanwhile.
-    pids = {str(p.pid) for p in tree}
-    assert {n for n in _shm() - shm_before if n.split("-")[1] in pids} == set()
+    assert_nothing_left(tree, shm_before)
     # the launcher's logs and result file (named by its pid: other jobs may run meanwhile)
     assert {d for d in _job_dirs() - dirs_before
             if d.name.startswith(f"dsbench-job-{proc.pid}-")} == set()

@@ -17,7 +17,7 @@ from typing import Any
 import psutil
 import pytest
 from conftest import write_export
-from test_job import _check_records, _free_port, _job_dirs, _shm
+from test_job import _check_records, _free_port, _job_dirs, _shm, assert_nothing_left
 
 from dsbench.job import launch, predict, result
 
@@ -105,11 +105,7 @@ def test_a_node_whose_launcher_dies_fails_the_other_with_one_line_and_leaves_not
     assert re.fullmatch(r"dsbench job: error: the other node of the job stopped or became "
                         r"unreachable: this node's rank [01] lost the job's other ranks "
                         r"\(.+\)", lines[0]), lines[0]
-    time.sleep(1.0)
-    alive = [p for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-    assert alive == []
-    pids = {str(p.pid) for p in tree}
-    assert {n for n in _shm() - shm_before if n.split("-")[1] in pids} == set()
+    assert_nothing_left(tree, shm_before)
     # The survivor's logs and result file; the killed launcher's wait for the next launch,
     # which removes the directories of launchers killed outright.
     assert {d for d in _job_dirs() - dirs_before

@@ -32,12 +32,13 @@ class _Parser(argparse.ArgumentParser):
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The parser; given the command line, only the command it names is imported (a command's
     modules take up to half a second to import, `extrapolate` needs a tenth of that), and the
-    others are known by name. Without one (`dsbench --help`), every command is."""
+    others are known by name. Without a command line, or one that names none (`dsbench
+    --help`), every command is."""
     parser = _Parser(prog="dsbench", description="Measure what a dataset's on-disk format costs "
                      "a training job's input pipeline.")
     parser.add_argument("--version", action="version", version=f"dsbench {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    named = _command_in(sys.argv[1:] if argv is None else argv)
+    named = None if argv is None else _command_in(argv)
     for name in COMMANDS:
         if named is not None and name != named:
             sub.add_parser(name)
@@ -91,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with procs.uninterrupted():
             from dsbench.commands.options import check_outputs
 
-            parser = build_parser(argv)
+            parser = build_parser(sys.argv[1:] if argv is None else argv)
         args = parser.parse_args(argv)
         name = f"dsbench {args.command}"
         check_outputs(args)

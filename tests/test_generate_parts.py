@@ -39,10 +39,11 @@ type = "embedding"
 dim = 4
 encoding = "binary"
 """
-# Shards and directories of files (arrow and parquet units are shards as wds's are), the
-# layouts with a step once every unit is whole (mds, litdata and hf merge or join their
-# units), and tfrecord (its library orders a record's features by hash).
-LAYOUTS = ["wds", "files", "mds", "litdata", "hf", "tfrecord"]
+# Shards and directories of files (arrow and parquet units are shards as wds's are), layouts
+# with a step once every unit is whole (litdata and hf join their units; mds, which merges its
+# indexes, takes 20 s of imports per process here and is run as a single process in
+# tests/test_formats.py), and tfrecord (its library orders a record's features by hash).
+LAYOUTS = ["wds", "files", "litdata", "hf", "tfrecord"]
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
@@ -71,8 +72,9 @@ def test_parts_written_at_once_equal_a_single_run_byte_for_byte(tmp_path: Path,
     assert json.loads((tmp_path / "parts" / "_dsbench.json").read_text())["complete"] is True
 
 
-def test_a_part_finishes_only_when_every_unit_is_whole(tmp_path: Path) -> None:
-    spec = make_spec("wds")  # 7 samples in 3 shards
+@pytest.mark.parametrize("layout", ["wds", "mds"])
+def test_a_part_finishes_only_when_every_unit_is_whole(tmp_path: Path, layout: str) -> None:
+    spec = make_spec(layout)  # 7 samples in 3 units; MDS merges their indexes at the end
     first = generate(spec, tmp_path / "out", jobs=1, part=Part(0, 2))
     assert (first.units_written, first.complete) == (2, False)
     manifest = json.loads((tmp_path / "out" / "_dsbench.json").read_text())
@@ -108,8 +110,9 @@ def test_only_one_process_finishes_and_a_plain_run_voids_a_dead_lock(tmp_path: P
     spec = make_spec("wds")
     out = tmp_path / "out"
     generate(spec, out, jobs=1, part=Part(0, 2))
-    (out / LOCK).write_text("12345\n")  # left by a part killed while finishing
-    assert generate(spec, out, jobs=1, part=Part(1, 2)).complete is False
+    (out / LOCK).write_text("12345\n")  # a part finishing the export, or killed doing it
+    with pytest.raises(DsbenchError, match="another part is finishing the export"):
+        generate(spec, out, jobs=1, part=Part(1, 2))
     assert generate(spec, out, jobs=1).complete is True
     assert not (out / LOCK).exists()
 
@@ -118,6 +121,8 @@ def test_only_one_process_finishes_and_a_plain_run_voids_a_dead_lock(tmp_path: P
     ("2/4", {}, Part(2, 4)),
     ("auto", {"SLURM_ARRAY_TASK_ID": "7", "SLURM_ARRAY_TASK_MIN": "5",
               "SLURM_ARRAY_TASK_COUNT": "3"}, Part(2, 3)),
+    ("auto", {"SLURM_ARRAY_TASK_ID": "9", "SLURM_ARRAY_TASK_MIN": "1",
+              "SLURM_ARRAY_TASK_STEP": "2", "SLURM_ARRAY_TASK_COUNT": "8"}, Part(4, 8)),
     ("auto", {"RANK": "1", "WORLD_SIZE": "2"}, Part(1, 2)),
 ])
 def test_part_is_stated_or_taken_from_slurm_or_torchrun(text: str, env: dict[str, str],
@@ -125,10 +130,15 @@ def test_part_is_stated_or_taken_from_slurm_or_torchrun(text: str, env: dict[str
     assert parse_part(text, env) == want
 
 
-@pytest.mark.parametrize("text", ["4/4", "-1/2", "1", "a/b", "1/0", "auto"])
-def test_a_bad_part_is_refused(text: str) -> None:
+@pytest.mark.parametrize(("text", "env"), [
+    ("4/4", {}), ("-1/2", {}), ("1", {}), ("a/b", {}), ("1/0", {}), ("auto", {}),
+    # --array=1,5,9: ids that are no range's
+    ("auto", {"SLURM_ARRAY_TASK_ID": "9", "SLURM_ARRAY_TASK_MIN": "1",
+              "SLURM_ARRAY_TASK_COUNT": "3"}),
+])
+def test_a_bad_part_is_refused(text: str, env: dict[str, str]) -> None:
     with pytest.raises(DsbenchError, match="--part"):
-        parse_part(text, {})
+        parse_part(text, env)
 
 
 def test_a_lance_export_is_not_split(tmp_path: Path) -> None:

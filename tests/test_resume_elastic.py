@@ -81,7 +81,7 @@ def test_fewer_workers_and_more_ranks_after_replay_and_skip_nothing(export: Path
 
 def test_torchdatas_stateful_loader_is_resharded_too(export: Path) -> None:
     pytest.importorskip("torchdata")
-    doc = run_resume(str(export), ResumeOptions(restart_at=K, policies=("none", "stateful"),
+    doc = run_resume(str(export), ResumeOptions(restart_at=K, policies=("stateful",),
                                                 ranks=2, workers=1, batch_size=B, buffer=8,
                                                 backend="torch", ranks_after=1))
     _check(doc, 2, 1)
@@ -109,3 +109,14 @@ def test_a_bad_elastic_shape_is_one_line(export: Path, argv: list[str], said: st
     assert main(["resume", str(export), "--restart-at", "1", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and said in err[0], err
+
+
+def test_a_worker_the_job_took_nothing_from_still_owes_its_share(export: Path) -> None:
+    # One step with two workers: the job's batch came from worker 0; worker 1 has no saved
+    # stream, and everything it would have read is still owed.
+    doc = run_resume(str(export), ResumeOptions(restart_at=1, policies=("stateful",), ranks=2,
+                                                workers=2, batch_size=B, buffer=8,
+                                                ranks_after=1, workers_after=2))
+    t = _by_policy(doc)["stateful"]
+    assert (t["total"]["replayed"], t["total"]["skipped"]) == (0, 0)
+    assert sum(r["delivered_samples"] for r in t["restarted"]) == 160 - 2 * B

@@ -4,6 +4,7 @@ definition, with synthetic samples or, with --from, the samples of an existing e
 from __future__ import annotations
 
 import argparse
+import os
 
 from dsbench import fmt
 from dsbench.adapters import FORMATS
@@ -112,7 +113,11 @@ def run(args: argparse.Namespace) -> int:
                      jobs=args.jobs, layout=args.layout)
         fmt.out("\n".join(_summary(spec.name, r)))
         return 0
+    jobs = args.jobs
+    if jobs is None and part is not None and os.environ.get("LOCAL_WORLD_SIZE", "").isdigit():
+        # torchrun's ranks on one node share its cores: each part takes its own share.
+        jobs = max(1, len(os.sched_getaffinity(0)) // max(1, int(os.environ["LOCAL_WORLD_SIZE"])))
     fmt.out(_written(spec.name, generate(
-        spec, args.out_dir, samples=args.samples, seed=args.seed, jobs=args.jobs,
+        spec, args.out_dir, samples=args.samples, seed=args.seed, jobs=jobs,
         generator=GENERATOR if args.generator is None else args.generator, part=part)))
     return 0

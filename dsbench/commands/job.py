@@ -20,7 +20,7 @@ from dsbench.commands.options import (
 )
 from dsbench.errors import DsbenchError
 from dsbench.job import identity, predict, result, share
-from dsbench.job.options import DEVICES, JobOptions
+from dsbench.job.options import DEVICES, MAX_RANKS, JobOptions
 from dsbench.loader.decode import DECODERS
 from dsbench.loader.options import BACKENDS
 from dsbench.model.costs import Distribution
@@ -97,6 +97,9 @@ def run(args: argparse.Namespace) -> int:
         raise DsbenchError("give --ranks or --ranks-sweep, not both")
     nodes = _nodes(args, sweep)
     counts = sweep or (args.ranks if args.ranks is not None else _D.ranks,)
+    if max(counts) > MAX_RANKS:
+        raise DsbenchError(f"--ranks must be at most {MAX_RANKS} on one machine, got "
+                           f"{max(counts)}")
     # Options for the whole job (its world size); each node starts `count` of its ranks.
     jobs = [options(args, n * nodes) for n in counts]  # every count checked before any starts
     share.check(args.path, args.workers, max(counts) * nodes, args.layout)

@@ -256,6 +256,11 @@ def generate(spec: ExportSpec, out_dir: str | Path, samples: int | None = None, 
     done_manifest = manifest(spec, n, seed, complete=True, generator=generator)
     prepare(out, manifest(spec, n, seed, complete=False, generator=generator),
             sweep=part is None)
+    if part is not None and parts.is_finishing(out):
+        # Its joining removes units that a part would then take for missing and rewrite.
+        raise DsbenchError(f"another part is finishing the export ({parts.LOCK} is there); "
+                           "run this part when it is done, or, if that part was killed, run "
+                           "once without --part to complete the export", path=out)
     ranges = missing_units(spec, out, n)
     only = None
     if part is not None:
@@ -289,18 +294,24 @@ def generate(spec: ExportSpec, out_dir: str | Path, samples: int | None = None, 
                           complete=complete)
 
 
-def _finish_part(spec: ExportSpec, out: Path, n: int, done_manifest: dict[str, Any]) -> bool:
-    """After a part's units: finish the export if every unit is whole and no other part is
-    finishing it. Whether the export is complete."""
-    if not missing_units(spec, out, n):
-        with parts.finishing(out) as mine:
-            if mine:
-                finish(spec, out, n)
-                write_manifest(out, done_manifest)
+def _complete(out: Path) -> bool:
     try:
         return bool(json.loads((out / MANIFEST).read_text()).get("complete"))
     except (OSError, ValueError):
         return False
+
+
+def _finish_part(spec: ExportSpec, out: Path, n: int, done_manifest: dict[str, Any]) -> bool:
+    """After a part's units: finish the export if every unit is whole and no other part is
+    finishing it (or has). Whether the export is complete, or being completed by another part."""
+    if not missing_units(spec, out, n):
+        with parts.finishing(out) as mine:
+            if not mine:
+                return True  # another part holds the lock: it is finishing the export now
+            if not _complete(out):
+                finish(spec, out, n)
+                write_manifest(out, done_manifest)
+    return _complete(out)
 
 
 def cpu_with_children() -> float:

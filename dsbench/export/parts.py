@@ -44,9 +44,17 @@ def parse_part(text: str, env: Mapping[str, str] | None = None) -> Part:
     env = os.environ if env is None else env
     if text == "auto":
         if "SLURM_ARRAY_TASK_ID" in env and "SLURM_ARRAY_TASK_COUNT" in env:
-            first = env.get("SLURM_ARRAY_TASK_MIN", "0")
-            text = (f"{_int(env['SLURM_ARRAY_TASK_ID']) - _int(first)}/"
-                    f"{env['SLURM_ARRAY_TASK_COUNT']}")
+            # An array of a range, with or without a step (--array=0-15, 1-31:2); a list
+            # (--array=1,5,9) has no step, and its ids cannot be told apart from a range's.
+            first = _int(env.get("SLURM_ARRAY_TASK_MIN", "0"))
+            step = _int(env.get("SLURM_ARRAY_TASK_STEP", "1"))
+            offset = _int(env["SLURM_ARRAY_TASK_ID"]) - first
+            count = _int(env["SLURM_ARRAY_TASK_COUNT"])
+            if step < 1 or offset % step or not 0 <= offset // step < count:
+                raise DsbenchError(f"--part auto: Slurm array task {env['SLURM_ARRAY_TASK_ID']}"
+                                   f" is not the I-th of {count} tasks of a range (ids from "
+                                   f"{first} by {step}); give --part I/N")
+            text = f"{offset // step}/{count}"
         elif "RANK" in env and "WORLD_SIZE" in env:
             text = f"{env['RANK']}/{env['WORLD_SIZE']}"
         else:
@@ -92,6 +100,10 @@ def finishing(out: Path) -> Iterator[bool]:
         yield True
     finally:
         path.unlink(missing_ok=True)
+
+
+def is_finishing(out: Path) -> bool:
+    return (out / LOCK).exists()
 
 
 def clear_lock(out: Path) -> None:

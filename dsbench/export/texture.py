@@ -57,10 +57,11 @@ def bank() -> tuple[list[np.ndarray], list[np.ndarray]]:
 def _crop(fields: list[np.ndarray], rng: np.random.Generator, h: int, w: int) -> np.ndarray:
     field = fields[int(rng.integers(0, len(fields)))]
     side = field.shape[0]
-    y, x = int(rng.integers(0, max(1, side - h + 1))), int(rng.integers(0, max(1, side - w + 1)))
     if h <= side and w <= side:
+        y, x = int(rng.integers(0, side - h + 1)), int(rng.integers(0, side - w + 1))
         view = field[y:y + h, x:x + w]
     else:
+        y, x = int(rng.integers(0, side)), int(rng.integers(0, side))
         view = field[np.ix_((y + np.arange(h)) % side, (x + np.arange(w)) % side)]
     # Upside down or not: a flip of rows costs nothing (a view); columns would slow every pass.
     return view[::-1] if rng.random() < 0.5 else view

@@ -71,15 +71,18 @@ def _last_line(path: Path) -> str | None:
     return lines[-1].strip() if lines else None
 
 
-def _rank_log(failure: Any, rank: int, logs: Path | None) -> Path | None:
+def _rank_log(failure: Any, rank: int, logs: Path | None, per_node: int = 0
+              ) -> Path | None:
     """The rank's stderr log: beside the error file torch assigned it, or, when the rank died
     before torch's error handling was set up (an import that failed), found under `logs`
-    (LOGS/RUN/attempt_N/LOCAL_RANK/stderr.log; one node, so the local rank is the rank)."""
+    (LOGS/RUN/attempt_N/LOCAL_RANK/stderr.log; a node's ranks are consecutive, `per_node` of
+    them, so the local rank is the rank modulo that)."""
     if failure.error_file and Path(failure.error_file).parent.is_dir():
         return Path(failure.error_file).parent / "stderr.log"
     if logs is None:
         return None
-    return next(iter(sorted(logs.glob(f"*/attempt_*/{rank}/stderr.log"))), None)
+    local = rank % per_node if per_node else rank
+    return next(iter(sorted(logs.glob(f"*/attempt_*/{local}/stderr.log"))), None)
 
 
 def describe(failures: Mapping[int, Any], ranks: int, logs: Path | None = None,
@@ -90,12 +93,12 @@ def describe(failures: Mapping[int, Any], ranks: int, logs: Path | None = None,
     if nodes > 1 and all(f.exitcode == PEER_LOST for _, f in items):
         here = ("ranks " if len(items) > 1 else "rank ") + ", ".join(str(r) for r, _ in items)
         other = "the other node" if nodes == 2 else "another node"
-        first = _rank_log(items[0][1], items[0][0], logs)
+        first = _rank_log(items[0][1], items[0][0], logs, ranks)
         said = _last_line(first) if first else None
         return (f"{other} of the job stopped or became unreachable: this node's {here} lost "
                 f"the job's other ranks ({_peer_error(said)})")
     root_rank, root = next(((r, f) for r, f in items if f.exitcode != PEER_LOST), items[0])
-    log = _rank_log(root, root_rank, logs)
+    log = _rank_log(root, root_rank, logs, ranks)
     said = _last_line(log) if log else None
     if root.exitcode < 0:
         how = f"was killed by {root.signal_name()}"
@@ -106,7 +109,9 @@ def describe(failures: Mapping[int, Any], ranks: int, logs: Path | None = None,
     else:
         how = f"exited with code {root.exitcode}" + (f" ({said[:200]})" if said else "")
     others = ranks - 1
-    stopped = f"; the other {others} rank{'s' if others != 1 else ''} stopped" if others else ""
+    where = " on this node" if nodes > 1 else ""
+    stopped = (f"; the other {others} rank{'s' if others != 1 else ''}{where} stopped"
+               if others else "")
     return f"rank {root_rank} (pid {root.pid}) {how}{stopped}"
 
 
@@ -138,7 +143,10 @@ def launch(path: str, opts: JobOptions, nodes: int = 1, rdzv: str | None = None
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.elastic.rendezvous.api import RendezvousError
+    from torch.distributed.elastic.rendezvous.api import (
+        RendezvousError,
+        RendezvousTimeoutError,
+    )
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     _remove_stale()
@@ -171,11 +179,16 @@ def launch(path: str, opts: JobOptions, nodes: int = 1, rdzv: str | None = None
             raise DsbenchError(describe(exc.failures, per_node, tmp / "logs", nodes)) from None
         except SignalException as exc:
             raise Interrupted(int(exc.sigval), "every rank stopped") from None
+        except RendezvousTimeoutError:
+            raise DsbenchError(f"the job's {nodes} nodes did not all join the rendezvous at "
+                               f"{rdzv or 'localhost'} within {RENDEZVOUS_TIMEOUT_S} s (is "
+                               "the same command running on every node?)") from None
         except RendezvousError as exc:
             # The first node's launcher holds the rendezvous: it stopped, or is unreachable.
-            raise DsbenchError(f"lost the job's rendezvous at {rdzv or 'localhost'} (the "
-                               f"first node's launcher stopped or cannot be reached): "
-                               f"{type(exc).__name__}") from None
+            other = "the other node" if nodes == 2 else "another node"
+            raise DsbenchError(f"{other} of the job stopped or became unreachable: lost the "
+                               f"job's rendezvous at {rdzv or 'localhost'}, which the first "
+                               f"node's launcher held ({type(exc).__name__})") from None
         finally:
             for sig, handler in handlers.items():
                 if handler is not None:

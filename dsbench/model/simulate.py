@@ -219,26 +219,31 @@ class _BusyBins:
         if a.size == 0:
             return
         first = np.floor(a * (1.0 / self.width)).astype(np.intp)
+        lo = int(first.min())
         need = int(first.max()) + int(np.ceil(float(d.max()) / self.width)) + 2
         if need > self.sums.size:
             grown = np.zeros(max(need, 2 * self.sums.size))
             grown[:self.sums.size] = self.sums
             self.sums = grown
-        size = self.sums.size
+        # Binned over this batch's own buckets (lo .. need), not the whole run's: a batch
+        # costs what it holds, however long the run has been.
+        size = need - lo
+        part = self.sums[lo:need]
         # Each interval to the bucket it starts in; then the few that run past that bucket's
         # end move their excess on.
-        self.sums += np.bincount(first, weights=d, minlength=size)
+        part += np.bincount(first - lo, weights=d, minlength=size)
         edge = (first + 1) * self.width
         over = a + d > edge
         if not over.any():
             return
         a, e, first, edge = a[over], (a + d)[over], first[over], edge[over]
         last = np.maximum(np.floor(e * (1.0 / self.width)).astype(np.intp), first + 1)
-        self.sums -= np.bincount(first, weights=e - edge, minlength=size)
-        self.sums += np.bincount(last, weights=e - last * self.width, minlength=size)
+        part -= np.bincount(first - lo, weights=e - edge, minlength=size)
+        part += np.bincount(last - lo, weights=e - last * self.width, minlength=size)
         # Whole buckets first + 1 .. last - 1: +1 where the run starts, -1 past its end.
-        runs = np.bincount(first + 1, minlength=size) - np.bincount(last, minlength=size)
-        self.sums += np.cumsum(runs)[:size] * self.width
+        runs = np.bincount(first + 1 - lo, minlength=size) - np.bincount(last - lo,
+                                                                         minlength=size)
+        part += np.cumsum(runs)[:size] * self.width
 
     def fractions(self, total_s: float, ranks: int, max_buckets: int = MAX_TIMELINE_BUCKETS
                   ) -> tuple[float, np.ndarray]:

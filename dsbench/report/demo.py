@@ -32,6 +32,7 @@ from dsbench.errors import DsbenchError
 from dsbench.export.generate import GenerateReport, generate
 from dsbench.export.reexport import reexport
 from dsbench.export.spec import FORMATS_DIR, ExportSpec, load_spec
+from dsbench.export.synth import GENERATOR
 from dsbench.job import share
 from dsbench.job.launch import launch
 from dsbench.job.options import JobOptions
@@ -123,9 +124,10 @@ def prepare_exports(cache: Path, samples: int, progress: Progress) -> dict[str, 
     """Each demo export, generated (or re-laid) unless the cache already holds it complete."""
     paths: dict[str, Path] = {}
     for name in EXPORTS:
-        # The sample count is in the directory name: another --samples gets its own export.
+        # The sample count and the image generator are in the directory name: another
+        # --samples, or a cache from before generator 2, gets its own export.
         source = CANDIDATE_FROM.get(name)
-        out = cache / (f"{name}-{samples}" + (f"-from-{source}" if source else ""))
+        out = cache / (f"{name}-{samples}-g{GENERATOR}" + (f"-from-{source}" if source else ""))
         verb = f"re-laying {source} as" if source else "generating"
         progress(f"demo: {'reusing' if _complete(out) else verb} {name} "
                  f"({samples} samples) in {out}")

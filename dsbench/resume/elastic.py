@@ -15,7 +15,10 @@ opening units at the same moment) is in each rank's time to its first batch.
 
 Replayed and skipped are counted on the union of every rank's deliveries against the union of
 the reference's (a set comparison, not per rank), and attributed to the original rank whose
-reference epoch held the sample, so that the ranks' figures add up to the job's.
+reference epoch held the sample, so that the ranks' figures add up to the job's. A rank's
+other figures are the job's rank r with, after the restart, the new rank of the same index
+where there is one (its delivered steps, its entropy series); the restart's own figures per new
+rank are in `restarted`.
 """
 
 from __future__ import annotations
@@ -170,7 +173,9 @@ class Elastic:
             if n > got[key]:
                 skipped[owner[key]] += n - got[key]
         firsts = [t[0] for t in after_times if t]
-        first_batch_s = max(firsts) if firsts else None
+        if not firsts:  # --restart-at is checked to be inside the epoch: something remains
+            raise DsbenchError(f"the restart ({policy}) delivered no batch")
+        first_batch_s = max(firsts)
         # The job's first steps after the restart: every new rank's first m batches.
         early = [b for batches in after for b in batches[:m]]
         m_times = [t[min(m, len(t)) - 1] for t in after_times if t]
@@ -186,7 +191,7 @@ class Elastic:
                 "first_k_samples": sum(sizes[:k]), "replayed": replayed[r],
                 "skipped": skipped[r], "first_divergence": None,
                 "delivered_steps": len(resumed),
-                "first_batch_s": first_batch_s if first_batch_s is not None else 0.0,
+                "first_batch_s": first_batch_s,
                 "fast_forward_s": fast_forward_s,
                 "state_bytes": (self.state_bytes(job_states[r])
                                 if policy == "stateful" and job_states else None),

@@ -20,19 +20,21 @@ from typing import Any
 import numpy as np
 
 from dsbench.adapters.base import Export, RawSample
-from dsbench.loader.order import Plan
+from dsbench.loader.order import Plan, fresh_state
 
 Piece = tuple[str, int, list[int] | None]
 
 
-def remainder(plan: Plan, epoch: int, states: Sequence[Sequence[dict[str, Any]]]
-              ) -> list[Piece]:
+def remainder(plan: Plan, epoch: int,
+              states: Sequence[Sequence[dict[str, Any] | None]]) -> list[Piece]:
     """The samples no worker of the job delivered, from `states[rank][worker]` (each
     worker's stream state at the checkpoint), as pieces in rank, worker, reading order."""
     pieces: list[Piece] = []
     for rank, workers in enumerate(states):
-        for worker, st in enumerate(workers):
+        for worker, saved in enumerate(workers):
             units = plan.slot(epoch, rank, worker)
+            # A worker the job took no batch from yet owes its whole share.
+            st = saved if saved is not None else fresh_state(plan, epoch, rank, worker)
             if st["done"]:
                 continue
             held: dict[int, list[int]] = {}

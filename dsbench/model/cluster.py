@@ -47,6 +47,7 @@ DEFAULT_SCALING = (8, 16, 32, 64, 128, 256)
 DEFAULT_STEPS = 10_000
 TARGET_UTIL = 0.9
 MAX_RANK_STEPS = 200_000_000  # steps x ranks of the largest job: bounds the time (about 30 s)
+MAX_STEPS = 1_000_000  # the step loop's own time, whatever the ranks
 WHAT_IF_STEPS = 3_000
 _REFINE_TRIES = 8
 
@@ -59,6 +60,9 @@ def check_steps(cluster: ClusterSpec, steps: int, jobs: Sequence[int]) -> None:
     if steps <= 2 * warmup or steps < 100:
         raise DsbenchError(f"--steps {steps}: need at least 100 and more than twice workers x "
                            f"prefetch ({2 * warmup})")
+    if steps > MAX_STEPS:
+        raise DsbenchError(f"--steps {steps}: the model runs at most {MAX_STEPS:,} steps "
+                           "(about 10 s of its step loop here)")
     if steps * max(jobs) > MAX_RANK_STEPS:
         raise DsbenchError(f"{steps} steps x {max(jobs)} ranks is more than the model runs "
                            f"({MAX_RANK_STEPS:.0e}); lower --steps")

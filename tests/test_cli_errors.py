@@ -44,7 +44,7 @@ CASES: list[tuple[Any, ...]] = [
     ("demo", [*DEMO, "--compute", "normal:x"], "--compute"),
     ("demo", [*DEMO, "--steps", "10"], "--steps 10"),
     ("demo", [*DEMO, "--steps", "100000000"], "at most 1,000,000 steps"),
-    ("demo", [*DEMO, "--steps", "900000"], "lower --steps"),  # x 256 ranks of the scaling
+    ("demo", [*DEMO, "--nodes", "32", "--steps", "900000"], "lower --steps"),  # x 256 ranks
     ("demo", [*DEMO, "--workers", "1,2"],
      "--workers 2: at --samples 40 the before export has 1 shard"),
     ("demo", [*DEMO, "--gpu-batch", "0"], "--gpu-batch must be"),

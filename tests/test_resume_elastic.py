@@ -62,6 +62,7 @@ def test_four_ranks_restarted_on_two_replay_and_skip_nothing_when_stateful(expor
                                                 ranks=4, workers=1, batch_size=B, buffer=8,
                                                 ranks_after=2))
     by = _check(doc, 4, 2)
+    assert all(p["burst"]["requests"] == 0 for p in by.values())  # local disk: no requests
     # Fast-forward skips the new ranks' first K batches of a different order: it both replays
     # and skips, and the two differ by what the new ranks discarded and the job delivered.
     t = by["fast-forward"]["total"]
@@ -120,3 +121,17 @@ def test_a_worker_the_job_took_nothing_from_still_owes_its_share(export: Path) -
     t = _by_policy(doc)["stateful"]
     assert (t["total"]["replayed"], t["total"]["skipped"]) == (0, 0)
     assert sum(r["delivered_samples"] for r in t["restarted"]) == 160 - 2 * B
+
+
+def test_from_an_object_store_the_burst_counts_its_requests(export: Path, s3_env: Any) -> None:
+    url = s3_env.create_bucket("elastic")
+    s3_env.upload_tree(export, f"{url}/shards")
+    doc = run_resume(f"{url}/shards", ResumeOptions(restart_at=K, policies=("stateful",),
+                                                     ranks=2, workers=1, batch_size=B,
+                                                     buffer=8, ranks_after=1))
+    p = _by_policy(doc)["stateful"]
+    assert (p["total"]["replayed"], p["total"]["skipped"]) == (0, 0)
+    burst = p["burst"]
+    # Each shard the first steps came from was read from the store: one request or more each.
+    assert burst["steps"] >= 1 and burst["requests"] > 0
+    assert burst["requests_per_s"] == pytest.approx(burst["requests"] / burst["seconds"])

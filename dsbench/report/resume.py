@@ -61,6 +61,14 @@ def demo_lines(doc: dict[str, Any] | None) -> list[str]:
     return lines
 
 
+def _burst(b: dict[str, Any]) -> str:
+    if not b["requests"]:  # not counted (torch's workers), or none: local disk
+        return ""
+    rate = "" if b["requests_per_s"] is None else f", {fmt.rate(b['requests_per_s'], 'requests/s')}"
+    return (f"; first {fmt.plural(b['steps'], 'step')}: {fmt.plural(b['requests'], 'request')} "
+            f"in {_s(b['seconds'])}{rate}")
+
+
 def _after(st: dict[str, Any]) -> tuple[int, int] | None:
     """An elastic restart's (ranks, workers), or None for a restart on the job's own."""
     ranks, workers = st.get("ranks_after"), st.get("workers_after")
@@ -105,11 +113,11 @@ def render(doc: dict[str, Any]) -> str:
             parts = [f"rank {r['rank']}: {r['replayed']} / {r['skipped']}" for r in p["ranks"]]
             lines.append(f"  {p['policy']}: " + "; ".join(parts))
         lines += ["", f"The restart on {after[0]} rank(s), started together (samples "
-                      "delivered; time to the first batch)"]
+                      "delivered; time to the first batch; the first steps' storage requests)"]
         for p in doc["policies"]:
             parts = [f"rank {r['rank']}: {r['delivered_samples']}, {_s(r['first_batch_s'])}"
                      for r in p["restarted"]]
-            lines.append(f"  {p['policy']}: " + "; ".join(parts))
+            lines.append(f"  {p['policy']}: " + "; ".join(parts) + _burst(p["burst"]))
     elif st["ranks"] > 1:
         lines += ["", "Per rank (replayed / skipped, samples; time to the first batch)"]
         for p in doc["policies"]:

@@ -9,5 +9,5 @@ order and the state that fixes it, workers.py dsbench's own loader (worker proce
 state), torch_loader.py torch's DataLoader and torchdata's StatefulDataLoader, figures.py the
 comparison, reshard.py an elastic restart's remainder (what the epoch still owes, dealt to
 another number of ranks and workers) and elastic.py that restart (`--ranks-after`), its ranks
-run together. May import: the foundation modules, adapters, loader.
+run together. May import: the foundation modules, storage, adapters, loader.
 """

@@ -147,11 +147,17 @@ class Elastic:
                 if policy == "fast-forward":
                     lockstep(group.loaders, t0, k)  # fetched and decoded, then thrown away
                     fast_forward_s = time.perf_counter() - t0
-                after, after_times = lockstep(group.loaders, t0)
+                # The burst: every new rank's first steps, and the requests made meanwhile.
+                after, after_times = lockstep(group.loaders, t0, self.window)
+                burst = _burst(group.loaders, after_times, self.window)
+                rest, rest_times = lockstep(group.loaders, t0)
             finally:
                 group.close()
-            out.append(self._figures(policy, reference, ref_times, job, after, after_times,
-                                     fast_forward_s, job_states, owner, fill))
+            after = [a + b for a, b in zip(after, rest, strict=True)]
+            after_times = [a + b for a, b in zip(after_times, rest_times, strict=True)]
+            out.append({**self._figures(policy, reference, ref_times, job, after, after_times,
+                                        fast_forward_s, job_states, owner, fill),
+                        "burst": burst})
         notes = [f"elastic restart: {plan.ranks} rank(s) x {plan.workers} worker(s) before, "
                  f"{self.after.ranks} x {self.after.workers} after; replayed and skipped are "
                  "counted over the whole epoch across all ranks, each sample under the rank "
@@ -210,6 +216,19 @@ class Elastic:
                      for r, batches in enumerate(after)]
         return {"policy": policy, "ranks": ranks, "total": figures.total(ranks),
                 "restarted": restarted}
+
+
+def _burst(loaders: Sequence[Any], times: list[list[float]], steps: int) -> dict[str, Any]:
+    """The restart's first steps across the new ranks: how long they took from the restart and
+    how many storage requests the ranks' workers had made by their last batch of them (null
+    where the loader does not count them, as torch's)."""
+    counts = [loader.requests() for loader in loaders]
+    seconds = max((t[-1] for t in times if t), default=0.0)
+    requests = None if any(c is None for c in counts) else sum(counts)
+    return {"steps": max((len(t) for t in times), default=0), "seconds": seconds,
+            "requests": requests,
+            "requests_per_s": requests / seconds if requests is not None and seconds > 0
+            else None}
 
 
 def check_shape(plan: Plan, after: Plan) -> None:

@@ -150,6 +150,9 @@ class TorchLoader:
         items: list[Item] = batch["items"]
         return items
 
+    def requests(self) -> int | None:
+        return None  # torch's workers do not report them
+
     def state(self) -> dict[str, Any]:
         state: dict[str, Any] = self.loader.state_dict()
         return state

@@ -28,6 +28,7 @@ from dsbench.loader.order import Plan, SampleStream
 from dsbench.loader.pipeline import Pipeline
 from dsbench.resume.reshard import PieceStream
 from dsbench.resume.work import Item, SampleWork, collate
+from dsbench.storage import accounting
 
 STOP = -1
 # A worker silent this long while the job waits for its batch is stuck; the run is void.
@@ -66,10 +67,11 @@ def _worker(path: str, plan: Plan, rank: int, worker: int, epoch: int, pipeline:
                 pixels.append(px)
             st = {**stream.state(), "aug_rng": rng.bit_generator.state}
             if not items:
-                conn.send(("done", st))
+                conn.send(("done", accounting.totals().data_requests, st))
                 continue
             collate(pixels)
-            conn.send(("batch", items, st))
+            # With the storage requests this process has made so far (an object store's).
+            conn.send(("batch", items, accounting.totals().data_requests, st))
     except (KeyboardInterrupt, BrokenPipeError, EOFError):
         return
     except DsbenchError as exc:
@@ -93,6 +95,7 @@ class DsbenchLoader:
         self.epoch, self.turn = epoch, state["turn"] if state is not None else 0
         self.last: list[dict[str, Any] | None] = list(saved)
         self.active = [True] * n
+        self.requested = [0] * n  # each worker's storage requests, as of its latest message
         self.procs: list[Any] = []
         self.conns: list[Connection] = []
         ctx = multiprocessing.get_context("spawn")
@@ -140,7 +143,7 @@ class DsbenchLoader:
             if not self.active[w]:
                 continue
             msg = self._recv(w)
-            self.last[w] = msg[-1]
+            self.last[w], self.requested[w] = msg[-1], msg[-2]
             if msg[0] == "done":
                 self.active[w] = False
                 continue
@@ -148,6 +151,10 @@ class DsbenchLoader:
             items: list[Item] = msg[1]
             return items
         return None
+
+    def requests(self) -> int | None:
+        """Storage requests the workers had made by their latest batches (0 on local disk)."""
+        return sum(self.requested)
 
     def state(self) -> dict[str, Any]:
         """The checkpoint's loader state: plain data, JSON-able."""

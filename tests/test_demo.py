@@ -244,7 +244,7 @@ def test_demo_end_to_end_reuses_its_cache(tmp_path: Path, capsys: pytest.Capture
 
 
 def test_a_cache_holding_another_export_is_refused(tmp_path: Path) -> None:
-    generate(demo.definition("after"), tmp_path / "before-40", samples=40)
+    generate(demo.definition("after"), demo.export_dir(tmp_path, "before", 40), samples=40)
     with pytest.raises(DsbenchError, match="holds a different export"):
         demo.prepare_exports(tmp_path, 40, lambda _m: None)
 

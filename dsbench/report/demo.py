@@ -120,14 +120,19 @@ def check_workers(workers: tuple[int, ...], samples: int) -> None:
 CANDIDATE_FROM = {"arrow": "after"}
 
 
+def export_dir(cache: Path, name: str, samples: int) -> Path:
+    """Where the demo keeps an export. The sample count and the image generator are in the
+    name: another --samples, or a cache from before generator 2, gets its own export."""
+    source = CANDIDATE_FROM.get(name)
+    return cache / (f"{name}-{samples}-g{GENERATOR}" + (f"-from-{source}" if source else ""))
+
+
 def prepare_exports(cache: Path, samples: int, progress: Progress) -> dict[str, Path]:
     """Each demo export, generated (or re-laid) unless the cache already holds it complete."""
     paths: dict[str, Path] = {}
     for name in EXPORTS:
-        # The sample count and the image generator are in the directory name: another
-        # --samples, or a cache from before generator 2, gets its own export.
         source = CANDIDATE_FROM.get(name)
-        out = cache / (f"{name}-{samples}-g{GENERATOR}" + (f"-from-{source}" if source else ""))
+        out = export_dir(cache, name, samples)
         verb = f"re-laying {source} as" if source else "generating"
         progress(f"demo: {'reusing' if _complete(out) else verb} {name} "
                  f"({samples} samples) in {out}")

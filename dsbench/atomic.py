@@ -26,6 +26,11 @@ def tmp_path(final: Path) -> Path:
     return final.with_name(f".{final.name}{TMP_MARK}{os.getpid()}")
 
 
+def final_of(tmp: Path) -> Path:
+    """The final path a temporary (`tmp_path`'s) was written for."""
+    return tmp.with_name(tmp.name[1:].split(TMP_MARK)[0])
+
+
 def is_tmp(path: Path) -> bool:
     """Whether `path` is a temporary that `replacing` made (left behind by a killed writer)."""
     return path.name.startswith(".") and TMP_MARK in path.name

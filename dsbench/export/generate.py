@@ -170,7 +170,7 @@ def _remove_temporaries(out_dir: Path, only: set[Path] | None = None) -> None:
     """What a killed writer left: its temporaries, files or directories (a finished write
     leaves none); with `only`, those of these final paths alone."""
     for tmp in sorted(out_dir.rglob(".*"), key=lambda p: len(p.parts)):
-        if not atomic.is_tmp(tmp) or (only is not None and not parts.owned_temporary(tmp, only)):
+        if not atomic.is_tmp(tmp) or (only is not None and atomic.final_of(tmp) not in only):
             continue
         if tmp.is_dir() and not tmp.is_symlink():
             shutil.rmtree(tmp, ignore_errors=True)
@@ -294,7 +294,8 @@ def generate(spec: ExportSpec, out_dir: str | Path, samples: int | None = None, 
                           complete=complete)
 
 
-def _complete(out: Path) -> bool:
+def is_complete(out: Path) -> bool:
+    """Whether `out` holds a complete export (its manifest says so)."""
     try:
         return bool(json.loads((out / MANIFEST).read_text()).get("complete"))
     except (OSError, ValueError):
@@ -308,10 +309,10 @@ def _finish_part(spec: ExportSpec, out: Path, n: int, done_manifest: dict[str, A
         with parts.finishing(out) as mine:
             if not mine:
                 return True  # another part holds the lock: it is finishing the export now
-            if not _complete(out):
+            if not is_complete(out):
                 finish(spec, out, n)
                 write_manifest(out, done_manifest)
-    return _complete(out)
+    return is_complete(out)
 
 
 def cpu_with_children() -> float:

@@ -126,7 +126,7 @@ def encode(pixels: np.ndarray | Image.Image, spec: ImageSpec) -> bytes:
     if spec.codec == "jpeg":
         im.save(buf, format="JPEG", quality=spec.quality, subsampling="4:2:0")
     else:
-        im.convert("RGB").save(buf, format="PNG", compress_level=6)
+        (im if im.mode == "RGB" else im.convert("RGB")).save(buf, format="PNG", compress_level=6)
     return buf.getvalue()
 
 

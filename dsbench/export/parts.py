@@ -19,7 +19,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from dsbench import atomic
 from dsbench.errors import DsbenchError
 
 LOCK = ".finishing"  # a temporary's mark is not in the name: a plain run must not sweep it
@@ -76,12 +75,6 @@ def _int(value: str) -> int:
         return int(value)
     except ValueError:
         raise DsbenchError(f"--part auto: {value!r} is not a task id") from None
-
-
-def owned_temporary(tmp: Path, finals: set[Path]) -> bool:
-    """Whether temporary `tmp` (atomic.tmp_path of some final path) is one of `finals`'."""
-    name = tmp.name[1:].split(atomic.TMP_MARK)[0]
-    return tmp.parent / name in finals
 
 
 @contextmanager

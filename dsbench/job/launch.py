@@ -71,8 +71,7 @@ def _last_line(path: Path) -> str | None:
     return lines[-1].strip() if lines else None
 
 
-def _rank_log(failure: Any, rank: int, logs: Path | None, per_node: int = 0
-              ) -> Path | None:
+def _rank_log(failure: Any, rank: int, logs: Path | None, per_node: int) -> Path | None:
     """The rank's stderr log: beside the error file torch assigned it, or, when the rank died
     before torch's error handling was set up (an import that failed), found under `logs`
     (LOGS/RUN/attempt_N/LOCAL_RANK/stderr.log; a node's ranks are consecutive, `per_node` of
@@ -81,8 +80,7 @@ def _rank_log(failure: Any, rank: int, logs: Path | None, per_node: int = 0
         return Path(failure.error_file).parent / "stderr.log"
     if logs is None:
         return None
-    local = rank % per_node if per_node else rank
-    return next(iter(sorted(logs.glob(f"*/attempt_*/{local}/stderr.log"))), None)
+    return next(iter(sorted(logs.glob(f"*/attempt_*/{rank % per_node}/stderr.log"))), None)
 
 
 def describe(failures: Mapping[int, Any], ranks: int, logs: Path | None = None,
@@ -92,11 +90,10 @@ def describe(failures: Mapping[int, Any], ranks: int, logs: Path | None = None,
     items = list(failures.items())
     if nodes > 1 and all(f.exitcode == PEER_LOST for _, f in items):
         here = ("ranks " if len(items) > 1 else "rank ") + ", ".join(str(r) for r, _ in items)
-        other = "the other node" if nodes == 2 else "another node"
         first = _rank_log(items[0][1], items[0][0], logs, ranks)
         said = _last_line(first) if first else None
-        return (f"{other} of the job stopped or became unreachable: this node's {here} lost "
-                f"the job's other ranks ({_peer_error(said)})")
+        return (f"{_node_lost(nodes)}: this node's {here} lost the job's other ranks "
+                f"({_peer_error(said)})")
     root_rank, root = next(((r, f) for r, f in items if f.exitcode != PEER_LOST), items[0])
     log = _rank_log(root, root_rank, logs, ranks)
     said = _last_line(log) if log else None
@@ -113,6 +110,11 @@ def describe(failures: Mapping[int, Any], ranks: int, logs: Path | None = None,
     stopped = (f"; the other {others} rank{'s' if others != 1 else ''}{where} stopped"
                if others else "")
     return f"rank {root_rank} (pid {root.pid}) {how}{stopped}"
+
+
+def _node_lost(nodes: int) -> str:
+    return (f"{'the other node' if nodes == 2 else 'another node'} of the job stopped or "
+            "became unreachable")
 
 
 def _peer_error(said: str | None) -> str:
@@ -185,10 +187,9 @@ def launch(path: str, opts: JobOptions, nodes: int = 1, rdzv: str | None = None
                                "the same command running on every node?)") from None
         except RendezvousError as exc:
             # The first node's launcher holds the rendezvous: it stopped, or is unreachable.
-            other = "the other node" if nodes == 2 else "another node"
-            raise DsbenchError(f"{other} of the job stopped or became unreachable: lost the "
-                               f"job's rendezvous at {rdzv or 'localhost'}, which the first "
-                               f"node's launcher held ({type(exc).__name__})") from None
+            raise DsbenchError(f"{_node_lost(nodes)}: lost the job's rendezvous at "
+                               f"{rdzv or 'localhost'}, which the first node's launcher held "
+                               f"({type(exc).__name__})") from None
         finally:
             for sig, handler in handlers.items():
                 if handler is not None:

@@ -147,7 +147,7 @@ def run(sample_cost: Sampler | None, sample_compute: Sampler, *, workers: int, p
     sizes_arr = np.asarray(sizes, dtype=float)
     step_total = step_end[counted].sum(axis=0)
     util = compute_sum[counted].sum(axis=0) / (sizes_arr * step_total)
-    wait_share = np.maximum(lost[counted], 0.0).sum(axis=0) / step_total
+    wait_share = lost[counted].sum(axis=0) / step_total
     bucket_s, timeline = busy.fractions(float(step_end[:, tl].sum()), tl_ranks)
     return SimResult(ranks=tuple(sizes), warmup=warmup, step_s=step_end[counted].copy(),
                      start_s=step_end[:warmup].sum(axis=0),
@@ -273,6 +273,6 @@ def busy_timeline(begin: np.ndarray, busy: np.ndarray, total_s: float,
     steps, ranks = begin.shape
     if total_s <= 0 or steps == 0:
         return bucket_s, np.zeros(0)
-    bins = _BusyBins(bucket_s * max(1, int(np.ceil(total_s / max_buckets / bucket_s))))
+    bins = _BusyBins(bucket_s)
     bins.add(begin, busy)
     return bins.fractions(total_s, ranks, max_buckets)

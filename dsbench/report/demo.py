@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import json
 import math
 import os
 from collections.abc import Callable
@@ -26,10 +25,9 @@ from typing import Any
 import numpy as np
 
 from dsbench import fmt
-from dsbench.adapters.base import MANIFEST
 from dsbench.analysis.compare import compare
 from dsbench.errors import DsbenchError
-from dsbench.export.generate import GenerateReport, generate
+from dsbench.export.generate import GenerateReport, generate, is_complete
 from dsbench.export.reexport import reexport
 from dsbench.export.spec import FORMATS_DIR, ExportSpec, load_spec
 from dsbench.export.synth import GENERATOR
@@ -134,7 +132,7 @@ def prepare_exports(cache: Path, samples: int, progress: Progress) -> dict[str, 
         source = CANDIDATE_FROM.get(name)
         out = export_dir(cache, name, samples)
         verb = f"re-laying {source} as" if source else "generating"
-        progress(f"demo: {'reusing' if _complete(out) else verb} {name} "
+        progress(f"demo: {'reusing' if is_complete(out) else verb} {name} "
                  f"({samples} samples) in {out}")
         # Always through generate: it refuses a directory holding another export and skips
         # the complete units of this one, so a reuse costs milliseconds.
@@ -147,13 +145,6 @@ def prepare_exports(cache: Path, samples: int, progress: Progress) -> dict[str, 
             progress(f"demo: {name} written in {fmt.seconds(report.wall_s)}")
         paths[name] = out
     return paths
-
-
-def _complete(out: Path) -> bool:
-    try:
-        return bool(json.loads((out / MANIFEST).read_text()).get("complete"))
-    except (OSError, ValueError):
-        return False
 
 
 def run_demo(opts: DemoOptions, progress: Progress) -> dict[str, Any]:

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from dsbench.errors import DsbenchError
@@ -59,22 +60,17 @@ def lockstep(loaders: Sequence[Any], t0: float, steps: int | None = None
     return batches, times
 
 
-class Loaders:
-    """Starts and stops the loaders of a set of ranks, whatever happens in between."""
-
-    def __init__(self, make: Callable[[int], Any], ranks: int) -> None:
-        self.loaders: list[Any] = []
-        try:
-            for r in range(ranks):
-                self.loaders.append(make(r))
-        except BaseException:
-            self.close()
-            raise
-
-    def close(self) -> None:
-        for loader in self.loaders:
+@contextmanager
+def started(make: Callable[[int], Any], ranks: int) -> Iterator[list[Any]]:
+    """Every rank's loader, started together and stopped whatever happens in between."""
+    loaders: list[Any] = []
+    try:
+        for r in range(ranks):
+            loaders.append(make(r))
+        yield loaders
+    finally:
+        for loader in loaders:
             loader.close()
-        self.loaders = []
 
 
 class Elastic:
@@ -88,18 +84,10 @@ class Elastic:
         self.window, self.policies, self.backend = window, policies, backend
         self.make, self.state_bytes = make, state_bytes
 
-    def _run(self, plan: Plan, policy: str, states: Sequence[dict[str, Any] | None],
-             steps: int | None = None) -> tuple[list[Batches], list[list[float]]]:
-        t0 = time.perf_counter()
-        group = Loaders(lambda r: self.make(plan, r, policy, states[r]), plan.ranks)
-        try:
-            return lockstep(group.loaders, t0, steps)
-        finally:
-            group.close()
-
-    def _maker(self, policy: str, states: Sequence[dict[str, Any] | None]
-               ) -> Callable[[int], Any]:
-        return lambda r: self.make(self.after, r, policy, states[r])
+    def _loaders(self, plan: Plan, policy: str, states: Sequence[dict[str, Any] | None]
+                 ) -> AbstractContextManager[list[Any]]:
+        """The loaders of `plan`'s ranks, each from its state in `states`."""
+        return started(lambda r: self.make(plan, r, policy, states[r]), plan.ranks)
 
     def _pieces_state(self, states: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         """Each new rank's loader state: its share of what the saved states leave."""
@@ -118,19 +106,17 @@ class Elastic:
         plan, k = self.plan, self.k
         none: list[dict[str, Any] | None] = [None] * max(plan.ranks, self.after.ranks)
         progress(f"{plan.ranks} ranks together: the uninterrupted epoch")
-        reference, ref_times = self._run(plan, "none", none)
+        t0 = time.perf_counter()
+        with self._loaders(plan, "none", none) as loaders:
+            reference, ref_times = lockstep(loaders, t0)
         stateful = "stateful" in self.policies
         progress(f"{plan.ranks} ranks together: {k} steps, then the stop")
         job_states: list[dict[str, Any]] = []
         t0 = time.perf_counter()
-        group = Loaders(lambda r: self.make(plan, r, "stateful" if stateful else "none", None),
-                        plan.ranks)
-        try:
-            job, _ = lockstep(group.loaders, t0, k)
+        with self._loaders(plan, "stateful" if stateful else "none", none) as loaders:
+            job, _ = lockstep(loaders, t0, k)
             if stateful:
-                job_states = [loader.state() for loader in group.loaders]
-        finally:
-            group.close()
+                job_states = [loader.state() for loader in loaders]
         owner = {it.key: r for r, batches in enumerate(reference) for b in batches for it in b}
         fill = plan.fill_steps()
         out = []
@@ -141,18 +127,15 @@ class Elastic:
             if policy == "stateful":
                 states = self._pieces_state(job_states)
             t0 = time.perf_counter()
-            group = Loaders(self._maker(policy, states), self.after.ranks)
-            try:
+            with self._loaders(self.after, policy, states) as loaders:
                 fast_forward_s = None
                 if policy == "fast-forward":
-                    lockstep(group.loaders, t0, k)  # fetched and decoded, then thrown away
+                    lockstep(loaders, t0, k)  # fetched and decoded, then thrown away
                     fast_forward_s = time.perf_counter() - t0
                 # The burst: every new rank's first steps, and the requests made meanwhile.
-                after, after_times = lockstep(group.loaders, t0, self.window)
-                burst = _burst(group.loaders, after_times, self.window)
-                rest, rest_times = lockstep(group.loaders, t0)
-            finally:
-                group.close()
+                after, after_times = lockstep(loaders, t0, self.window)
+                burst = _burst(loaders, after_times)
+                rest, rest_times = lockstep(loaders, t0)
             after = [a + b for a, b in zip(after, rest, strict=True)]
             after_times = [a + b for a, b in zip(after_times, rest_times, strict=True)]
             out.append({**self._figures(policy, reference, ref_times, job, after, after_times,
@@ -218,7 +201,7 @@ class Elastic:
                 "restarted": restarted}
 
 
-def _burst(loaders: Sequence[Any], times: list[list[float]], steps: int) -> dict[str, Any]:
+def _burst(loaders: Sequence[Any], times: list[list[float]]) -> dict[str, Any]:
     """The restart's first steps across the new ranks: how long they took from the restart and
     how many storage requests the ranks' workers had made by their last batch of them (null
     where the loader does not count them, as torch's)."""

@@ -30,6 +30,7 @@ from dsbench.errors import DsbenchError
 from dsbench.loader.order import Plan, batches_per_rank, shuffle_of
 from dsbench.loader.pipeline import Pipeline
 from dsbench.resume import figures
+from dsbench.resume.elastic import Elastic, check_shape, lockstep
 from dsbench.resume.work import Item
 
 POLICIES = ("none", "fast-forward", "stateful")
@@ -68,14 +69,12 @@ class ResumeOptions:
         if self.backend not in BACKENDS:
             raise DsbenchError(f"unknown backend {self.backend!r} (known: "
                                f"{', '.join(BACKENDS)})")
-        for name in ("ranks", "workers", "batch_size", "prefetch", "window"):
-            if getattr(self, name) < 1:
+        for name in ("ranks", "workers", "batch_size", "prefetch", "window", "ranks_after",
+                     "workers_after"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
                 raise DsbenchError(f"--{name.replace('_', '-')} must be at least 1, got "
-                                   f"{getattr(self, name)}")
-        for name in ("ranks_after", "workers_after"):
-            if getattr(self, name) is not None and getattr(self, name) < 1:
-                raise DsbenchError(f"--{name.replace('_', '-')} must be at least 1, got "
-                                   f"{getattr(self, name)}")
+                                   f"{value}")
         if self.units is not None and self.units < 1:
             raise DsbenchError(f"--units must be at least 1, got {self.units}")
         if self.buffer < 0 or self.epoch < 0:
@@ -120,31 +119,33 @@ class _Run:
         self.pipeline = Pipeline()
 
     def loader(self, policy: str, state: dict[str, Any] | None = None) -> Loader:
-        o = self.opts
-        if o.backend == "torch":
-            from dsbench.resume.torch_loader import TorchLoader
+        return open_loader(self.path, self.plan, self.rank, self.opts, self.pipeline, policy,
+                           state)
 
-            return TorchLoader(self.path, self.plan, self.rank, o.epoch, self.pipeline, o.label,
-                               o.prefetch, stateful=policy == "stateful", state=state)
-        from dsbench.resume.workers import DsbenchLoader
 
-        return DsbenchLoader(self.path, self.plan, self.rank, o.epoch, self.pipeline, o.label,
-                             o.prefetch, state)
+def open_loader(path: str, plan: Plan, rank: int, opts: ResumeOptions, pipeline: Pipeline,
+                policy: str, state: dict[str, Any] | None = None) -> Loader:
+    """A rank's loader of the backend asked for; `state` is a saved loader state, or an elastic
+    restart's share ({"workers": [{"pieces": ...}, ...]}, reshard.py)."""
+    if opts.backend == "torch":
+        from dsbench.resume.torch_loader import TorchLoader
+
+        pieces = ([w["pieces"] for w in state["workers"]]
+                  if state is not None and "workers" in state else None)
+        return TorchLoader(path, plan, rank, opts.epoch, pipeline, opts.label, opts.prefetch,
+                           stateful=policy == "stateful",
+                           state=None if pieces is not None else state, pieces=pieces)
+    from dsbench.resume.workers import DsbenchLoader
+
+    return DsbenchLoader(path, plan, rank, opts.epoch, pipeline, opts.label, opts.prefetch,
+                         state)
 
 
 def _take(loader: Loader, t0: float, steps: int | None = None
           ) -> tuple[list[list[Item]], list[float]]:
     """Batches until the epoch ends (or `steps` of them), with their arrival times since t0."""
-    batches: list[list[Item]] = []
-    times: list[float] = []
-    clock = time.perf_counter
-    while steps is None or len(batches) < steps:
-        batch = loader.next()
-        if batch is None:
-            break
-        times.append(clock() - t0)
-        batches.append(batch)
-    return batches, times
+    batches, times = lockstep([loader], t0, steps)
+    return batches[0], times[0]
 
 
 def _restart(run: _Run, policy: str, saved: dict[str, Any] | None
@@ -214,26 +215,13 @@ def _rank(run: _Run, fill: int) -> list[dict[str, Any]]:
 def _elastic(path: str, plan: Plan, opts: ResumeOptions, progress: Callable[[str], None]
              ) -> tuple[list[dict[str, Any]], list[str]]:
     """The restart on another number of ranks or workers (resume/elastic.py)."""
-    from dsbench.resume.elastic import Elastic, check_shape
-
     after = dataclasses.replace(plan, ranks=opts.ranks_after or opts.ranks,
                                 workers=opts.workers_after or opts.workers)
     check_shape(plan, after)
     pipeline = Pipeline()
 
     def make(p: Plan, rank: int, policy: str, state: dict[str, Any] | None) -> Loader:
-        if opts.backend == "torch":
-            from dsbench.resume.torch_loader import TorchLoader
-
-            pieces = ([w["pieces"] for w in state["workers"]]
-                      if state is not None and "workers" in state else None)
-            return TorchLoader(path, p, rank, opts.epoch, pipeline, opts.label, opts.prefetch,
-                               stateful=policy == "stateful",
-                               state=None if pieces is not None else state, pieces=pieces)
-        from dsbench.resume.workers import DsbenchLoader
-
-        return DsbenchLoader(path, p, rank, opts.epoch, pipeline, opts.label, opts.prefetch,
-                             state)
+        return open_loader(path, p, rank, opts, pipeline, policy, state)
 
     return Elastic(plan, after, opts.epoch, opts.restart_at, opts.window, opts.policies,
                    opts.backend, make, lambda st: _state_bytes(opts, st)).measure(progress)

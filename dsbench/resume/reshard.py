@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from dsbench.adapters.base import Export, RawSample
-from dsbench.loader.order import Plan, fresh_state
+from dsbench.loader.order import Plan, SampleStream, fresh_state
 
 Piece = tuple[str, int, list[int] | None]
 
@@ -100,3 +100,14 @@ class PieceStream:
     def state(self) -> dict[str, Any]:
         # A resharded epoch is restarted once, not checkpointed again.
         return {"done": self.done, "emitted": self.emitted}
+
+
+def worker_stream(export: Export, plan: Plan, rank: int, worker: int, epoch: int,
+                  state: dict[str, Any] | None = None, pieces: Sequence[Any] | None = None
+                  ) -> SampleStream | PieceStream:
+    """A loader worker's stream: its share of an elastic restart's `pieces` when given, else
+    its slot of the epoch from `state` (fresh when None)."""
+    if pieces is not None:
+        return PieceStream(export, [tuple(p) for p in pieces], plan.buffer,
+                           np.random.default_rng([plan.seed, epoch, rank, worker, 2]))
+    return SampleStream(export, plan, rank, worker, epoch, state)

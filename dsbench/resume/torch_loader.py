@@ -23,7 +23,7 @@ from dsbench import adapters, procs
 from dsbench.errors import DsbenchError
 from dsbench.loader.order import Plan, SampleStream, fresh_state
 from dsbench.loader.pipeline import Pipeline
-from dsbench.resume.reshard import PieceStream
+from dsbench.resume.reshard import PieceStream, worker_stream
 from dsbench.resume.work import Item, SampleWork
 
 STALL_S = 120.0
@@ -46,14 +46,8 @@ class OrderedSamples(IterableDataset[tuple[Item, np.ndarray]]):
     def __iter__(self) -> Iterator[tuple[Item, np.ndarray]]:
         w = self._worker()
         state, self._pending = self._pending, None
-        export = adapters.open_export(self.path)
-        stream: SampleStream | PieceStream
-        if self.pieces is not None:
-            stream = PieceStream(export, [tuple(p) for p in self.pieces[w]], self.plan.buffer,
-                                 np.random.default_rng([self.plan.seed, self.epoch, self.rank,
-                                                        w, 2]))
-        else:
-            stream = SampleStream(export, self.plan, self.rank, w, self.epoch, state)
+        stream = worker_stream(adapters.open_export(self.path), self.plan, self.rank, w,
+                               self.epoch, state, None if self.pieces is None else self.pieces[w])
         rng = np.random.default_rng([self.plan.seed, self.epoch, self.rank, w, 1])
         if state is not None and "aug_rng" in state:
             rng.bit_generator.state = state["aug_rng"]

@@ -24,9 +24,9 @@ import numpy as np
 
 from dsbench import adapters, procs
 from dsbench.errors import DsbenchError
-from dsbench.loader.order import Plan, SampleStream
+from dsbench.loader.order import Plan
 from dsbench.loader.pipeline import Pipeline
-from dsbench.resume.reshard import PieceStream
+from dsbench.resume.reshard import worker_stream
 from dsbench.resume.work import Item, SampleWork, collate
 from dsbench.storage import accounting
 
@@ -41,12 +41,9 @@ def _worker(path: str, plan: Plan, rank: int, worker: int, epoch: int, pipeline:
     procs.die_with_parent()
     try:
         export = adapters.open_export(path)
-        stream: SampleStream | PieceStream
-        if state is not None and "pieces" in state:  # an elastic restart's share (reshard.py)
-            stream = PieceStream(export, [tuple(p) for p in state["pieces"]], plan.buffer,
-                                 np.random.default_rng([plan.seed, epoch, rank, worker, 2]))
-        else:
-            stream = SampleStream(export, plan, rank, worker, epoch, state)
+        # An elastic restart's share comes as {"pieces": ...} (reshard.py).
+        stream = worker_stream(export, plan, rank, worker, epoch, state,
+                               None if state is None else state.get("pieces"))
         # The augmentation's generator is part of the state too, so a resumed worker crops as
         # the uninterrupted one would have.
         rng = np.random.default_rng([plan.seed, epoch, rank, worker, 1])

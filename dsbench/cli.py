@@ -18,8 +18,8 @@ from dsbench import __version__
 from dsbench.errors import DsbenchError, Interrupted
 
 # Module names under dsbench.commands; each has HELP, add_arguments(parser) and run(args) -> int.
-COMMANDS = ["demo", "generate", "inspect", "bench", "compare", "gate", "extrapolate", "budget",
-            "probe", "proxy", "job", "resume", "asv"]
+COMMANDS = ["demo", "generate", "inspect", "bench", "compare", "gate", "advise", "extrapolate",
+            "budget", "probe", "proxy", "job", "resume", "asv"]
 
 
 class _Parser(argparse.ArgumentParser):

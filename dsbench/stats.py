@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 
@@ -50,15 +51,22 @@ MIN_WINDOW_BATCHES = 3
 
 
 def t_quantile(df: float, p: float = 0.975) -> float:
-    """The upper `p` quantile of Student's t with `df` degrees of freedom (p: 0.975, 0.995)."""
-    if p not in _T_TABLE:
-        raise ValueError(f"p must be one of {sorted(_T_TABLE)}, got {p}")
+    """The upper `p` quantile (0.5 < p < 1) of Student's t with `df` degrees of freedom: from
+    the table at 0.975 and 0.995, else exact at df < 3 and Hill's approximation beyond (the
+    intervals of several comparisons at once take other levels)."""
+    if not 0.5 < p < 1:
+        raise ValueError(f"p must be in (0.5, 1), got {p}")
     if not df >= 1:
         raise ValueError(f"need at least one degree of freedom, got {df}")
-    if df < 2:
+    if p in _T_TABLE and df < 2:
         return _T_TABLE[p][0]  # rounding down keeps the interval on the wide side
-    if df <= 30 and float(df).is_integer():
+    if p in _T_TABLE and df <= 30 and float(df).is_integer():
         return _T_TABLE[p][int(df) - 1]
+    if df < 2:
+        return math.tan(math.pi * (p - 0.5))  # df = 1 (rounded down: the wider interval)
+    if df < 3:
+        # df = 2 exactly (rounded down below 3: the wider interval)
+        return (2 * p - 1) / math.sqrt(2 * p * (1 - p))
     # Hill (1970): accurate to 4e-4 relative at df >= 2, to 4e-7 beyond 10.
     n, two_tail = float(df), 2.0 * (1.0 - p)
     a = 1.0 / (n - 0.5)
@@ -67,7 +75,7 @@ def t_quantile(df: float, p: float = 0.975) -> float:
     d = ((94.5 / (b + c) - 3.0) / b + 1.0) * math.sqrt(a * math.pi / 2) * n
     y = (d * two_tail) ** (2.0 / n)
     if y > 0.05 + a:
-        x = _NORMAL[p]
+        x = _NORMAL.get(p) or NormalDist().inv_cdf(p)
         y = x * x
         if n < 5:
             c += 0.3 * (n - 4.5) * (x + 0.6)

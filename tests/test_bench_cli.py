@@ -235,15 +235,19 @@ def test_only_what_dead_processes_left_is_removed(tmp_path: Path) -> None:
              "earlier version's": f"dsbench-{dead.pid}-0-0"}
     for name in names.values():
         (shm / name).write_bytes(b"x")
-    (temp / f"dsbench-native-{dead.pid}-5-{ns}-abc").mkdir()
-    (temp / f"dsbench-native-{orphans.owner()}-def").mkdir()
+    # A native round's directory and advise's candidates, of the dead run and of this one.
+    for kind in ("native", "advise"):
+        (temp / f"dsbench-{kind}-{dead.pid}-5-{ns}-abc").mkdir()
+        (temp / f"dsbench-{kind}-{orphans.owner()}-def").mkdir()
     cleared = orphans.clear(shm, temp)
     assert sorted(cleared.segments) == sorted([names["gone"], names["recycled"],
                                                names["earlier version's"]])
     assert cleared.owners == {dead.pid, ppid}
-    assert cleared.dirs == [f"dsbench-native-{dead.pid}-5-{ns}-abc"]
+    assert sorted(cleared.dirs) == [f"dsbench-{kind}-{dead.pid}-5-{ns}-abc"
+                                    for kind in ("advise", "native")]
     assert sorted(p.name for p in shm.iterdir()) == sorted(
         names[k] for k in ("mine", "parent", "elsewhere", "other"))
-    assert [p.name for p in temp.iterdir()] == [f"dsbench-native-{orphans.owner()}-def"]
-    assert "3 shared-memory segments and 1 temporary directory" in cleared.text()
+    assert sorted(p.name for p in temp.iterdir()) == [f"dsbench-{kind}-{orphans.owner()}-def"
+                                                      for kind in ("advise", "native")]
+    assert "3 shared-memory segments and 2 temporary directories" in cleared.text()
     assert orphans.clear(shm, temp).text() == ""

@@ -183,7 +183,9 @@ def test_per_sample_files_feed_the_modelled_cluster_less(measured_demo: dict[str
     # machine; utilization can only be as high, and is equal only when both are compute-bound.
     assert (cl["after"]["supply_samples_per_s_per_node"]
             < cl["before"]["supply_samples_per_s_per_node"])
-    assert cl["after"]["gpu_util"] <= cl["before"]["gpu_util"]
+    # Both compute-bound, the two utilizations are the same figure summed in another order:
+    # seen 1 ulp apart (0.9829351535836183 against 0.982935153583618).
+    assert cl["after"]["gpu_util"] <= cl["before"]["gpu_util"] * (1 + 1e-12)
     assert cl["before"]["verdict"] == "compute-bound"
 
 

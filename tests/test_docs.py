@@ -116,7 +116,9 @@ def equivalent(argv: list[str], tmp: Path) -> list[str]:
     """The same dsbench command, on small data under `tmp`."""
     argv = [a.replace("/tmp/", f"{tmp}/").replace("$GITHUB_STEP_SUMMARY", f"{tmp}/summary.md")
             for a in argv]
-    for option in ("--json", "--save"):
+    if argv[0] == "advise" and "--definition" not in argv:  # not into the checkout
+        argv = [*argv, "--definition", "advised.toml"]
+    for option in ("--json", "--save", "--definition", "--html"):
         # Outputs named relative to where the docs run them land in `tmp`, not the checkout.
         if option in argv and (i := argv.index(option) + 1) < len(argv) and \
                 not Path(argv[i]).is_absolute() and argv[i] != "-":
@@ -143,6 +145,9 @@ def equivalent(argv: list[str], tmp: Path) -> list[str]:
         argv = _set(argv, "--steps", "30")
         if "--ranks-sweep" in argv:
             argv = _set(argv, "--ranks-sweep", "1")
+    if cmd == "advise":  # one layout and shard size beside the export's own: a first pass
+        argv = _set(_set(_set(argv, "--layouts", "arrow"), "--shard-sizes", "64MB"),
+                    "--budget", "5s")
     if cmd == "probe":
         argv = _set(_set(_set(argv, "--objects", "20"), "--readers", "1,2"), "--seconds",
                     str(SECONDS))

@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "dsbench"
 # The stages in the order data flows; the foundation modules (errors, fmt, atomic, stats,
 # procs) come before all of them, the command line after.
 STAGES = ["storage", "adapters", "export", "results", "loader", "resume", "model", "job",
-          "analysis", "report", "commands"]
+          "analysis", "advise", "report", "commands"]
 FOUNDATION = {"dsbench", "dsbench.errors", "dsbench.fmt", "dsbench.atomic", "dsbench.stats",
               "dsbench.procs"}
 TOP = {"dsbench.cli", "dsbench.__main__"}

@@ -15,6 +15,7 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -59,6 +60,10 @@ def _argv(command: str, exports: dict[str, Path], tmp: Path) -> list[str]:
         # torch's StatefulDataLoader: its workers spawn and import torch, seconds each
         "resume-torch": [*resume, "--backend", "torch", "--policy", "stateful"],
         # the demo runs the others in turn, and a local S3 server of its own
+        # writes its candidates through a pool, then measures them as compare does
+        "advise": ["advise", str(exports["files"]), "--layouts", "wds,arrow", "--shard-sizes",
+                   "2kB", "--budget", "8s", "--batch-size", "2", "--definition",
+                   str(tmp / "a.toml"), "--json", str(tmp / "a.json")],
         "demo": ["demo", "--cache", str(tmp / "cache"), "--samples", "40", "--workers", "1",
                  "--seconds", "0.3", "--rounds", "1", "--steps", "300", "--nodes", "2",
                  "--network-latency", "0.004", "--json", str(tmp / "a.json")],
@@ -66,16 +71,16 @@ def _argv(command: str, exports: dict[str, Path], tmp: Path) -> list[str]:
 
 
 # (command, signal, seconds after start), spread over a whole run of each (here compare and gate
-# take about 6.5 s, generate about 4.4 s, probe about 1 s, job 8 s, resume 3.5 s, the demo 33 s):
-# 31 moments, with bench's 6 named ones (test_bench_cli.py) 37. gate is compare's run and a
-# verdict: it gets fewer; probe's moments cost a second each, compare's three, the demo's a
-# quarter of a minute: the suite's time is shared. The demo's moment falls in its object-store
-# leg (8-15 s here: its S3 server must be stopped too); its compare, probe and job are the
-# commands above, and that a job puts back the handlers torch's launcher replaces is checked
-# in tests/test_job.py.
+# take about 6.5 s, generate about 4.4 s, probe about 1 s, job 8 s, resume 3.5 s, the demo 33 s,
+# advise 16 s): 33 moments, with bench's 6 named ones (test_bench_cli.py) 39. gate is compare's
+# run and a verdict: it gets fewer; probe's moments cost a second each, compare's three, the
+# demo's a quarter of a minute: the suite's time is shared. The demo's moment falls in its
+# object-store leg (8-15 s here: its S3 server must be stopped too); its compare, probe and job
+# are the commands above, and that a job puts back the handlers torch's launcher replaces is
+# checked in tests/test_job.py.
 SPAN = {"compare": (0.0, 6.0, 6), "gate": (0.0, 6.0, 2), "generate": (0.0, 4.2, 6),
         "probe": (0.0, 1.0, 10), "job": (0.0, 8.0, 2), "resume": (0.0, 3.5, 2),
-        "resume-torch": (2.0, 6.0, 2), "demo": (9.0, 14.0, 1)}
+        "resume-torch": (2.0, 6.0, 2), "demo": (9.0, 14.0, 1), "advise": (0.0, 15.0, 2)}
 MOMENTS = [(c, _RNG.choice((signal.SIGINT, signal.SIGTERM)), round(_RNG.uniform(a, b), 3))
            for c, (a, b, n) in SPAN.items() for _ in range(n)]
 
@@ -121,6 +126,8 @@ def test_a_signal_at_any_moment_ends_the_command_cleanly(
         assert last.endswith(said), f"{where}: {err}"
     assert took < BOUND_S, f"{where}: took {took:.1f} s"
     assert left_behind(proc.pid) == [], where
+    # A run's own temporary directories (a native round's, advise's candidates) name it.
+    assert list(Path(tempfile.gettempdir()).glob(f"dsbench-*-{proc.pid}-*")) == [], where
     _nothing_half_written(command, tmp_path, where)
 
 

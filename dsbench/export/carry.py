@@ -133,7 +133,7 @@ def _document(raw: base.RawSample, key: str) -> Any:
                           key=raw.key) from None
 
 
-def _parsed(raw: base.RawSample, src: SourceField, docs: dict[str, Any]) -> Any:
+def parsed(raw: base.RawSample, src: SourceField, docs: dict[str, Any]) -> Any:
     """The stored value of a source field, parsed by its encoding (as the loader parses it)."""
     if src.raw not in raw.fields:
         raise _fail(raw, src, "missing here, though the source's first sample has it")
@@ -238,5 +238,5 @@ def convert(f: FieldSpec, raw: base.RawSample, src: SourceField, value: Any) -> 
 def carried_values(spec: ExportSpec, plan: FieldPlan, raw: base.RawSample) -> dict[str, Any]:
     """The carried fields of one source sample, by definition field name."""
     docs: dict[str, Any] = {}  # a JSON document parsed once per sample, for all its keys
-    return {name: convert(spec.field(name), raw, src, _parsed(raw, src, docs))
+    return {name: convert(spec.field(name), raw, src, parsed(raw, src, docs))
             for name, src in plan.carried}

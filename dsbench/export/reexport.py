@@ -175,7 +175,7 @@ def _jobs(todo: list[Range], starts: list[int], workers: int) -> list[list[Range
     return groups
 
 
-def _first_sample(export: base.Export, where: str) -> base.RawSample:
+def first_sample(export: base.Export, where: str) -> base.RawSample:
     reader = iter(export.read_units(export.units()))
     try:
         raw = next(reader, None)
@@ -188,7 +188,7 @@ def _first_sample(export: base.Export, where: str) -> base.RawSample:
     return raw
 
 
-def _count(export: base.Export, units: list[str], want: int | None) -> list[int]:
+def count_units(export: base.Export, units: list[str], want: int | None) -> list[int]:
     """Samples per source unit, from the first, until `want` are counted (all without it)."""
     counts: list[int] = []
     total = 0
@@ -223,7 +223,7 @@ def reexport(spec: ExportSpec, out_dir: str | Path, source: str, samples: int | 
         raise DsbenchError("the output directory is inside the source export; choose one "
                            "outside it", path=out)
     export = adapters.open_export(source, layout)
-    first = _first_sample(export, source)
+    first = first_sample(export, source)
     if first.codec not in IMAGE_EXT:
         raise DsbenchError(f"the images are {first.codec}: a re-export copies them as stored "
                            f"and can write {', '.join(IMAGE_EXT)} images",
@@ -236,7 +236,7 @@ def reexport(spec: ExportSpec, out_dir: str | Path, source: str, samples: int | 
     spec = dataclasses.replace(spec, image=dataclasses.replace(spec.image, codec=first.codec))
 
     units = export.units()
-    counts = _count(export, units, samples)
+    counts = count_units(export, units, samples)
     total = sum(counts)
     if samples is not None and samples > total:
         raise DsbenchError(f"--samples {samples} is more than the {total} samples the source "

@@ -1,0 +1,253 @@
+"""From the last pass's measurements to the advice: figures against the baseline with their
+intervals, each candidate carried to the user's cluster, the Pareto front, one recommendation.
+
+The cluster model is run for each candidate as `extrapolate` runs it (model.cluster), with one
+seed for all, so only the loader differs between them. Its predicted GPU utilization gets an
+interval as the measurements do: the model is run once per round with that round's CPU per
+sample (the measured batches scaled by the round's share), each round of a candidate paired
+with the baseline's round beside it and the same draws, and the ratio of their utilizations
+takes the same paired t and level as the timings.
+
+A candidate may be recommended when its CPU per sample is distinguishably lower than the
+baseline's or its predicted utilization distinguishably higher, and neither is distinguishably
+worse. Among those, one whose shards give each of the cluster's loader workers at least one
+(for the full export) comes first, then the highest predicted utilization, then the lowest CPU
+per sample; a winner that leaves workers without a shard is recommended with that warning.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from dsbench import fmt, stats
+from dsbench.advise.grid import Candidate
+from dsbench.advise.search import kept_pairs, level_for, ratio
+from dsbench.model.cluster import extrapolate, simulate
+from dsbench.model.costs import LoaderCost
+from dsbench.model.node import ClusterSpec
+from dsbench.results.types import BenchResult
+
+MODEL_STEPS = 2000
+MODEL_SEED = 0
+
+
+def predict(doc: BenchResult, cluster: ClusterSpec, steps: int = MODEL_STEPS) -> dict[str, Any]:
+    """The cluster model's figures for one measured side."""
+    e = extrapolate(doc, cluster, np.random.default_rng(MODEL_SEED), steps=steps,
+                    scaling=(cluster.ranks,))
+    store = e.get("store") or {}
+    return {"gpu_util": e["gpu_util"], "step_mean_s": e["step_time_s"]["mean"],
+            "step_p99_s": e["step_time_s"]["p99"], "verdict": e["verdict"],
+            "data_wait_share": e["data_wait_share"],
+            "requests_per_s_per_prefix": store.get("requests_per_s_per_prefix"),
+            "throttle_bound": bool(store.get("throttle_bound", False))}
+
+
+def round_utils(doc: BenchResult, cluster: ClusterSpec, steps: int = MODEL_STEPS
+                ) -> list[float]:
+    """Predicted GPU utilization from each round's CPU per sample alone (the module docstring
+    says why): the measured batches scaled by the round's CPU over the run's."""
+    cost = LoaderCost.from_result(doc)
+    rounds = doc["runs"][0]["rounds"]
+    mean = stats.geometric_mean([r["cpu_s_per_sample"] for r in rounds])
+    out = []
+    for i, r in enumerate(rounds):
+        f = r["cpu_s_per_sample"] / mean
+        scaled = dataclasses.replace(cost, cpu_s_per_sample=cost.cpu_s_per_sample * f,
+                                     batch_cpu_s=tuple(b * f for b in cost.batch_cpu_s))
+        result = simulate(scaled, cluster, np.random.default_rng([MODEL_SEED, i]),
+                          steps=steps)
+        out.append(float(result.gpu_util[0]))
+    return out
+
+
+def _interval(iv: stats.Interval | None, lower_is_better: bool) -> dict[str, Any] | None:
+    if iv is None:
+        return None
+    change = "not distinguishable"
+    if iv.excludes_null:
+        change = "better" if (iv.estimate < 1) == lower_is_better else "worse"
+    return {"ratio": iv.estimate, "interval": iv.as_list(), "level": iv.level,
+            "change": change}
+
+
+# A predicted utilization within this fraction of the baseline's is the same prediction: both
+# sides at the model's ceiling differ only in the last digits of the draws, and a t interval
+# over such differences would call them a change.
+SAME_UTIL = 0.001
+
+
+def _util_ratio(base: list[float], cand: list[float], keep: list[int] | None,
+                level: float) -> dict[str, Any] | None:
+    if keep is not None:
+        base, cand = [base[i] for i in keep], [cand[i] for i in keep]
+    if min(base + cand) <= 0:
+        return None
+    out = _interval(stats.paired_ratio(base, cand, level), lower_is_better=False)
+    if out is not None and out["interval"][0] <= 1 + SAME_UTIL and \
+            out["interval"][1] >= 1 / (1 + SAME_UTIL):
+        out["change"] = "not distinguishable"
+    return out
+
+
+def measured(doc: BenchResult, disk_bytes: float) -> dict[str, Any]:
+    r = doc["runs"][0]
+    first = [x["warmup_s"] for x in r["rounds"] if "warmup_s" in x]
+    return {"samples_per_s": r["samples_per_s"], "cpu_s_per_sample": r["cpu_s_per_sample"],
+            "bytes_per_sample": r["bytes_per_sample"], "files_per_sample": r["files_per_sample"],
+            "requests_per_sample": r.get("requests_per_sample"),
+            "peak_memory_bytes": r.get("peak_pss_anon_bytes", r["peak_pss_bytes"]),
+            "first_batch_s": stats.median(first) if first else None,
+            "disk_bytes_per_sample": disk_bytes}
+
+
+def at_target(c: Candidate, export_samples: int, cluster: ClusterSpec) -> dict[str, Any]:
+    """What the candidate's shard size means for the full export on the cluster."""
+    workers = cluster.ranks * cluster.workers_per_gpu
+    if c.shard_bytes is None:
+        return {"shards": None, "loader_workers": workers, "shards_per_worker": None}
+    shards = math.ceil(export_samples / c.spec.shard_samples)
+    return {"shards": shards, "loader_workers": workers, "shards_per_worker": shards / workers}
+
+
+def pareto(points: Sequence[tuple[float, float]]) -> list[bool]:
+    """Which (CPU per sample, bytes per sample) points no other point beats on both."""
+    return [not any(q[0] <= p[0] and q[1] <= p[1] and q != p for q in points) for p in points]
+
+
+def rows(cands: Sequence[Candidate], docs: Sequence[BenchResult], disk: Sequence[float],
+         cluster: ClusterSpec, export_samples: int) -> list[dict[str, Any]]:
+    """The baseline's row then each candidate's: measured, against the baseline, predicted."""
+    base = docs[0]
+    level = level_for(len(cands))
+    base_utils = round_utils(base, cluster)
+    out: list[dict[str, Any]] = [{
+        "name": "baseline", "what": "the export as it is", "baseline": True,
+        "layout": base["export"].get("layout"), "measured": measured(base, disk[0]),
+        "predicted": predict(base, cluster), "vs_baseline": None, "at_target": None,
+        "definition": None}]
+    for c, doc, d in zip(cands, docs[1:], disk[1:], strict=True):
+        cpu = ratio(base, doc, "cpu_s_per_sample", level)
+        rate = ratio(base, doc, "samples_per_s", level)
+        keep = kept_pairs(base, doc)
+        out.append({"name": c.name, "what": c.spec.description, "baseline": False,
+                    "layout": c.spec.layout, "encoding": c.encoding,
+                    "shard_bytes": c.shard_bytes,
+                    "shard_samples": c.spec.shard_samples if c.shard_bytes else None,
+                    "measured": measured(doc, d), "predicted": predict(doc, cluster),
+                    "vs_baseline": {
+                        "cpu_s_per_sample": _interval(cpu, lower_is_better=True),
+                        "samples_per_s": _interval(rate, lower_is_better=False),
+                        "gpu_util": _util_ratio(base_utils, round_utils(doc, cluster), keep,
+                                                level)},
+                    "at_target": at_target(c, export_samples, cluster),
+                    "definition": c.spec.to_dict()})
+    front = pareto([(r["measured"]["cpu_s_per_sample"], r["measured"]["bytes_per_sample"])
+                    for r in out])
+    for r, on in zip(out, front, strict=True):
+        r["pareto"] = on
+    return out
+
+
+def _change(row: dict[str, Any], key: str) -> str:
+    iv = row["vs_baseline"][key]
+    return "not distinguishable" if iv is None else str(iv["change"])
+
+
+def why_not(row: dict[str, Any]) -> str | None:
+    """Why a candidate is not recommended; None when it may be."""
+    cpu, util = _change(row, "cpu_s_per_sample"), _change(row, "gpu_util")
+    if "worse" in (cpu, util):
+        return "CPU per sample higher" if cpu == "worse" else "predicted GPU utilization lower"
+    if "better" not in (cpu, util):
+        return "neither CPU per sample nor predicted GPU utilization distinguishably better"
+    return None
+
+
+def few_shards(row: dict[str, Any]) -> str | None:
+    """Why the full export in this candidate's shards leaves loader workers idle; None when
+    each worker has at least one shard."""
+    t = row["at_target"]
+    if not t or t["shards_per_worker"] is None or t["shards_per_worker"] >= 1:
+        return None
+    return (f"the full export makes {fmt.plural(t['shards'], 'shard')} of this size for "
+            f"{t['loader_workers']} loader workers: {t['loader_workers'] - t['shards']} would "
+            "have none; try smaller shards (--shard-sizes) or state the size of the export "
+            "the job trains on (--export-samples)")
+
+
+def recommend(table: list[dict[str, Any]]) -> dict[str, Any]:
+    """The recommendation, with its reason in words, or why there is none."""
+    for r in table[1:]:
+        r["why_not"] = why_not(r)
+    ok = [r for r in table[1:] if r["why_not"] is None]
+    if not ok:
+        return {"winner": None, "warning": None, "ties": [],
+                "text": "no candidate is distinguishably better than the current export: "
+                        "keep it"}
+    # Enough shards for every loader worker first: the measured figures of a candidate that
+    # leaves workers idle do not hold on the cluster.
+    best = max(ok, key=lambda r: (few_shards(r) is None, round(r["predicted"]["gpu_util"], 3),
+                                  -r["measured"]["cpu_s_per_sample"]))
+    ties = [r["name"] for r in ok if r is not best and _overlap(r, best)]
+    text = reason(table[0], best)
+    if ties:
+        text += f"; as good within the intervals: {', '.join(ties)}"
+    return {"winner": best["name"], "warning": few_shards(best), "ties": ties, "text": text}
+
+
+def _overlap(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two candidates cannot be told apart: their CPU intervals against the baseline
+    overlap, and so do their predicted utilizations' (a conservative test of their own
+    difference), with shards enough for the cluster alike."""
+    def meets(key: str) -> bool:
+        x, y = a["vs_baseline"][key], b["vs_baseline"][key]
+        if x is None or y is None:
+            return x is y
+        return x["interval"][0] <= y["interval"][1] and y["interval"][0] <= x["interval"][1]
+    return meets("cpu_s_per_sample") and meets("gpu_util") and \
+        (few_shards(a) is None) == (few_shards(b) is None)
+
+
+def _pct(iv: dict[str, Any]) -> str:
+    lo, hi = iv["interval"]
+    return (f"{fmt.percent(1 - iv['ratio'])} less CPU per sample (interval "
+            f"{fmt.percent(1 - hi)} to {fmt.percent(1 - lo)})")
+
+
+def _files(per_sample: float) -> str:
+    """0.002 -> '1 file per 500 samples'; 2.0 -> '2 files per sample'."""
+    if per_sample <= 0:
+        return "no files"
+    if per_sample < 1:
+        n = 1 / per_sample
+        return f"1 file per {round(n) if abs(n - round(n)) < 0.05 else fmt.sig(n)} samples"
+    return f"{fmt.plural(per_sample, 'file')} per sample"
+
+
+def reason(base: dict[str, Any], best: dict[str, Any]) -> str:
+    mb, mc = base["measured"], best["measured"]
+    cpu = best["vs_baseline"]["cpu_s_per_sample"]
+    parts = [_pct(cpu) if cpu and cpu["change"] == "better" else
+             "CPU per sample not distinguishable from the current export's"]
+    b0, b1 = mb["bytes_per_sample"], mc["bytes_per_sample"]
+    parts.append("same bytes" if b1 == b0 else
+                 f"{fmt.nbytes(b1, 'sample')} read against {fmt.nbytes(b0, 'sample')}")
+    if mc["files_per_sample"] > 0:
+        parts.append(f"{_files(mc['files_per_sample'])} against "
+                     f"{_files(mb['files_per_sample'])}")
+    pu, bu = best["predicted"]["gpu_util"], base["predicted"]["gpu_util"]
+    util = f"predicted {fmt.percent(pu)} GPU utilization against {fmt.percent(bu)}"
+    iv = best["vs_baseline"]["gpu_util"]
+    if iv and iv["change"] != "not distinguishable":
+        util += f" ({iv['ratio']:.2f}x, interval {iv['interval'][0]:.2f}x to " \
+                f"{iv['interval'][1]:.2f}x)"
+    elif iv:
+        util += " (not distinguishable)"
+    parts.append(util)
+    return f"roll out {best['name']}: " + ", ".join(parts)

@@ -1,0 +1,62 @@
+"""A candidate's definition as a TOML file, for `generate DEFINITION OUT --from EXPORT`.
+
+The file says only what the candidate's writer uses (layout, shard size, field types and
+encodings, in the order the writers take them); loaded back by export.spec it gives a
+definition that writes the same bytes. The image table is left out: a re-export copies the
+source's images as stored, whatever a definition says of them.
+"""
+
+from __future__ import annotations
+
+import json
+
+from dsbench.export.spec import ExportSpec, FieldSpec, load_spec
+
+
+def _value(v: object) -> str:
+    # TOML's basic strings and arrays of integers read as JSON writes them.
+    return json.dumps(v, ensure_ascii=False)
+
+
+def _field(f: FieldSpec) -> list[str]:
+    lines = [f"[fields.{f.name}]", f"type = {_value(f.type)}"]
+    if f.type == "embedding":
+        lines += [f"dim = {f.dim}", f"encoding = {_value(f.encoding)}"]
+    if f.ext:
+        lines.append(f"ext = {_value(f.ext)}")
+    return lines
+
+
+def to_toml(spec: ExportSpec, header: str) -> str:
+    """The definition as TOML, `header` (one or more lines) as its opening comment."""
+    lines = [f"# {line}" if line else "#" for line in header.splitlines()]
+    lines += [f"name = {_value(spec.name)}", f"description = {_value(spec.description)}",
+              f"layout = {_value(spec.layout)}", f"samples = {spec.samples}"]
+    if spec.layout == "files":
+        lines.append(f"files_per_dir = {spec.files_per_dir}")
+    else:
+        lines.append(f"shard_samples = {spec.shard_samples}")
+    if spec.layout in ("files", "wds"):
+        lines.append(f"fields_as = {_value(spec.fields_as)}")
+    if spec.layout == "hf":
+        lines.append(f"form = {_value(spec.form)}")
+    if spec.compression:
+        lines.append(f"compression = {_value(spec.compression)}")
+    for f in spec.fields:
+        lines += ["", *_field(f)]
+    return "\n".join(lines) + "\n"
+
+
+def same_writer(a: ExportSpec, b: ExportSpec) -> bool:
+    """Whether two definitions lay samples out alike (all but names, text and image settings,
+    which a re-export does not use)."""
+    keys = ("layout", "shard_samples", "fields_as", "files_per_dir", "fields", "form",
+            "compression")
+    return all(getattr(a, k) == getattr(b, k) for k in keys)
+
+
+def check_round_trip(spec: ExportSpec, path: str) -> None:
+    """The file written loads back as the same layout (a bug here would hand the user a
+    definition that writes something else than what was measured)."""
+    if not same_writer(spec, load_spec(path)):
+        raise AssertionError(f"{path} does not load back as {spec.name}")

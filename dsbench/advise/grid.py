@@ -1,0 +1,188 @@
+"""The candidates advise tries: layouts, shard sizes in bytes and field encodings.
+
+Every candidate carries every field of the source (advise.fields) and its images byte for byte;
+what differs is how they are laid out:
+
+* the layout: WebDataset shards, Arrow IPC, Parquet, and the formats written through their own
+  libraries (MDS, litdata, Hugging Face datasets, Lance, TFRecord) where installed and able to
+  hold the fields (litdata and TFRecord have no type for boxes);
+* the field encoding: for member layouts (WebDataset, per-sample files), an embedding as raw
+  float32 bytes in its own member, or the fields in one JSON document per sample (the JSON
+  variant is tried only where the source keeps one, to tell the layout's effect from the
+  encoding's); columnar layouts hold an embedding as a native float32 list column;
+* the shard size, stated in bytes: each size becomes the samples a shard holds, from the mean
+  size of a sample as the candidate encodes it (the first samples of the source, encoded as the
+  member layouts store them). Per-sample files have no shards.
+
+Two candidates that would lay the sample out alike (every shard size past the sample's size
+makes one shard of it) are one candidate: the larger shard's definition, since it is the same
+bytes on the sample and fewer requests at full size.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from dsbench import fmt
+from dsbench.adapters import base
+from dsbench.advise.fields import BINARY, JSON, LIST, Found
+from dsbench.errors import DsbenchError
+from dsbench.export import carry
+from dsbench.export.encode import sample_members
+from dsbench.export.spec import LAYOUTS, ExportSpec, ImageSpec
+
+DEFAULT_SHARD_BYTES = (64_000_000, 256_000_000, 1_000_000_000)
+# The formats written through their own libraries, by the module each needs.
+LIBRARY = {"mds": "streaming", "litdata": "litdata", "hf": "datasets", "lance": "lance",
+           "tfrecord": "tfrecord"}
+DEFAULT_LAYOUTS = ("wds", "arrow", "parquet", "mds", "litdata")
+NO_BOXES = ("litdata", "tfrecord")  # no list-of-records type (export.spec)
+COLUMNAR_JSON_REFUSED = ("litdata", "hf", "tfrecord")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One way to lay the sample out: its definition, and what it changes, in words."""
+
+    name: str
+    spec: ExportSpec
+    shard_bytes: int | None  # the size asked for; None for per-sample files
+    encoding: str  # how the embedding is stored (or "-": the source has none)
+    what: str
+    baseline: bool = False
+
+
+@dataclass(frozen=True)
+class Skipped:
+    layout: str
+    why: str
+
+
+def parse_layouts(text: str) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
+    if not names:
+        raise DsbenchError("--layouts needs at least one layout")
+    for n in names:
+        if n not in LAYOUTS:
+            raise DsbenchError(f"--layouts: {n!r} is not one of {', '.join(LAYOUTS)}")
+    return names
+
+
+def parse_shard_sizes(text: str) -> tuple[int, ...]:
+    sizes = tuple(sorted({int(fmt.parse_nbytes(t.strip())) for t in text.split(",")
+                          if t.strip()}))
+    if not sizes or sizes[0] < 1_000:
+        raise DsbenchError(f"--shard-sizes {text!r}: give sizes of 1kB or more, e.g. 64MB,256MB")
+    return sizes
+
+
+def size_name(size: int) -> str:
+    """256000000 -> '256MB': a shard size as a candidate's name holds it."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if size >= scale:
+            return f"{size / scale:.4g}{unit}"
+    return f"{size}B"
+
+
+def sample_bytes(spec: ExportSpec, raws: Sequence[base.RawSample], layout: str) -> float:
+    """Mean bytes of a sample of `raws` (the source's first samples) as `spec` would store it
+    in members: image plus each field's encoded bytes."""
+    plan = carry.plan_fields(spec, carry.source_fields(raws[0], layout))
+    sizes = []
+    for raw in raws:
+        sample = {"image": raw.image, **carry.carried_values(spec, plan, raw)}
+        sizes.append(sum(len(b) for _, b in sample_members(spec, sample)))
+    return sum(sizes) / len(sizes)
+
+
+def _spec(name: str, layout: str, found: Found, samples: int, codec: str, *,
+          shard_samples: int = 1000, fields_as: str = "members", encoding: str = LIST,
+          what: str = "") -> ExportSpec:
+    fields = tuple(dataclasses.replace(f, encoding=encoding) if f.type == "embedding" else f
+                   for f in found.fields)
+    return ExportSpec(name=name, layout=layout, description=what, samples=samples,
+                      shard_samples=shard_samples, fields_as=fields_as,
+                      image=ImageSpec(codec=codec),
+                      fields=fields)
+
+
+def _installed(layout: str) -> bool:
+    module = LIBRARY.get(layout)
+    return module is None or importlib.util.find_spec(module) is not None
+
+
+def _encodings(layout: str, source_layout: str, found: Found) -> list[tuple[str, str, str]]:
+    """(name suffix, fields_as, embedding encoding) of the encodings tried in `layout`."""
+    if layout in ("wds", "files"):
+        out = [("", "members", BINARY)]
+        if found.in_document and source_layout in ("wds", "files"):
+            out.append(("-json", "json", JSON))  # the source's own encoding, in this layout
+        return out
+    return [("", "members", LIST)]
+
+
+def _describe(layout: str, fields_as: str, encoding: str, found: Found) -> str:
+    names = {"wds": "WebDataset shards", "files": "a file per member per sample",
+             "arrow": "Arrow IPC shards", "parquet": "Parquet shards", "mds": "MDS shards",
+             "litdata": "litdata chunks", "hf": "a Hugging Face dataset",
+             "lance": "a Lance dataset", "tfrecord": "TFRecord shards"}
+    text = names[layout]
+    if found.embedding_encoding is None:
+        return text
+    if fields_as == "json":
+        return text + ", fields in a JSON document, embedding as a JSON list"
+    return text + (", embedding as raw float32" if encoding == BINARY
+                   else ", embedding as a float32 list column")
+
+
+def candidates(found: Found, raws: Sequence[base.RawSample], source_layout: str,
+               samples: int, layouts: Sequence[str], shard_sizes: Sequence[int]
+               ) -> tuple[list[Candidate], list[Skipped]]:
+    """The grid (the module docstring has it), without duplicates, and the layouts left out
+    with the reason."""
+    codec = raws[0].codec
+    out: list[Candidate] = []
+    skipped: list[Skipped] = []
+    wanted = list(layouts)
+    if source_layout == "files" and "files" not in wanted:
+        wanted.insert(0, "files")  # the source's own layout with another encoding
+    seen: dict[tuple[str, str, str, int], int] = {}
+    for layout in wanted:
+        if not _installed(layout):
+            skipped.append(Skipped(layout, f"needs {LIBRARY[layout]}: pip install "
+                                           f"'dsbench[{layout}]'"))
+            continue
+        if layout in NO_BOXES and found.has("boxes"):
+            skipped.append(Skipped(layout, f"{layout} has no type for a list of records "
+                                           "(boxes)"))
+            continue
+        for suffix, fields_as, encoding in _encodings(layout, source_layout, found):
+            enc = encoding if found.embedding_encoding else "-"
+            what = _describe(layout, fields_as, encoding, found)
+            probe = _spec("probe", "wds", found, samples, codec, fields_as=fields_as,
+                          encoding=BINARY if encoding == LIST else encoding)
+            per_sample = sample_bytes(probe, raws, source_layout)
+            if layout == "files":
+                name = f"files{suffix or '-binary'}"
+                out.append(Candidate(name, _spec(name, layout, found, samples, codec,
+                                                 fields_as=fields_as, encoding=encoding,
+                                                 what=what), None, enc, what))
+                continue
+            for size in sorted(shard_sizes, reverse=True):
+                per_shard = max(1, round(size / per_sample))
+                # Shards past the sample's size lay it out alike: one shard.
+                key = (layout, fields_as, encoding, min(per_shard, samples))
+                if key in seen:
+                    continue
+                name = f"{layout}{suffix}-{size_name(size)}"
+                seen[key] = len(out)
+                out.append(Candidate(name, _spec(name, layout, found, samples, codec,
+                                                 shard_samples=per_shard, fields_as=fields_as,
+                                                 encoding=encoding,
+                                                 what=f"{what}, about {fmt.nbytes(size)} "
+                                                      f"({per_shard} samples) a shard"),
+                                     size, enc, what))
+    return out, skipped

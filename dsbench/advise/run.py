@@ -1,0 +1,193 @@
+"""`dsbench advise EXPORT`: re-lay a sample of the export into candidates, measure them against
+the export as it is, carry them to the cluster and say which to roll out (docs/advise.md)."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+from dsbench import adapters, atomic, fmt
+from dsbench.adapters import base
+from dsbench.advise import advice, definition, grid
+from dsbench.advise.fields import found_fields
+from dsbench.advise.search import level_for, search
+from dsbench.errors import DsbenchError
+from dsbench.export.reexport import count_units, reexport
+from dsbench.export.spec import ExportSpec, FieldSpec, ImageSpec
+from dsbench.loader import orphans
+from dsbench.loader.options import BenchOptions
+from dsbench.model.node import ClusterSpec
+from dsbench.results.document import now_utc
+from dsbench.results.machine import collect
+from dsbench.results.types import BenchResult
+from dsbench.storage import files as store
+
+KIND = "dsbench-advice"
+PROBE_SAMPLES = 100  # the first samples, for the fields' types and a sample's size
+MANIFEST = "_dsbench.json"
+
+
+DEFAULT_SAMPLES = 1000
+
+
+@dataclass(frozen=True)
+class AdviseOptions:
+    samples: int | None = None  # None: DEFAULT_SAMPLES, or every sample of a smaller export
+    budget_s: float = 600.0
+    layouts: tuple[str, ...] = grid.DEFAULT_LAYOUTS
+    shard_sizes: tuple[int, ...] = grid.DEFAULT_SHARD_BYTES
+    work_dir: Path | None = None  # None: a temporary directory, removed at the end
+    layout: str | None = None  # read the source as this layout
+    # The samples of the export the job trains on, where EXPORT is a part of it (None: EXPORT's)
+    export_samples: int | None = None
+
+
+@contextlib.contextmanager
+def work_dir(given: Path | None) -> Iterator[Path]:
+    """Where the candidates are written: the user's directory (kept), or a temporary one named
+    for this process, removed however the run ends (a killed run's goes at the next run)."""
+    if given is not None:
+        given.mkdir(parents=True, exist_ok=True)
+        yield given
+        return
+    orphans.clear_once(fmt.progress)
+    tmp = Path(tempfile.mkdtemp(prefix=f"dsbench-advise-{orphans.owner()}-"))
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _first(export: base.Export, n: int, where: str) -> list[base.RawSample]:
+    reader = iter(export.read_units(export.units()))
+    try:
+        raws = list(islice(reader, n))
+    finally:
+        close = getattr(reader, "close", None)
+        if close is not None:
+            close()
+    if not raws:
+        raise DsbenchError("the export holds no samples", path=where)
+    return raws
+
+
+def disk_bytes(path: Path) -> int:
+    """The bytes of an export's files, its manifest aside."""
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and f.name != MANIFEST)
+
+
+def _source_bytes(doc: BenchResult) -> float:
+    e = doc["export"]
+    return float(e.get("bytes") or 0) / max(1, int(e.get("samples") or 1))
+
+
+def advise(source: str, opts: AdviseOptions, bench: BenchOptions, cluster: ClusterSpec,
+           progress: Callable[[str], None] = fmt.progress) -> dict[str, Any]:
+    """The advice document (schemas/advice.schema.json); the module docstring says what."""
+    t0 = time.perf_counter()
+    export = adapters.open_export(source, opts.layout)
+    total = sum(count_units(export, export.units(), opts.samples or DEFAULT_SAMPLES))
+    if opts.samples is None:
+        opts = dataclasses.replace(opts, samples=min(DEFAULT_SAMPLES, total))
+    elif opts.samples > total:
+        raise DsbenchError(f"--samples {opts.samples} is more than the {total} samples the "
+                           "export holds", path=source)
+    assert opts.samples is not None
+    raws = _first(export, min(PROBE_SAMPLES, opts.samples), source)
+    found = found_fields(raws[0], export.layout)
+    cands, skipped = grid.candidates(found, raws, export.layout, opts.samples, opts.layouts,
+                                     opts.shard_sizes)
+    for s in skipped:
+        progress(f"not tried: {s.layout}: {s.why}")
+    if not cands:
+        raise DsbenchError("no layout of --layouts can hold this export's fields", path=source)
+    base_opts = dataclasses.replace(bench, layout=opts.layout)
+    cand_opts = dataclasses.replace(bench, layout=None)
+    with work_dir(opts.work_dir) as root:
+        paths = [source]
+        for c in cands:
+            out = root / c.name
+            reexport(c.spec, out, source, samples=opts.samples, layout=export.layout)
+            paths.append(str(out))
+        written = [disk_bytes(Path(p)) / opts.samples for p in paths[1:]]
+        progress(f"{len(cands)} candidates written in {fmt.seconds(time.perf_counter() - t0)}; "
+                 "measuring")
+        left = opts.budget_s - (time.perf_counter() - t0)
+
+        def rank(doc: BenchResult) -> tuple[float, float]:
+            return (round(advice.predict(doc, cluster)["gpu_util"], 3),
+                    -doc["runs"][0]["cpu_s_per_sample"])
+
+        passes = search(paths, cand_opts, base_opts, left, rank, progress)
+    last = passes[-1]
+    final = [cands[i] for i in last.sides[1:]]
+    docs = last.docs
+    own = int(docs[0]["export"].get("samples") or total)
+    export_samples = opts.export_samples or own
+    disk = [_source_bytes(docs[0])] + [written[i] for i in last.sides[1:]]
+    table = advice.rows(final, docs, disk, cluster, export_samples)
+    verdict = advice.recommend(table)
+    names = [c.name for c in cands]
+    notes = []
+    if store.is_remote(store.location(source)):
+        notes.append("the export is read from its store and the candidates from local disk: "
+                     "the baseline's CPU per sample includes the store's client, the "
+                     "candidates' do not; the model carries requests and bytes alike")
+    return {
+        "kind": KIND, "schema_version": 1, "created_utc": now_utc(),
+        "machine": collect(), "source": {"path": source, "layout": export.layout,
+                                         "samples": own, "job_samples": export_samples,
+                                         "fields": found.stored},
+        "sample": {"samples": opts.samples,
+                   "which": f"the first {opts.samples} samples in the export's unit order"},
+        "settings": {"budget_s": opts.budget_s, "layouts": list(opts.layouts),
+                     "shard_sizes_bytes": list(opts.shard_sizes),
+                     "workers": bench.workers[0], "batch_size": bench.batch_size,
+                     "order": bench.order, "family_level": level_for(1),
+                     "level_each": level_for(len(final)),
+                     "correction": f"Bonferroni over the {len(final)} candidates of the last "
+                                   "pass"},
+        "candidates_tried": [{"name": c.name, "what": c.spec.description,
+                              "layout": c.spec.layout} for c in cands],
+        "not_tried": [{"layout": s.layout, "why": s.why} for s in skipped],
+        "passes": [p.to_json(names) for p in passes],
+        "cluster": cluster.to_json(), "table": table, "recommendation": verdict,
+        "notes": notes, "wall_s": time.perf_counter() - t0,
+        "work_dir": None if opts.work_dir is None else os.fspath(opts.work_dir),
+    }
+
+
+def write_definition(doc: dict[str, Any], path: Path) -> Path | None:
+    """The winner's definition as TOML at `path`; None (nothing written) without a winner."""
+    winner = doc["recommendation"]["winner"]
+    if winner is None:
+        return None
+    row = next(r for r in doc["table"] if r["name"] == winner)
+    spec = dataclasses.replace(definition_of(row), samples=doc["source"]["job_samples"])
+    warning = doc["recommendation"]["warning"]
+    header = (f"Advised by `dsbench advise {doc['source']['path']}`: "
+              f"{doc['recommendation']['text']}.\n"
+              + (f"Warning: {warning}.\n" if warning else "") +
+              f"Make the full export: dsbench generate {path} OUT --from "
+              f"{doc['source']['path']}")
+    text = definition.to_toml(spec, header)
+    atomic.write_output(path, text.encode())
+    definition.check_round_trip(spec, str(path))
+    return path
+
+
+def definition_of(row: dict[str, Any]) -> ExportSpec:
+    """A table row's definition, back from its plain data."""
+    d = dict(row["definition"])
+    d["image"] = ImageSpec(**d["image"])
+    d["fields"] = tuple(FieldSpec(**{**f, "words": tuple(f["words"])}) for f in d["fields"])
+    return ExportSpec(**d)

@@ -1,0 +1,156 @@
+"""The advice for people: the ranked table, the recommendation, and an HTML page with the Pareto
+front of CPU per sample against bytes per sample."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from typing import Any
+
+from dsbench import fmt
+
+HEADERS = ("candidate", "CPU/sample", "vs baseline (interval)", "samples/s", "bytes read/sample",
+           "files/sample", "on disk/sample", "shards per loader worker", "predicted GPU util",
+           "step mean / p99", "first batch", "")
+
+
+# why_not's reasons (advise.advice) as the table's last column says them.
+SHORT = {"CPU per sample higher": "CPU higher",
+         "predicted GPU utilization lower": "utilization lower",
+         "neither CPU per sample nor predicted GPU utilization distinguishably better":
+             "not distinguishably better"}
+
+
+def _ratio(iv: dict[str, Any] | None) -> str:
+    if iv is None:
+        return "-"
+    lo, hi = iv["interval"]
+    word = {"better": "better", "worse": "worse"}.get(iv["change"], "not distinguishable")
+    return f"{iv['ratio']:.3f}x ({lo:.3f}x to {hi:.3f}x) {word}"
+
+
+def _row(r: dict[str, Any]) -> list[str]:
+    m, p = r["measured"], r["predicted"]
+    t = r.get("at_target") or {}
+    spw = t.get("shards_per_worker")
+    mark = "recommended" if r.get("recommended") else ("" if r["baseline"] else
+                                                       SHORT.get(r.get("why_not") or "", ""))
+    util = fmt.percent(p["gpu_util"])
+    iv = (r["vs_baseline"] or {}).get("gpu_util")
+    if iv and iv["change"] != "not distinguishable":
+        util += f" ({iv['ratio']:.2f}x, {iv['interval'][0]:.2f}x to {iv['interval'][1]:.2f}x)"
+    return [r["name"] + (" *" if r.get("pareto") else ""),
+            fmt.seconds(m["cpu_s_per_sample"], "sample"),
+            "-" if r["baseline"] else _ratio(r["vs_baseline"]["cpu_s_per_sample"]),
+            fmt.rate(m["samples_per_s"]), fmt.nbytes(m["bytes_per_sample"]),
+            fmt.sig(m["files_per_sample"]), fmt.nbytes(m["disk_bytes_per_sample"]),
+            "-" if spw is None else fmt.sig(spw), util,
+            f"{fmt.seconds(p['step_mean_s'])} / {fmt.seconds(p['step_p99_s'])}",
+            "-" if m["first_batch_s"] is None else fmt.seconds(m["first_batch_s"]), mark]
+
+
+def table_rows(doc: dict[str, Any]) -> list[list[str]]:
+    winner = doc["recommendation"]["winner"]
+    return [_row({**r, "recommended": r["name"] == winner}) for r in doc["table"]]
+
+
+def _cluster(doc: dict[str, Any]) -> str:
+    c = doc["cluster"]
+    return (f"{c['nodes']} nodes x {c['gpus_per_node']} GPUs, {c['workers_per_gpu']} loader "
+            f"workers per GPU, batch {c['batch_size']} per GPU, storage {c['storage']}")
+
+
+def header_lines(doc: dict[str, Any]) -> list[str]:
+    s, st = doc["source"], doc["settings"]
+    passes = "; ".join(f"{len(p['candidates'])} sides x {p['rounds']} rounds of "
+                       f"{fmt.seconds(p['seconds'])} ({fmt.seconds(p['wall_s'])})"
+                       for p in doc["passes"])
+    job = "" if s["job_samples"] == s["samples"] else \
+        f"; the job trains on {fmt.plural(s['job_samples'], 'sample')}"
+    return [f"advise {s['path']} ({s['layout']}, {fmt.plural(s['samples'], 'sample')}{job}): "
+            f"{doc['sample']['which']}, re-laid into "
+            f"{fmt.plural(len(doc['candidates_tried']), 'candidate')}, in "
+            f"{fmt.seconds(doc['wall_s'])}",
+            f"passes: {passes}",
+            f"measured with {st['workers']} worker, batches of {st['batch_size']}, "
+            f"{st['order']} order; intervals {fmt.percent(st['level_each'])} each, "
+            f"{fmt.percent(st['family_level'])} for all together ({st['correction']})",
+            f"predicted for: {_cluster(doc)} (a model, not a measurement)"]
+
+
+def render(doc: dict[str, Any], markdown: bool = False) -> str:
+    lines = header_lines(doc)
+    lines += ["", fmt.table(HEADERS, table_rows(doc), markdown=markdown), "",
+              "* on the Pareto front of CPU per sample against bytes read per sample"]
+    lines += [f"note: {n}" for n in doc["notes"]]
+    for s in doc["not_tried"]:
+        lines.append(f"not tried: {s['layout']} ({s['why']})")
+    dropped = [n for n in doc["passes"][0]["candidates"]
+               if n not in doc["passes"][-1]["candidates"]]
+    if dropped:
+        lines.append("left after the first pass (dominated, or in the slower half): "
+                     + ", ".join(dropped))
+    lines += ["", doc["recommendation"]["text"]]
+    if doc["recommendation"].get("warning"):
+        lines.append("warning: " + doc["recommendation"]["warning"])
+    return "\n".join(lines)
+
+
+def pareto_png(doc: dict[str, Any]) -> bytes | None:
+    """The candidates' CPU per sample against bytes read per sample, the front joined."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except Exception:  # a missing or broken install: the page says so instead
+        return None
+    fig, ax = plt.subplots(figsize=(7.0, 4.5), dpi=110)
+    try:
+        winner = doc["recommendation"]["winner"]
+        pts = [(r["measured"]["bytes_per_sample"] / 1e3, r["measured"]["cpu_s_per_sample"] * 1e3,
+                r["name"], r.get("pareto", False), r["baseline"]) for r in doc["table"]]
+        for x, y, name, front, is_base in pts:
+            ax.scatter([x], [y], color="#d62728" if is_base else
+                       ("#2ca02c" if front else "#7f7f7f"), zorder=3,
+                       marker="*" if name == winner else "o", s=120 if name == winner else 30)
+            ax.annotate(name, (x, y), textcoords="offset points", xytext=(5, 4), fontsize=8)
+        front_pts = sorted((x, y) for x, y, _, f, _ in pts if f)
+        if len(front_pts) > 1:
+            ax.plot(*zip(*front_pts, strict=True), color="#2ca02c", lw=1, zorder=2)
+        xs = [p[0] for p in pts]
+        # Random access can read a whole row group per sample: orders of magnitude apart.
+        if max(xs) > 10 * min(xs) > 0:
+            ax.set_xscale("log")
+        ax.set_xlabel("bytes read per sample (kB)")
+        ax.set_ylabel("CPU per sample (ms)")
+        ax.set_title("Measured on this machine: the export (red), the Pareto front (green), "
+                     "the recommendation (star)", fontsize=10)
+        fig.tight_layout()
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png")
+        return buf.getvalue()
+    finally:
+        plt.close(fig)
+
+
+def render_html(doc: dict[str, Any]) -> str:
+    e = html.escape
+    head = "".join(f"<th>{e(h)}</th>" for h in HEADERS)
+    body = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>"
+                   for row in table_rows(doc))
+    png = pareto_png(doc)
+    figure = (f'<img alt="Pareto front" src="data:image/png;base64,'
+              f'{base64.b64encode(png).decode()}">' if png else
+              "<p>(the plot needs matplotlib: pip install 'dsbench[plot]')</p>")
+    return "\n".join([
+        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+        "<title>dsbench advise</title>",
+        "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
+        "td,th{border:1px solid #ccc;padding:3px 6px;font-size:90%}</style></head><body>",
+        f"<h1>{e(doc['recommendation']['text'])}</h1>",
+        *(f"<p>{e(line)}</p>" for line in header_lines(doc)),
+        f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>",
+        "<h2>CPU per sample against bytes read per sample</h2>", figure,
+        "</body></html>"]) + "\n"

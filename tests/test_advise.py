@@ -81,26 +81,66 @@ def test_a_definition_written_loads_back_as_the_same_layout(after_like: Path,
         assert definition.same_writer(c.spec, load_spec(path)), c.name
 
 
-def test_a_field_no_writer_can_carry_is_refused_in_one_line(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    src = tmp_path / "src"
-    src.mkdir()
-    # A WebDataset shard as webdataset's own writer makes it, one member holding a list of
-    # strings: no definition field type holds that.
+def _shard(root: Path, members: dict[str, bytes], n: int = 3) -> Path:
+    """A WebDataset shard as webdataset's own writer makes it: a JPEG and `members` a sample."""
     import webdataset as wds
+    from PIL import Image
 
-    with wds.TarWriter(str(src / "shard-000000.tar")) as sink:
-        for i in range(3):
-            img = io.BytesIO()
-            from PIL import Image
+    root.mkdir()
+    img = io.BytesIO()
+    Image.new("RGB", (8, 8)).save(img, format="JPEG")
+    with wds.TarWriter(str(root / "shard-000000.tar")) as sink:
+        for i in range(n):
+            sink.write({"__key__": f"s{i}", "jpg": img.getvalue(), **members})
+    return root
 
-            Image.new("RGB", (8, 8)).save(img, format="JPEG")
-            sink.write({"__key__": f"s{i}", "jpg": img.getvalue(), "cls": b"1",
-                        "tags.json": json.dumps(["a", "b"]).encode()})
+
+@pytest.mark.parametrize(("members", "says"), [
+    ({"tags.json": json.dumps(["a", "b"]).encode()}, "'tags'"),  # a list of strings
+    ({"json": json.dumps({"bbox area": 3}).encode()}, "'bbox area'"),  # not an identifier
+])
+def test_a_field_no_definition_can_hold_is_refused_in_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], members: dict[str, bytes],
+        says: str) -> None:
+    src = _shard(tmp_path / "src", {"cls": b"1", **members})
     assert main(["advise", str(src), "--definition", str(tmp_path / "d.toml")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "shard-000000.tar" in err[0] and "'tags'" in err[0], err
+    assert len(err) == 1 and "shard-000000.tar" in err[0] and says in err[0], err
     assert not (tmp_path / "d.toml").exists()
+
+
+def test_digits_stored_as_text_stay_text(tmp_path: Path) -> None:
+    # "000123" as an int would lose its zeros, and a later "a cat" would be refused.
+    src = _shard(tmp_path / "src", {"json": json.dumps({"id": "000123", "n": 7}).encode()})
+    found, _ = _found(src)
+    assert {f.name: f.type for f in found.fields} == {"id": "string", "n": "int"}  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("option", "value", "says"), [
+    ("--shard-sizes", "inf", "finite"), ("--shard-sizes", "10", "1kB or more"),
+    ("--budget", "soon", "a duration"), ("--layouts", "zip", "not one of"),
+    ("--samples", "1", "at least 2"), ("--work-dir", "FILE", "cannot make it a directory"),
+])
+def test_bad_options_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                  after_like: Path, option: str, value: str, says: str) -> None:
+    if value == "FILE":
+        value = str(tmp_path / "file")
+        Path(value).write_text("x")
+    assert main(["advise", str(after_like), option, value, "--budget" if option != "--budget"
+                 else "--samples", "1s" if option != "--budget" else "10",
+                 "--definition", str(tmp_path / "d.toml")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[0], err
+
+
+def test_an_export_in_an_object_store_is_refused_before_anything_is_read(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Candidates on local disk against an export read through a store's client: its own
+    # layout copied to disk would look like a win. Refused from the URL alone.
+    assert main(["advise", "s3://no-such-bucket/after", "--definition",
+                 str(tmp_path / "d.toml")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "s3://no-such-bucket/after" in err[0] and "local disk" in err[0]
 
 
 @pytest.mark.parametrize(("df", "p", "known"), [(10, 0.99, 2.7638), (5, 0.999, 5.8934),
@@ -132,7 +172,7 @@ def test_intervals_over_k_candidates_hold_their_family_level(k: int) -> None:
     assert hits_plain / trials > 0.10
 
 
-def test_advise_recommends_shards_with_a_binary_embedding_and_its_definition_remakes_it(
+def test_advise_recommends_shards_with_a_float32_embedding_and_its_definition_remakes_it(
         after_like: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     work, toml, out = tmp_path / "work", tmp_path / "advised.toml", tmp_path / "advice.json"
     # A step of 20 ms makes the export's loader the job's bottleneck (8 workers per GPU at

@@ -243,6 +243,9 @@ def reason(base: dict[str, Any], best: dict[str, Any]) -> str:
                      f"{_files(mb['files_per_sample'])}")
     pu, bu = best["predicted"]["gpu_util"], base["predicted"]["gpu_util"]
     util = f"predicted {fmt.percent(pu)} GPU utilization against {fmt.percent(bu)}"
+    if few_shards(best):
+        # The model gives every loader worker data to read; with too few shards some have none.
+        util += " if every loader worker had a shard"
     iv = best["vs_baseline"]["gpu_util"]
     if iv and iv["change"] != "not distinguishable":
         util += f" ({iv['ratio']:.2f}x, interval {iv['interval'][0]:.2f}x to " \

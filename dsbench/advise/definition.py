@@ -9,8 +9,9 @@ source's images as stored, whatever a definition says of them.
 from __future__ import annotations
 
 import json
+import tomllib
 
-from dsbench.export.spec import ExportSpec, FieldSpec, load_spec
+from dsbench.export.spec import ExportSpec, FieldSpec, parse_spec
 
 
 def _value(v: object) -> str:
@@ -55,8 +56,8 @@ def same_writer(a: ExportSpec, b: ExportSpec) -> bool:
     return all(getattr(a, k) == getattr(b, k) for k in keys)
 
 
-def check_round_trip(spec: ExportSpec, path: str) -> None:
-    """The file written loads back as the same layout (a bug here would hand the user a
-    definition that writes something else than what was measured)."""
-    if not same_writer(spec, load_spec(path)):
-        raise AssertionError(f"{path} does not load back as {spec.name}")
+def check_text(spec: ExportSpec, text: str, path: str) -> None:
+    """`text` (to be written at `path`) loads back as the same layout; the fields' names were
+    checked to be identifiers when they were found (advise.fields), so a failure is a bug."""
+    if not same_writer(spec, parse_spec(tomllib.loads(text), path)):
+        raise AssertionError(f"{path} would not load back as {spec.name}")

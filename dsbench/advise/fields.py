@@ -38,10 +38,8 @@ class Found:
 
 
 def _is_int(v: Any) -> bool:
-    if isinstance(v, bytes):
-        v = v.decode("ascii", "replace")
-    if isinstance(v, str):
-        return v.strip().removeprefix("-").isdigit()
+    # Only what the source stores as an integer: text of digits ("000123", a JSON string) is
+    # text, and an int would drop its zeros or refuse the next sample's words.
     return isinstance(v, int | np.integer) and not isinstance(v, bool | np.bool_)
 
 
@@ -103,6 +101,10 @@ def found_fields(raw: base.RawSample, layout: str) -> Found:
             raise DsbenchError(f"field {src.name!r} ({src.stored_as}) is null in the first "
                                "sample: its type cannot be told", path=raw.source_of(src.raw),
                                key=raw.key)
+        if not src.name.isidentifier() or src.name.startswith("__"):
+            raise DsbenchError(f"field {src.name!r} ({src.stored_as}): a definition names its "
+                               "fields as identifiers (letters, digits, _), so no candidate "
+                               "could name this one", path=raw.source_of(src.raw), key=raw.key)
         f = typed(src.name, value, src.stored_as, raw)
         fields.append(f)
         stored[f.name] = src.stored_as

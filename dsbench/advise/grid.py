@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -72,8 +73,10 @@ def parse_layouts(text: str) -> tuple[str, ...]:
 
 
 def parse_shard_sizes(text: str) -> tuple[int, ...]:
-    sizes = tuple(sorted({int(fmt.parse_nbytes(t.strip())) for t in text.split(",")
-                          if t.strip()}))
+    parsed = [fmt.parse_nbytes(t.strip()) for t in text.split(",") if t.strip()]
+    if not all(math.isfinite(x) for x in parsed):
+        raise DsbenchError(f"--shard-sizes {text!r}: sizes must be finite, e.g. 64MB,256MB")
+    sizes = tuple(sorted({int(x) for x in parsed}))
     if not sizes or sizes[0] < 1_000:
         raise DsbenchError(f"--shard-sizes {text!r}: give sizes of 1kB or more, e.g. 64MB,256MB")
     return sizes
@@ -183,6 +186,7 @@ def candidates(found: Found, raws: Sequence[base.RawSample], source_layout: str,
                                                  shard_samples=per_shard, fields_as=fields_as,
                                                  encoding=encoding,
                                                  what=f"{what}, about {fmt.nbytes(size)} "
-                                                      f"({per_shard} samples) a shard"),
+                                                      f"({fmt.plural(per_shard, 'sample')}) "
+                                                      "a shard"),
                                      size, enc, what))
     return out, skipped

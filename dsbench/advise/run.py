@@ -23,7 +23,7 @@ from dsbench.advise.search import level_for, search
 from dsbench.errors import DsbenchError
 from dsbench.export.reexport import count_units, reexport
 from dsbench.export.spec import ExportSpec, FieldSpec, ImageSpec
-from dsbench.loader import orphans
+from dsbench.loader import orphans, summary
 from dsbench.loader.options import BenchOptions
 from dsbench.model.node import ClusterSpec
 from dsbench.results.document import now_utc
@@ -56,7 +56,11 @@ def work_dir(given: Path | None) -> Iterator[Path]:
     """Where the candidates are written: the user's directory (kept), or a temporary one named
     for this process, removed however the run ends (a killed run's goes at the next run)."""
     if given is not None:
-        given.mkdir(parents=True, exist_ok=True)
+        try:
+            given.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise DsbenchError(f"--work-dir: cannot make it a directory: "
+                               f"{exc.strerror or exc}", path=given) from None
         yield given
         return
     orphans.clear_once(fmt.progress)
@@ -65,6 +69,15 @@ def work_dir(given: Path | None) -> Iterator[Path]:
         yield tmp
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def in_advise_terms(progress: Callable[[str], None]) -> Callable[[str], None]:
+    """`progress`, with bench's advice about its windows said in advise's options (advise
+    chooses the rounds and windows itself)."""
+    def say(line: str) -> None:
+        progress(line.replace(summary.NOISY_ADVICE, "a longer --budget or a quieter machine")
+                 .replace(summary.SHORT_ADVICE, "a smaller --batch-size"))
+    return say
 
 
 def _first(export: base.Export, n: int, where: str) -> list[base.RawSample]:
@@ -94,6 +107,13 @@ def advise(source: str, opts: AdviseOptions, bench: BenchOptions, cluster: Clust
            progress: Callable[[str], None] = fmt.progress) -> dict[str, Any]:
     """The advice document (schemas/advice.schema.json); the module docstring says what."""
     t0 = time.perf_counter()
+    if store.is_remote(store.location(source)):
+        # Candidates are written to local disk: against an export read through a store's
+        # client, the same layout copied to disk would look like a win (seen: 54% less CPU).
+        raise DsbenchError("advise measures candidates on local disk and needs the export "
+                           "there too: copy a sample first (dsbench generate DEFINITION DIR "
+                           "--from URL --samples N, with the export's own layout), then "
+                           "advise DIR", path=source)
     export = adapters.open_export(source, opts.layout)
     total = sum(count_units(export, export.units(), opts.samples or DEFAULT_SAMPLES))
     if opts.samples is None:
@@ -127,7 +147,7 @@ def advise(source: str, opts: AdviseOptions, bench: BenchOptions, cluster: Clust
             return (round(advice.predict(doc, cluster)["gpu_util"], 3),
                     -doc["runs"][0]["cpu_s_per_sample"])
 
-        passes = search(paths, cand_opts, base_opts, left, rank, progress)
+        passes = search(paths, cand_opts, base_opts, left, rank, in_advise_terms(progress))
     last = passes[-1]
     final = [cands[i] for i in last.sides[1:]]
     docs = last.docs
@@ -137,11 +157,6 @@ def advise(source: str, opts: AdviseOptions, bench: BenchOptions, cluster: Clust
     table = advice.rows(final, docs, disk, cluster, export_samples)
     verdict = advice.recommend(table)
     names = [c.name for c in cands]
-    notes = []
-    if store.is_remote(store.location(source)):
-        notes.append("the export is read from its store and the candidates from local disk: "
-                     "the baseline's CPU per sample includes the store's client, the "
-                     "candidates' do not; the model carries requests and bytes alike")
     return {
         "kind": KIND, "schema_version": 1, "created_utc": now_utc(),
         "machine": collect(), "source": {"path": source, "layout": export.layout,
@@ -152,7 +167,8 @@ def advise(source: str, opts: AdviseOptions, bench: BenchOptions, cluster: Clust
         "settings": {"budget_s": opts.budget_s, "layouts": list(opts.layouts),
                      "shard_sizes_bytes": list(opts.shard_sizes),
                      "workers": bench.workers[0], "batch_size": bench.batch_size,
-                     "order": bench.order, "family_level": level_for(1),
+                     "order": bench.order, "read_as": opts.layout,
+                     "family_level": level_for(1),
                      "level_each": level_for(len(final)),
                      "correction": f"Bonferroni over the {len(final)} candidates of the last "
                                    "pass"},
@@ -161,7 +177,7 @@ def advise(source: str, opts: AdviseOptions, bench: BenchOptions, cluster: Clust
         "not_tried": [{"layout": s.layout, "why": s.why} for s in skipped],
         "passes": [p.to_json(names) for p in passes],
         "cluster": cluster.to_json(), "table": table, "recommendation": verdict,
-        "notes": notes, "wall_s": time.perf_counter() - t0,
+        "wall_s": time.perf_counter() - t0,
         "work_dir": None if opts.work_dir is None else os.fspath(opts.work_dir),
     }
 
@@ -174,14 +190,17 @@ def write_definition(doc: dict[str, Any], path: Path) -> Path | None:
     row = next(r for r in doc["table"] if r["name"] == winner)
     spec = dataclasses.replace(definition_of(row), samples=doc["source"]["job_samples"])
     warning = doc["recommendation"]["warning"]
+    layout = doc["settings"].get("read_as")
     header = (f"Advised by `dsbench advise {doc['source']['path']}`: "
               f"{doc['recommendation']['text']}.\n"
               + (f"Warning: {warning}.\n" if warning else "") +
-              f"Make the full export: dsbench generate {path} OUT --from "
-              f"{doc['source']['path']}")
+              f"Re-lay the whole export: dsbench generate {path} OUT --from "
+              f"{doc['source']['path']}" + (f" --layout {layout}" if layout else ""))
     text = definition.to_toml(spec, header)
+    # Checked before it is written: a file that loads as another layout, or not at all, would
+    # hand the user something else than what was measured.
+    definition.check_text(spec, text, str(path))
     atomic.write_output(path, text.encode())
-    definition.check_round_trip(spec, str(path))
     return path
 
 

@@ -10,9 +10,11 @@ as the budget left allows, and only its rounds make the figures and intervals re
 first pass chose which candidates to look at, and reusing its rounds would bias the intervals
 of the candidates it favoured.
 
-The intervals hold for every candidate of the last pass at once: each is taken at level
-1 - 0.05 / K for K candidates (Bonferroni), so the chance that any of them claims a difference
-that is not there stays at most 5% (tests/test_advise.py checks this on simulated rounds).
+The intervals of one figure hold for every candidate of the last pass at once: each is taken at
+level 1 - 0.05 / K for K candidates (Bonferroni), so the chance that any of them claims a
+difference in that figure that is not there stays at most 5% (tests/test_advise.py checks this
+on simulated rounds). When the budget leaves fewer than MIN_ROUNDS rounds for a second pass, the
+first pass is the one reported: it took every candidate, so its intervals hold as well, wide.
 """
 
 from __future__ import annotations
@@ -129,8 +131,10 @@ def search(paths: Sequence[str], opts: BenchOptions, base_opts: BenchOptions, bu
         left = budget_s - (time.perf_counter() - started)
         rounds = int(left / (len(sides) * per_round))
         if rounds < MIN_ROUNDS:
-            progress(f"the budget leaves time for {fmt.plural(rounds, 'round')} of a second "
-                     f"pass, fewer than {MIN_ROUNDS}: reporting the first")
+            progress(f"the budget leaves time for {fmt.plural(max(0, rounds), 'round')} of a "
+                     f"second pass, fewer than {MIN_ROUNDS}: reporting the first pass, whose "
+                     f"{FIRST_ROUNDS} short rounds give wide intervals (a longer --budget "
+                     "narrows them)")
             return passes
     else:
         # Nothing measured yet to size the rounds by: a round of 1 s costs about twice that

@@ -38,16 +38,16 @@ def parse_budget(text: str) -> float:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from dsbench.adapters import FORMATS
-    from dsbench.advise.run import AdviseOptions
+    from dsbench.advise.run import DEFAULT_SAMPLES, AdviseOptions
     from dsbench.loader.decode import DECODERS
     from dsbench.report.demo import DEMO_CLUSTER
 
     d = AdviseOptions()
-    p.add_argument("path", metavar="EXPORT", help="the export as it is: its directory, or an "
-                   "object-store URL")
+    p.add_argument("path", metavar="EXPORT", help="the export as it is: its directory (the "
+                   "candidates are measured on local disk beside it)")
     p.add_argument("--samples", type=int, default=None, metavar="N",
                    help=f"the first N samples in the export's unit order are re-laid and "
-                        f"measured (default {d.samples}, or all of a smaller export)")
+                        f"measured (default {DEFAULT_SAMPLES}, or all of a smaller export)")
     p.add_argument("--export-samples", type=int, default=None, metavar="N",
                    help="samples of the export the job trains on, where EXPORT is a part of "
                         "it: what the shard sizes mean for the cluster's loader workers "
@@ -100,6 +100,9 @@ def run(args: argparse.Namespace) -> int:
     for out in (args.definition, args.html):
         if out is not None:
             atomic.check_output(out)
+    if args.work_dir is not None and args.work_dir.exists() and not args.work_dir.is_dir():
+        raise DsbenchError("--work-dir: cannot make it a directory: a file is there",
+                           path=args.work_dir)
     opts = AdviseOptions(samples=args.samples, budget_s=parse_budget(args.budget),
                          layouts=grid.parse_layouts(args.layouts),
                          shard_sizes=grid.parse_shard_sizes(args.shard_sizes),

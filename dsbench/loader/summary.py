@@ -100,6 +100,11 @@ def summarize_run(n_workers: int, opts: BenchOptions, rounds: list[dict[str, Any
     return run
 
 
+# What the warnings below tell a person to do, in bench's options (advise says it in its own).
+NOISY_ADVICE = "use a longer --seconds, more --rounds, or a quieter machine"
+SHORT_ADVICE = "use a longer --seconds or a smaller --batch-size"
+
+
 def warnings_of(run: Run, opts: BenchOptions) -> list[str]:
     """What a person should know before comparing the run's figures."""
     out = []
@@ -108,13 +113,12 @@ def warnings_of(run: Run, opts: BenchOptions) -> list[str]:
                           (run["cpu_s_per_sample_spread"], "CPU per sample")):
         if spread > stats.SPREAD_WARNING:
             out.append(f"{label} with {fmt.plural(w, 'worker')} varies by "
-                       f"{100 * spread:.3g}% between rounds (IQR/median): use a longer "
-                       "--seconds, more --rounds, or a quieter machine before comparing it")
+                       f"{100 * spread:.3g}% between rounds (IQR/median): {NOISY_ADVICE} "
+                       "before comparing it")
     short = min(r.get("batches", 0) for r in run["rounds"]) / w
     if short < stats.MIN_WINDOW_BATCHES and "epochs" not in run:
         out.append(f"the measured window with {fmt.plural(w, 'worker')} held only "
-                   f"{fmt.plural(short, 'batch', 'batches')} per worker: use a longer --seconds "
-                   "or a smaller --batch-size")
+                   f"{fmt.plural(short, 'batch', 'batches')} per worker: {SHORT_ADVICE}")
     for r in run["rounds"]:
         # Window CPU is a part of what the reaped workers used in all; more is an accounting bug.
         if "workers_cpu_s_reaped" in r and \

@@ -73,7 +73,7 @@ def header_lines(doc: dict[str, Any]) -> list[str]:
             f"{fmt.plural(len(doc['candidates_tried']), 'candidate')}, in "
             f"{fmt.seconds(doc['wall_s'])}",
             f"passes: {passes}",
-            f"measured with {st['workers']} worker, batches of {st['batch_size']}, "
+            f"measured with {fmt.plural(st['workers'], 'worker')}, batches of {st['batch_size']}, "
             f"{st['order']} order; intervals {fmt.percent(st['level_each'])} each, "
             f"{fmt.percent(st['family_level'])} for all together ({st['correction']})",
             f"predicted for: {_cluster(doc)} (a model, not a measurement)"]
@@ -83,13 +83,12 @@ def render(doc: dict[str, Any], markdown: bool = False) -> str:
     lines = header_lines(doc)
     lines += ["", fmt.table(HEADERS, table_rows(doc), markdown=markdown), "",
               "* on the Pareto front of CPU per sample against bytes read per sample"]
-    lines += [f"note: {n}" for n in doc["notes"]]
     for s in doc["not_tried"]:
         lines.append(f"not tried: {s['layout']} ({s['why']})")
     dropped = [n for n in doc["passes"][0]["candidates"]
                if n not in doc["passes"][-1]["candidates"]]
     if dropped:
-        lines.append("left after the first pass (dominated, or in the slower half): "
+        lines.append("dropped after the first pass (dominated, or in the worse half): "
                      + ", ".join(dropped))
     lines += ["", doc["recommendation"]["text"]]
     if doc["recommendation"].get("warning"):

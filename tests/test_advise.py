@@ -15,10 +15,10 @@ from conftest import tiny_spec
 from dsbench import adapters, stats
 from dsbench.advise import definition, grid
 from dsbench.advise.fields import found_fields
-from dsbench.advise.run import _first
 from dsbench.advise.search import level_for
 from dsbench.cli import main
 from dsbench.export.generate import generate
+from dsbench.export.reexport import first_samples
 from dsbench.export.spec import load_spec
 from dsbench.results import schema
 
@@ -38,7 +38,7 @@ def after_like(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _found(path: Path) -> tuple[object, list]:
     export = adapters.open_export(str(path))
-    raws = _first(export, 20, str(path))
+    raws = first_samples(export, 20, str(path))
     return found_fields(raws[0], export.layout), raws
 
 

@@ -132,9 +132,9 @@ def rows(cands: Sequence[Candidate], docs: Sequence[BenchResult], disk: Sequence
         "predicted": predict(base, cluster), "vs_baseline": None, "at_target": None,
         "definition": None}]
     for c, doc, d in zip(cands, docs[1:], disk[1:], strict=True):
-        cpu = ratio(base, doc, "cpu_s_per_sample", level)
-        rate = ratio(base, doc, "samples_per_s", level)
         keep = kept_pairs(base, doc)
+        cpu = ratio(base, doc, "cpu_s_per_sample", level, keep)
+        rate = ratio(base, doc, "samples_per_s", level, keep)
         out.append({"name": c.name, "what": c.spec.description, "baseline": False,
                     "layout": c.spec.layout, "encoding": c.encoding,
                     "shard_bytes": c.shard_bytes,

@@ -152,7 +152,8 @@ def candidates(found: Found, raws: Sequence[base.RawSample], source_layout: str,
     wanted = list(layouts)
     if source_layout == "files" and "files" not in wanted:
         wanted.insert(0, "files")  # the source's own layout with another encoding
-    seen: dict[tuple[str, str, str, int], int] = {}
+    seen: set[tuple[str, str, str, int]] = set()
+    sizes: dict[tuple[str, str], float] = {}  # a sample's bytes, by encoding: alike in layouts
     for layout in wanted:
         if not _installed(layout):
             skipped.append(Skipped(layout, f"needs {LIBRARY[layout]}: pip install "
@@ -165,9 +166,12 @@ def candidates(found: Found, raws: Sequence[base.RawSample], source_layout: str,
         for suffix, fields_as, encoding in _encodings(layout, source_layout, found):
             enc = encoding if found.embedding_encoding else "-"
             what = _describe(layout, fields_as, encoding, found)
-            probe = _spec("probe", "wds", found, samples, codec, fields_as=fields_as,
-                          encoding=BINARY if encoding == LIST else encoding)
-            per_sample = sample_bytes(probe, raws, source_layout)
+            as_members = (fields_as, BINARY if encoding == LIST else encoding)
+            if as_members not in sizes:
+                probe = _spec("probe", "wds", found, samples, codec, fields_as=fields_as,
+                              encoding=as_members[1])
+                sizes[as_members] = sample_bytes(probe, raws, source_layout)
+            per_sample = sizes[as_members]
             if layout == "files":
                 name = f"files{suffix or '-binary'}"
                 out.append(Candidate(name, _spec(name, layout, found, samples, codec,
@@ -181,7 +185,7 @@ def candidates(found: Found, raws: Sequence[base.RawSample], source_layout: str,
                 if key in seen:
                     continue
                 name = f"{layout}{suffix}-{size_name(size)}"
-                seen[key] = len(out)
+                seen.add(key)
                 out.append(Candidate(name, _spec(name, layout, found, samples, codec,
                                                  shard_samples=per_shard, fields_as=fields_as,
                                                  encoding=encoding,

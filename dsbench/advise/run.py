@@ -11,17 +11,15 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from itertools import islice
 from pathlib import Path
 from typing import Any
 
 from dsbench import adapters, atomic, fmt
-from dsbench.adapters import base
 from dsbench.advise import advice, definition, grid
 from dsbench.advise.fields import found_fields
 from dsbench.advise.search import level_for, search
 from dsbench.errors import DsbenchError
-from dsbench.export.reexport import count_units, reexport
+from dsbench.export.reexport import count_units, first_samples, reexport
 from dsbench.export.spec import ExportSpec, FieldSpec, ImageSpec
 from dsbench.loader import orphans, summary
 from dsbench.loader.options import BenchOptions
@@ -80,19 +78,6 @@ def in_advise_terms(progress: Callable[[str], None]) -> Callable[[str], None]:
     return say
 
 
-def _first(export: base.Export, n: int, where: str) -> list[base.RawSample]:
-    reader = iter(export.read_units(export.units()))
-    try:
-        raws = list(islice(reader, n))
-    finally:
-        close = getattr(reader, "close", None)
-        if close is not None:
-            close()
-    if not raws:
-        raise DsbenchError("the export holds no samples", path=where)
-    return raws
-
-
 def disk_bytes(path: Path) -> int:
     """The bytes of an export's files, its manifest aside."""
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and f.name != MANIFEST)
@@ -122,7 +107,7 @@ def advise(source: str, opts: AdviseOptions, bench: BenchOptions, cluster: Clust
         raise DsbenchError(f"--samples {opts.samples} is more than the {total} samples the "
                            "export holds", path=source)
     assert opts.samples is not None
-    raws = _first(export, min(PROBE_SAMPLES, opts.samples), source)
+    raws = first_samples(export, min(PROBE_SAMPLES, opts.samples), source)
     found = found_fields(raws[0], export.layout)
     cands, skipped = grid.candidates(found, raws, export.layout, opts.samples, opts.layouts,
                                      opts.shard_sizes)

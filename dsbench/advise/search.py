@@ -56,11 +56,12 @@ def kept_pairs(base: BenchResult, cand: BenchResult) -> list[int] | None:
     return None
 
 
-def ratio(base: BenchResult, cand: BenchResult, key: str, level: float
-          ) -> stats.Interval | None:
-    """cand / base of a timed figure over the undisturbed pairs of one interleaved run."""
+def ratio(base: BenchResult, cand: BenchResult, key: str, level: float,
+          keep: list[int] | None = None) -> stats.Interval | None:
+    """cand / base of a timed figure over the undisturbed pairs of one interleaved run
+    (`keep`, when the caller has them already)."""
     a, b = rounds_of(base, key), rounds_of(cand, key)
-    keep = kept_pairs(base, cand)
+    keep = keep if keep is not None else kept_pairs(base, cand)
     if keep is not None:
         a, b = [a[i] for i in keep], [b[i] for i in keep]
     return stats.paired_ratio(a, b, level)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import itertools
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -175,17 +176,18 @@ def _jobs(todo: list[Range], starts: list[int], workers: int) -> list[list[Range
     return groups
 
 
-def first_sample(export: base.Export, where: str) -> base.RawSample:
+def first_samples(export: base.Export, n: int, where: str) -> list[base.RawSample]:
+    """The export's first `n` samples in its unit order (fewer if it holds fewer)."""
     reader = iter(export.read_units(export.units()))
     try:
-        raw = next(reader, None)
+        raws = list(itertools.islice(reader, n))
     finally:
         close = getattr(reader, "close", None)
         if close is not None:
             close()
-    if raw is None:
+    if not raws:
         raise DsbenchError("the export holds no samples", path=where)
-    return raw
+    return raws
 
 
 def count_units(export: base.Export, units: list[str], want: int | None) -> list[int]:
@@ -223,7 +225,7 @@ def reexport(spec: ExportSpec, out_dir: str | Path, source: str, samples: int | 
         raise DsbenchError("the output directory is inside the source export; choose one "
                            "outside it", path=out)
     export = adapters.open_export(source, layout)
-    first = first_sample(export, source)
+    first = first_samples(export, 1, source)[0]
     if first.codec not in IMAGE_EXT:
         raise DsbenchError(f"the images are {first.codec}: a re-export copies them as stored "
                            f"and can write {', '.join(IMAGE_EXT)} images",

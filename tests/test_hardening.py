@@ -124,6 +124,35 @@ def test_a_full_disk_during_generate_is_one_line_and_leaves_whole_units(
     assert "shard-000001.tar" not in names
 
 
+def test_a_writing_process_killed_mid_unit_is_one_line_and_leaves_whole_units(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # A writer killed by the kernel (out of memory) sends no answer: the run must notice its
+    # end instead of waiting for the unit forever, and remove what it left half-written.
+    real = write.WRITERS["wds"]
+
+    def killed(spec, out_dir, unit, samples):  # type: ignore[no-untyped-def]
+        if unit == 2:
+            (out_dir / ".shard-000002.tar.tmp1").write_bytes(b"half")
+            os.kill(os.getpid(), signal.SIGKILL)
+        real.write_unit(spec, out_dir, unit, samples)
+
+    monkeypatch.setitem(write.WRITERS, "wds", Writer("wds", real.unit_paths, killed))
+    definition = tmp_path / "tiny.toml"
+    definition.write_text('name = "tiny"\nlayout = "wds"\nshard_samples = 10\n[image]\n'
+                          'sizes = "fixed"\nwidth = 32\nheight = 24\n'
+                          '[fields.label]\ntype = "int"\n')
+    out = tmp_path / "export"
+    assert main(["generate", str(definition), str(out), "--samples", "40", "--jobs", "2"]) == 2
+    one_line_error(capsys, "a writing process ended unexpectedly (signal 9)")
+    names = sorted(p.name for p in out.iterdir())
+    assert not [n for n in names if n.startswith(".shard")]  # nothing half-written left
+    assert "shard-000002.tar" not in names
+    # Every writer was reaped (Python's resource tracker stays, as it does for any pool).
+    assert not [c for c in psutil.Process().children(recursive=True)
+                if "resource_tracker" not in " ".join(c.cmdline())]
+
+
 def test_an_absurd_batch_size_is_refused_before_any_process(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     export = write_export(tmp_path, "wds", 10)

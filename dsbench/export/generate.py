@@ -11,24 +11,21 @@ from __future__ import annotations
 
 import json
 import math
-import multiprocessing
 import os
-import shutil
-import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from multiprocessing.pool import Pool
 from pathlib import Path
 from typing import Any
 
-from dsbench import atomic, procs
+from dsbench import atomic
 from dsbench.adapters.base import MANIFEST
 from dsbench.errors import DsbenchError
 from dsbench.export import parts
 from dsbench.export.libraries import UNITS
 from dsbench.export.parts import Part
+from dsbench.export.pool import remove_temporaries, worker_pool
 from dsbench.export.spec import ExportSpec
 from dsbench.export.synth import GENERATOR, make_samples, warm
 from dsbench.export.write import is_whole, writer_of
@@ -122,7 +119,7 @@ def prepare(out: Path, started: dict[str, Any], sweep: bool = True) -> None:
     try:
         out.mkdir(parents=True, exist_ok=True)
         if sweep:
-            _remove_temporaries(out)
+            remove_temporaries(out)
         if not (out / MANIFEST).exists():
             write_manifest(out, started)
     except OSError as exc:
@@ -164,58 +161,6 @@ def pool_jobs(spec: ExportSpec, jobs: int | None, todo: int) -> int:
     if writer_of(spec).sequential:
         return 1
     return max(1, min(jobs or len(os.sched_getaffinity(0)), todo))
-
-
-def _remove_temporaries(out_dir: Path, only: set[Path] | None = None) -> None:
-    """What a killed writer left: its temporaries, files or directories (a finished write
-    leaves none); with `only`, those of these final paths alone."""
-    for tmp in sorted(out_dir.rglob(".*"), key=lambda p: len(p.parts)):
-        if not atomic.is_tmp(tmp) or (only is not None and atomic.final_of(tmp) not in only):
-            continue
-        if tmp.is_dir() and not tmp.is_symlink():
-            shutil.rmtree(tmp, ignore_errors=True)
-        elif tmp.exists() or tmp.is_symlink():
-            tmp.unlink(missing_ok=True)
-
-
-def _pool_worker(setup: Callable[..., None] | None, args: tuple[Any, ...]) -> None:
-    # Ctrl-C is handled once, in the parent, which terminates the pool and cleans up; the
-    # parent's SIGTERM handler (the command line's, inherited when forked) is not the
-    # workers' to run: the pool's terminate() must end them at once.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    procs.die_with_parent()
-    if setup is not None:
-        setup(*args)
-
-
-@contextmanager
-def worker_pool(out: Path, workers: int, start: str = "fork",
-                setup: Callable[..., None] | None = None, args: tuple[Any, ...] = (),
-                only: set[Path] | None = None) -> Iterator[Pool]:
-    """A pool of `workers` processes writing into `out`. On any failure or interruption the
-    workers are ended and their temporaries removed (of the final paths `only`, when given):
-    the units written so far stay whole (a re-run completes the export), the ones being
-    written are gone. `setup(*args)` runs first in each worker."""
-    # fork by default: workers inherit the imported modules, which makes start-up cheap on
-    # Linux. Callers whose process has used an object store pass "spawn": its client is not
-    # fork-safe (a forked child hangs on its first request).
-    pool = multiprocessing.get_context(start).Pool(workers, initializer=_pool_worker,
-                                                   initargs=(setup, args))
-    try:
-        yield pool
-        pool.close()
-    except BaseException as exc:
-        with procs.uninterrupted():
-            pool.terminate()
-            pool.join()
-            _remove_temporaries(out, only)
-        if isinstance(exc, OSError):
-            # A full disk, a read-only mount.
-            raise DsbenchError(f"cannot write the export: {exc.strerror or exc}",
-                               path=exc.filename or out) from None
-        raise
-    pool.join()
 
 
 def _write_unit(job: tuple[ExportSpec, Path, int, int, int, int, int]) -> int:
@@ -266,7 +211,7 @@ def generate(spec: ExportSpec, out_dir: str | Path, samples: int | None = None, 
     if part is not None:
         ranges = [r for r in ranges if part.owns(r[0])]
         only = {p for r in ranges for p in writer_of(spec).unit_paths(spec, out, r[0])}
-        _remove_temporaries(out, only)
+        remove_temporaries(out, only)
     else:
         parts.clear_lock(out)
     todo = [(spec, out, seed, generator, u, a, b) for u, a, b in ranges]

@@ -49,9 +49,9 @@ from dsbench.export.generate import (
     prepare,
     start_method,
     unit_ranges,
-    worker_pool,
     write_manifest,
 )
+from dsbench.export.pool import worker_pool
 from dsbench.export.spec import IMAGE_EXT, ExportSpec
 from dsbench.export.synth import sample_key, synthesised_field
 from dsbench.export.write import writer_of

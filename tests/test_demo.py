@@ -18,6 +18,7 @@ from dsbench import fmt
 from dsbench.cli import main
 from dsbench.errors import DsbenchError
 from dsbench.export.generate import generate
+from dsbench.export.spec import load_spec
 from dsbench.model.costs import Distribution
 from dsbench.report import demo, verdict
 
@@ -197,7 +198,7 @@ def run_demo_cli(tmp_path: Path, *extra: str) -> list[str]:
 
 def test_demo_end_to_end_reuses_its_cache(tmp_path: Path, capsys: pytest.CaptureFixture[str]
                                           ) -> None:
-    assert main(run_demo_cli(tmp_path)) == 0
+    assert main(run_demo_cli(tmp_path, "--out", str(tmp_path / "out"))) == 0
     first = capsys.readouterr()
     assert "generating before" in first.err and "Verdict (measured on this machine" in first.out
     assert "On 16 nodes x 8 GPUs" in first.out and "What to do" in first.out
@@ -234,13 +235,32 @@ def test_demo_end_to_end_reuses_its_cache(tmp_path: Path, capsys: pytest.Capture
     assert checked and float(checked[2]) > 0
     assert (checked[1] != "within its tolerances") == ("rough: its check against a measured "
                                                        "job missed on" in first.out)
-    assert main(run_demo_cli(tmp_path, "--no-object-store", "--no-job")) == 0
+    # It ends with dsbench advise's pick for after: Arrow shards, whose one file per shard
+    # lifts the modelled utilization past after's two requests per sample by an interval.
+    advice = doc["advice"]
+    assert advice["kind"] == "dsbench-advice" and advice["sample"]["samples"] == 40
+    assert advice["recommendation"]["winner"] == "arrow-64MB"
+    row = next(r for r in advice["table"] if r["name"] == "arrow-64MB")
+    assert row["vs_baseline"]["gpu_util"]["interval"][0] > 1.0
+    assert "Which export to roll out (dsbench advise on after's first 40 samples" in first.out
+    assert "  roll out arrow-64MB: " in first.out
+    # --out keeps the advice, the winner's definition (named where it is) and its page section.
+    out = tmp_path / "out"
+    assert advice["definition_path"] == str(out / "advised.toml")
+    assert load_spec(out / "advised.toml").layout == "arrow"
+    assert f"dsbench generate {out / 'advised.toml'} OUT --from" in first.out
+    assert json.loads((out / "results" / "advice.json").read_text()) == advice
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert "<h2>Which export to roll out" in page and 'alt="Pareto front' in page
+    assert main(run_demo_cli(tmp_path, "--no-object-store", "--no-job", "--no-advice")) == 0
     second = capsys.readouterr()
     assert "generating" not in second.err and second.err.count("reusing") == 3
     assert "On object storage" not in second.out
     assert "the model against a measured job: none run (--no-job)" in second.out
+    assert "Which export to roll out" not in second.out
     # Without the server there is nothing probed: the model falls back to its stated profile.
     doc = json.loads((tmp_path / "demo.json").read_text())
+    assert "advice" not in doc
     assert doc["cluster"]["after"]["storage"]["name"] == demo.DEMO_CLUSTER.storage.name
     assert "per file assumed by the efs profile" in second.out
 

@@ -167,8 +167,11 @@ def advise(source: str, opts: AdviseOptions, bench: BenchOptions, cluster: Clust
     }
 
 
-def write_definition(doc: dict[str, Any], path: Path) -> Path | None:
-    """The winner's definition as TOML at `path`; None (nothing written) without a winner."""
+def write_definition(doc: dict[str, Any], path: Path, final: Path | None = None
+                     ) -> Path | None:
+    """The winner's definition as TOML at `path`; None (nothing written) without a winner.
+    `final`: where the file will be once its directory is moved into place (the text names
+    it)."""
     winner = doc["recommendation"]["winner"]
     if winner is None:
         return None
@@ -179,7 +182,7 @@ def write_definition(doc: dict[str, Any], path: Path) -> Path | None:
     header = (f"Advised by `dsbench advise {doc['source']['path']}`: "
               f"{doc['recommendation']['text']}.\n"
               + (f"Warning: {warning}.\n" if warning else "") +
-              f"Re-lay the whole export: dsbench generate {path} OUT --from "
+              f"Re-lay the whole export: dsbench generate {final or path} OUT --from "
               f"{doc['source']['path']}" + (f" --layout {layout}" if layout else ""))
     text = definition.to_toml(spec, header)
     # Checked before it is written: a file that loads as another layout, or not at all, would

@@ -47,6 +47,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="skip checking the model against a measured 2-rank job (dsbench job)")
     m.add_argument("--no-resume", dest="resume", action="store_false",
                    help="skip restarting after's loader by each policy (dsbench resume)")
+    m.add_argument("--no-advice", dest="advise", action="store_false",
+                   help="skip the search for the export to roll out (dsbench advise on after)")
     add_cluster_arguments(p, _C, "the predicted cluster (a model; the demo's stated "
                           "assumptions)", measured_batch=False)
     p.add_argument("--steps", type=int, default=_D.steps,
@@ -72,7 +74,7 @@ def options(args: argparse.Namespace) -> demo.DemoOptions:
                             steps=args.steps, object_store=args.object_store,
                             network_latency_s=args.network_latency,
                             storage_stated=sources["storage"] == "stated", job=args.job,
-                            resume=args.resume)
+                            resume=args.resume, advise=args.advise)
 
 
 def run(args: argparse.Namespace) -> int:

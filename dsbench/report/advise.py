@@ -10,6 +10,7 @@ from typing import Any
 
 from dsbench import fmt
 
+ADVISED = "advised.toml"  # the winner's definition, in the demo's --out DIR
 HEADERS = ("candidate", "CPU/sample", "vs baseline (interval)", "samples/s", "bytes read/sample",
            "files/sample", "on disk/sample", "shards per loader worker", "predicted GPU util",
            "step mean / p99", "first batch", "")
@@ -94,6 +95,30 @@ def render(doc: dict[str, Any], markdown: bool = False) -> str:
     if doc["recommendation"].get("warning"):
         lines.append("warning: " + doc["recommendation"]["warning"])
     return "\n".join(lines)
+
+
+def demo_lines(doc: dict[str, Any] | None) -> list[str]:
+    """The demo's paragraph: what advise tried on after, and its recommendation."""
+    if doc is None:
+        return []
+    s, st = doc["source"], doc["settings"]
+    tried = ", ".join(c["name"] for c in doc["candidates_tried"])
+    last = doc["passes"][-1]
+    lines = ["", f"Which export to roll out (dsbench advise on after's first "
+                 f"{fmt.plural(doc['sample']['samples'], 'sample')}, measured on this machine; "
+                 f"the job's export taken as {s['job_samples']:,} samples; carried "
+                 "to the cluster above)",
+             f"  {doc['recommendation']['text']}"]
+    if doc["recommendation"].get("warning"):
+        lines.append(f"  warning: {doc['recommendation']['warning']}")
+    lines.append(f"  tried: {tried}; reported: {last['rounds']} interleaved rounds of "
+                 f"{fmt.seconds(last['seconds'])} per side, intervals "
+                 f"{fmt.percent(st['level_each'])} each ({st['correction']}); "
+                 f"{fmt.seconds(doc['wall_s'])} in all")
+    if doc.get("definition_path"):
+        lines.append(f"  its definition: {doc['definition_path']} (dsbench generate "
+                     f"{doc['definition_path']} OUT --from {s['path']} makes the full export)")
+    return lines
 
 
 def pareto_png(doc: dict[str, Any]) -> bytes | None:

@@ -3,9 +3,10 @@
 `run_demo(options, progress)` regenerates the three exports from the packaged definitions into a
 cache directory (kept, so a second run only measures), benchmarks them in one interleaved run,
 compares after and the candidate against before, and extrapolates each to the same cluster with
-the same seed, so that only the measured loader differs between them. It returns one plain
-document; dsbench.verdict turns it into the sentences the command prints, and dsbench.plots
-and dsbench.report draw it.
+the same seed, so that only the measured loader differs between them. It ends with `dsbench
+advise` on after (ADVISE): the candidates it finds, measured and carried to the same cluster.
+It returns one plain document; dsbench.verdict turns it into the sentences the command prints,
+and dsbench.plots and dsbench.report draw it.
 
 What is measured (on this machine) and what is modelled (the cluster) stay apart in the
 document: `results` and `comparisons` are measurements, `cluster` and `tails` are the model's.
@@ -25,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from dsbench import fmt
+from dsbench.advise.run import AdviseOptions, advise
 from dsbench.analysis.compare import compare
 from dsbench.errors import DsbenchError
 from dsbench.export.generate import GenerateReport, generate, is_complete
@@ -95,6 +97,17 @@ class DemoOptions:
     job: bool = True  # check the model against a measured 2-rank job (dsbench job)
     job_steps: int = 40
     resume: bool = True  # also restart after's loader by each policy (dsbench resume)
+    advise: bool = True  # end with dsbench advise's recommendation for after
+
+
+# The advice for after (dsbench advise), sized to the demo: its first 500 samples re-laid as
+# Arrow shards of 64 MB, beside the per-sample variants advise adds for a per-sample export (a
+# binary embedding; its JSON re-laid), measured within 25 s, and carried to the demo's cluster.
+# The job's export is stated at the ImageNet-1k training set's size (an ImageNet-class model,
+# as the cluster states), so that a shard size means shards per loader worker.
+ADVISE = AdviseOptions(samples=500, budget_s=25.0, layouts=("arrow",),
+                       shard_sizes=(64_000_000,), export_samples=1_281_167)
+ADVISE_BENCH = BenchOptions(workers=(1,), batch_size=64)  # advise's own defaults
 
 
 def definition(name: str) -> ExportSpec:
@@ -167,7 +180,18 @@ def run_demo(opts: DemoOptions, progress: Progress) -> dict[str, Any]:
         doc["job_check"] = job_check(paths["after"], opts, progress)
     if opts.resume:
         doc["resume"] = resume_run(paths["after"], opts.samples, progress)
+    if opts.advise and opts.samples >= 2:
+        doc["advice"] = advice_run(paths["after"], opts, progress)
     return doc
+
+
+def advice_run(path: Path, opts: DemoOptions, progress: Progress) -> dict[str, Any]:
+    """dsbench advise on after, as the demo sizes it (ADVISE), to the demo's cluster."""
+    samples = min(ADVISE.samples or opts.samples, opts.samples)
+    progress(f"demo: advising on after: its first {samples} samples re-laid into candidates, "
+             f"measured within {fmt.seconds(ADVISE.budget_s)} (dsbench advise)")
+    return advise(str(path), dataclasses.replace(ADVISE, samples=samples), ADVISE_BENCH,
+                  opts.cluster, progress)
 
 
 def probed_storage(probed: dict[str, Any], network_s: float) -> StorageProfile:

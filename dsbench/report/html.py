@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from dsbench import fmt
+from dsbench.advise.run import write_definition
 from dsbench.errors import DsbenchError
+from dsbench.report import advise as advise_report
 from dsbench.report import comparison as tables
 from dsbench.report import measured, plots, verdict
 from dsbench.report import resume as restart
@@ -74,6 +76,9 @@ def write_all(doc: dict[str, Any], out: Path, progress: Callable[[str], None]) -
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
     old = out.with_name(f".{out.name}.old{os.getpid()}")
+    advice = doc.get("advice")
+    if advice and advice["recommendation"]["winner"]:
+        advice["definition_path"] = str(out / advise_report.ADVISED)
     try:
         names = _write_into(doc, tmp, progress)
         if out.exists():
@@ -106,6 +111,15 @@ def _write_into(doc: dict[str, Any], out: Path, progress: Callable[[str], None])
     written = [results.write_result(out / "results" / f"{name}.json", res)
                for name, res in doc["results"].items()]
     written.append(_write_text(out / "demo.json", json.dumps(doc, indent=1) + "\n"))
+    advice = doc.get("advice")
+    if advice:
+        written.append(_write_text(out / "results" / "advice.json",
+                                   json.dumps(advice, indent=1) + "\n"))
+        final = advice.get("definition_path")
+        toml = write_definition(advice, out / advise_report.ADVISED, Path(final)) \
+            if final else None
+        if toml is not None:
+            written.append(toml)
     images: dict[str, bytes] = {}
     if plots.available():
         pngs = plots.write_plots(doc, out / "plots")
@@ -144,6 +158,7 @@ def render_html(doc: dict[str, Any], images: dict[str, bytes],
         f"<h2>Predicted cluster (a model, not a measurement; {_e(spec['nodes'])} nodes x "
         f"{_e(spec['gpus_per_node'])} GPUs)</h2>", _cluster_table(doc),
         *_restart(doc.get("resume")),
+        *_advice(doc.get("advice")),
         "<h2>Figures</h2>", *_figures(doc, images, skipped_reason),
         "<h2>Model assumptions</h2>",
         f"<p>{_e(verdict.assumptions_text(spec, doc['results']['before']))}</p>",
@@ -193,6 +208,18 @@ def _restart(res: dict[str, Any] | None) -> list[str]:
     return [f"<h2>{_e(lines[1])}</h2>",
             _table(["restart policy", "replayed", "skipped", "order diverges at",
                     "restart to first batch"], rows)]
+
+
+def _advice(doc: dict[str, Any] | None) -> list[str]:
+    """advise's paragraph, table and Pareto plot."""
+    if not doc:
+        return []
+    png = advise_report.pareto_png(doc)
+    figure = ([f'<img alt="Pareto front of the candidates" src="data:image/png;base64,'
+               f'{base64.b64encode(png).decode()}">'] if png else [])
+    lines = advise_report.demo_lines(doc)
+    return [f"<h2>{_e(lines[1])}</h2>", *(f"<p>{_e(t.strip())}</p>" for t in lines[2:]),
+            _table(advise_report.HEADERS, advise_report.table_rows(doc)), *figure]
 
 
 def _cluster_table(doc: dict[str, Any]) -> str:

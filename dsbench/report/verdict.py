@@ -13,6 +13,7 @@ from typing import Any
 
 from dsbench import fmt
 from dsbench.report import claims
+from dsbench.report.advise import demo_lines as advice_lines
 from dsbench.report.demo import EXPORTS
 from dsbench.report.measured import (
     MEASURED_HEADERS,
@@ -167,6 +168,13 @@ def advice(doc: dict[str, Any]) -> list[str]:
                        f"{fmt.percent(cores['simulated_util'])} GPU utilization (simulated)")
         out.append("do not add GPUs: the loaders, not the GPUs, set the step; more GPUs add "
                    "nodes with the same shortfall and more ranks for every step to wait for")
+    adv = doc.get("advice")
+    if adv and adv["recommendation"]["winner"]:
+        where = adv.get("definition_path")
+        out.append(f"dsbench advise's pick for after is {adv['recommendation']['winner']} "
+                   "(above): " + (f"dsbench generate {where} OUT --from "
+                                  f"{adv['source']['path']} makes the full export" if where
+                                  else "run the demo with --out DIR to keep its definition"))
     return out
 
 
@@ -213,6 +221,7 @@ def verdict_lines(doc: dict[str, Any]) -> list[str]:
                      f"{store_load_text(cl['before']['store'], 'before')}")
     lines += store_lines(doc.get("object_store"))
     lines += resume_lines(doc.get("resume"))
+    lines += advice_lines(doc.get("advice"))
     lines += ["", "What to do"]
     steps = advice(doc)
     lines += [f"  {i}. {text}" for i, text in enumerate(steps, 1)] or [

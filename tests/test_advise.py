@@ -18,7 +18,7 @@ from dsbench.advise.fields import found_fields
 from dsbench.advise.search import level_for
 from dsbench.cli import main
 from dsbench.export.generate import generate
-from dsbench.export.reexport import first_samples
+from dsbench.export.reexport import first_samples, reexport
 from dsbench.export.spec import load_spec
 from dsbench.results import schema
 
@@ -71,10 +71,49 @@ def test_the_grid_carries_every_field_and_folds_shard_sizes_past_the_sample(
         "embedding").encoding == "list"
 
 
+def test_compressed_candidates_are_tried_where_the_layout_compresses_its_shards(
+        after_like: Path) -> None:
+    found, raws = _found(after_like)
+    both, _ = grid.candidates(found, raws, "files", 240, ("arrow", "mds", "parquet"),
+                              (64_000_000,), ("none", "zstd"))
+    by_name = {c.name: c.spec.compression for c in both}
+    assert by_name == {"files-binary": None, "files-json": None, "arrow-64MB": None,
+                       "arrow-zstd-64MB": "zstd", "mds-64MB": None, "mds-zstd-64MB": "zstd",
+                       "parquet-64MB": None}
+    zstd_only, _ = grid.candidates(found, raws, "files", 240, ("arrow",), (64_000_000,),
+                                   ("zstd",))
+    assert [c.name for c in zstd_only] == ["files-binary", "files-json", "arrow-zstd-64MB"]
+    assert "zstd-compressed buffers" in zstd_only[-1].spec.description
+
+
+def test_an_arrow_candidate_with_zstd_buffers_holds_the_same_samples(
+        after_like: Path, tmp_path: Path) -> None:
+    found, raws = _found(after_like)
+    cands, _ = grid.candidates(found, raws, "files", 240, ("arrow",), (64_000_000,),
+                               ("none", "zstd"))
+    read = {}
+    for c in cands[-2:]:
+        out = tmp_path / c.name
+        reexport(c.spec, out, str(after_like), samples=240)
+        read[c.spec.compression] = first_samples(adapters.open_export(str(out)), 1000,
+                                                 str(out))
+    plain, packed = read[None], read["zstd"]
+    assert len(plain) == len(packed) == 240
+    assert [s.key for s in plain] == [s.key for s in packed]
+    assert all(a.image == b.image and repr(a.fields) == repr(b.fields)
+               for a, b in zip(plain, packed, strict=True))
+    # The captions and labels compress: the zstd shard is the smaller.
+    size = {n: next((tmp_path / n).glob("*.arrow")).stat().st_size
+            for n in ("arrow-64MB", "arrow-zstd-64MB")}
+    assert size["arrow-zstd-64MB"] < size["arrow-64MB"]
+
+
 def test_a_definition_written_loads_back_as_the_same_layout(after_like: Path,
                                                              tmp_path: Path) -> None:
     found, raws = _found(after_like)
-    cands, _ = grid.candidates(found, raws, "files", 240, ("wds", "parquet"), (64_000_000,))
+    cands, _ = grid.candidates(found, raws, "files", 240, ("wds", "parquet", "arrow", "mds"),
+                               (64_000_000,), ("none", "zstd"))
+    assert any(c.spec.compression for c in cands)
     for c in cands:
         path = tmp_path / f"{c.name}.toml"
         path.write_text(definition.to_toml(c.spec, "a test\nof two lines"))
@@ -120,6 +159,7 @@ def test_digits_stored_as_text_stay_text(tmp_path: Path) -> None:
     ("--shard-sizes", "inf", "finite"), ("--shard-sizes", "10", "1kB or more"),
     ("--budget", "soon", "a duration"), ("--layouts", "zip", "not one of"),
     ("--samples", "1", "at least 2"), ("--work-dir", "FILE", "cannot make it a directory"),
+    ("--compressions", "lz5", "one or both of none, zstd"),
 ])
 def test_bad_options_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                   after_like: Path, option: str, value: str, says: str) -> None:

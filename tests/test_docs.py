@@ -146,8 +146,8 @@ def equivalent(argv: list[str], tmp: Path) -> list[str]:
         if "--ranks-sweep" in argv:
             argv = _set(argv, "--ranks-sweep", "1")
     if cmd == "advise":  # one layout and shard size beside the export's own: a first pass
-        argv = _set(_set(_set(argv, "--layouts", "arrow"), "--shard-sizes", "64MB"),
-                    "--budget", "5s")
+        argv = _set(_set(_set(_set(argv, "--layouts", "arrow"), "--shard-sizes", "64MB"),
+                        "--budget", "5s"), "--compressions", "none")
     if cmd == "probe":
         argv = _set(_set(_set(argv, "--objects", "20"), "--readers", "1,2"), "--seconds",
                     str(SECONDS))

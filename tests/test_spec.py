@@ -58,6 +58,8 @@ BASE = 'name = "x"\nlayout = "wds"\n'
     (BASE + "[fields.c]\ntype = 'string'\nwords = [9, 3]\n", "fields.c.words"),
     (BASE + "[fields.a]\ntype = 'int'\n[fields.b]\ntype = 'int'\n", "fields.b.ext"),
     (BASE + "[fields.image]\ntype = 'int'\n", "fields.image"),
+    (BASE + "compression = 'zstd'\n", "compression"),  # WebDataset shards are plain tar
+    ('name = "x"\nlayout = "arrow"\ncompression = "gz"\n', "compression"),
 ])
 def test_bad_definition_names_file_and_key(tmp_path: Path, text: str, key: str) -> None:
     path = _write(tmp_path, text)
@@ -67,6 +69,11 @@ def test_bad_definition_names_file_and_key(tmp_path: Path, text: str, key: str) 
     assert str(path) in message
     assert key in message
     assert "\n" not in message
+
+
+def test_arrow_buffers_may_be_compressed(tmp_path: Path) -> None:
+    spec = load_spec(_write(tmp_path, 'name = "x"\nlayout = "arrow"\ncompression = "zstd"\n'))
+    assert spec.compression == "zstd"
 
 
 def test_not_toml_and_missing_file(tmp_path: Path) -> None:

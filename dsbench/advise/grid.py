@@ -12,7 +12,11 @@ what differs is how they are laid out:
   encoding's); columnar layouts hold an embedding as a native float32 list column;
 * the shard size, stated in bytes: each size becomes the samples a shard holds, from the mean
   size of a sample as the candidate encodes it (the first samples of the source, encoded as the
-  member layouts store them). Per-sample files have no shards.
+  member layouts store them, before any compression). Per-sample files have no shards;
+* compression (`--compressions`, none and zstd): Arrow IPC buffers, MDS and litdata shards
+  compressed with zstd or not. JPEG and PNG bytes barely compress; a document's text, labels
+  and embeddings may, and every read then decompresses. Parquet keeps its own rule (zstd for
+  every column but an encoded image's, export.write).
 
 Two candidates that would lay the sample out alike (every shard size past the sample's size
 makes one shard of it) are one candidate: the larger shard's definition, since it is the same
@@ -41,6 +45,8 @@ LIBRARY = {"mds": "streaming", "litdata": "litdata", "hf": "datasets", "lance": 
            "tfrecord": "tfrecord"}
 DEFAULT_LAYOUTS = ("wds", "arrow", "parquet", "mds", "litdata")
 NO_BOXES = ("litdata", "tfrecord")  # no list-of-records type (export.spec)
+COMPRESSIBLE = ("arrow", "mds", "litdata")  # the layouts --compressions applies to
+COMPRESSIONS = ("none", "zstd")
 COLUMNAR_JSON_REFUSED = ("litdata", "hf", "tfrecord")
 
 
@@ -82,6 +88,15 @@ def parse_shard_sizes(text: str) -> tuple[int, ...]:
     return sizes
 
 
+def parse_compressions(text: str) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
+    bad = [n for n in names if n not in COMPRESSIONS]
+    if not names or bad:
+        raise DsbenchError(f"--compressions {text!r}: give one or both of "
+                           f"{', '.join(COMPRESSIONS)}, comma-separated")
+    return names
+
+
 def size_name(size: int) -> str:
     """256000000 -> '256MB': a shard size as a candidate's name holds it."""
     for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
@@ -103,13 +118,12 @@ def sample_bytes(spec: ExportSpec, raws: Sequence[base.RawSample], layout: str) 
 
 def _spec(name: str, layout: str, found: Found, samples: int, codec: str, *,
           shard_samples: int = 1000, fields_as: str = "members", encoding: str = LIST,
-          what: str = "") -> ExportSpec:
+          what: str = "", compression: str | None = None) -> ExportSpec:
     fields = tuple(dataclasses.replace(f, encoding=encoding) if f.type == "embedding" else f
                    for f in found.fields)
     return ExportSpec(name=name, layout=layout, description=what, samples=samples,
                       shard_samples=shard_samples, fields_as=fields_as,
-                      image=ImageSpec(codec=codec),
-                      fields=fields)
+                      image=ImageSpec(codec=codec), fields=fields, compression=compression)
 
 
 def _installed(layout: str) -> bool:
@@ -117,17 +131,32 @@ def _installed(layout: str) -> bool:
     return module is None or importlib.util.find_spec(module) is not None
 
 
-def _encodings(layout: str, source_layout: str, found: Found) -> list[tuple[str, str, str]]:
-    """(name suffix, fields_as, embedding encoding) of the encodings tried in `layout`."""
+def _encodings(layout: str, source_layout: str, found: Found, compressions: Sequence[str]
+               ) -> list[tuple[str, str, str, str | None]]:
+    """(name suffix, fields_as, embedding encoding, compression) of the encodings tried in
+    `layout`."""
     if layout in ("wds", "files"):
-        out = [("", "members", BINARY)]
+        out: list[tuple[str, str, str, str | None]] = [("", "members", BINARY, None)]
         if found.in_document and source_layout in ("wds", "files"):
-            out.append(("-json", "json", JSON))  # the source's own encoding, in this layout
+            # the source's own encoding, in this layout
+            out.append(("-json", "json", JSON, None))
         return out
-    return [("", "members", LIST)]
+    if layout not in COMPRESSIBLE:
+        return [("", "members", LIST, None)]
+    return [("" if c == "none" else f"-{c}", "members", LIST, None if c == "none" else c)
+            for c in compressions]
 
 
-def _describe(layout: str, fields_as: str, encoding: str, found: Found) -> str:
+def _describe(layout: str, fields_as: str, encoding: str, found: Found,
+              compression: str | None = None) -> str:
+    text = _describe_fields(layout, fields_as, encoding, found)
+    if compression is None:
+        return text
+    return text + (f", {compression}-compressed buffers" if layout == "arrow"
+                   else f", {compression}-compressed shards")
+
+
+def _describe_fields(layout: str, fields_as: str, encoding: str, found: Found) -> str:
     names = {"wds": "WebDataset shards", "files": "a file per member per sample",
              "arrow": "Arrow IPC shards", "parquet": "Parquet shards", "mds": "MDS shards",
              "litdata": "litdata chunks", "hf": "a Hugging Face dataset",
@@ -142,7 +171,8 @@ def _describe(layout: str, fields_as: str, encoding: str, found: Found) -> str:
 
 
 def candidates(found: Found, raws: Sequence[base.RawSample], source_layout: str,
-               samples: int, layouts: Sequence[str], shard_sizes: Sequence[int]
+               samples: int, layouts: Sequence[str], shard_sizes: Sequence[int],
+               compressions: Sequence[str] = ("none",)
                ) -> tuple[list[Candidate], list[Skipped]]:
     """The grid (the module docstring has it), without duplicates, and the layouts left out
     with the reason."""
@@ -152,7 +182,7 @@ def candidates(found: Found, raws: Sequence[base.RawSample], source_layout: str,
     wanted = list(layouts)
     if source_layout == "files" and "files" not in wanted:
         wanted.insert(0, "files")  # the source's own layout with another encoding
-    seen: set[tuple[str, str, str, int]] = set()
+    seen: set[tuple[str, str, str, str | None, int]] = set()
     sizes: dict[tuple[str, str], float] = {}  # a sample's bytes, by encoding: alike in layouts
     for layout in wanted:
         if not _installed(layout):
@@ -163,9 +193,10 @@ def candidates(found: Found, raws: Sequence[base.RawSample], source_layout: str,
             skipped.append(Skipped(layout, f"{layout} has no type for a list of records "
                                            "(boxes)"))
             continue
-        for suffix, fields_as, encoding in _encodings(layout, source_layout, found):
+        for suffix, fields_as, encoding, compression in _encodings(layout, source_layout, found,
+                                                                   compressions):
             enc = encoding if found.embedding_encoding else "-"
-            what = _describe(layout, fields_as, encoding, found)
+            what = _describe(layout, fields_as, encoding, found, compression)
             as_members = (fields_as, BINARY if encoding == LIST else encoding)
             if as_members not in sizes:
                 probe = _spec("probe", "wds", found, samples, codec, fields_as=fields_as,
@@ -181,14 +212,14 @@ def candidates(found: Found, raws: Sequence[base.RawSample], source_layout: str,
             for size in sorted(shard_sizes, reverse=True):
                 per_shard = max(1, round(size / per_sample))
                 # Shards past the sample's size lay it out alike: one shard.
-                key = (layout, fields_as, encoding, min(per_shard, samples))
+                key = (layout, fields_as, encoding, compression, min(per_shard, samples))
                 if key in seen:
                     continue
                 name = f"{layout}{suffix}-{size_name(size)}"
                 seen.add(key)
                 out.append(Candidate(name, _spec(name, layout, found, samples, codec,
                                                  shard_samples=per_shard, fields_as=fields_as,
-                                                 encoding=encoding,
+                                                 encoding=encoding, compression=compression,
                                                  what=f"{what}, about {fmt.nbytes(size)} "
                                                       f"({fmt.plural(per_shard, 'sample')}) "
                                                       "a shard"),

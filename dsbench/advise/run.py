@@ -43,6 +43,7 @@ class AdviseOptions:
     budget_s: float = 600.0
     layouts: tuple[str, ...] = grid.DEFAULT_LAYOUTS
     shard_sizes: tuple[int, ...] = grid.DEFAULT_SHARD_BYTES
+    compressions: tuple[str, ...] = grid.COMPRESSIONS
     work_dir: Path | None = None  # None: a temporary directory, removed at the end
     layout: str | None = None  # read the source as this layout
     # The samples of the export the job trains on, where EXPORT is a part of it (None: EXPORT's)
@@ -110,7 +111,7 @@ def advise(source: str, opts: AdviseOptions, bench: BenchOptions, cluster: Clust
     raws = first_samples(export, min(PROBE_SAMPLES, opts.samples), source)
     found = found_fields(raws[0], export.layout)
     cands, skipped = grid.candidates(found, raws, export.layout, opts.samples, opts.layouts,
-                                     opts.shard_sizes)
+                                     opts.shard_sizes, opts.compressions)
     for s in skipped:
         progress(f"not tried: {s.layout}: {s.why}")
     if not cands:
@@ -151,6 +152,7 @@ def advise(source: str, opts: AdviseOptions, bench: BenchOptions, cluster: Clust
                    "which": f"the first {opts.samples} samples in the export's unit order"},
         "settings": {"budget_s": opts.budget_s, "layouts": list(opts.layouts),
                      "shard_sizes_bytes": list(opts.shard_sizes),
+                     "compressions": list(opts.compressions),
                      "workers": bench.workers[0], "batch_size": bench.batch_size,
                      "order": bench.order, "read_as": opts.layout,
                      "family_level": level_for(1),

@@ -60,6 +60,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         f"{','.join(d.layouts)}; also hf, lance, tfrecord, files)")
     p.add_argument("--shard-sizes", default="64MB,256MB,1GB",
                    help="shard sizes to try, in bytes (default 64MB,256MB,1GB)")
+    p.add_argument("--compressions", default=",".join(d.compressions),
+                   help="how the shards of Arrow, MDS and litdata candidates are tried: none, "
+                        f"zstd or both (default {','.join(d.compressions)})")
     p.add_argument("--work-dir", type=Path, default=None, metavar="DIR",
                    help="write the candidates here and keep them (default: a temporary "
                         "directory, removed at the end)")
@@ -106,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
     opts = AdviseOptions(samples=args.samples, budget_s=parse_budget(args.budget),
                          layouts=grid.parse_layouts(args.layouts),
                          shard_sizes=grid.parse_shard_sizes(args.shard_sizes),
+                         compressions=grid.parse_compressions(args.compressions),
                          work_dir=args.work_dir, layout=args.layout,
                          export_samples=args.export_samples)
     bench = BenchOptions(workers=(args.workers,), batch_size=args.batch_size,

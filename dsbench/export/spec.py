@@ -19,8 +19,10 @@ LAYOUTS = ("files", "wds", "arrow", "parquet", "mds", "litdata", "hf", "lance", 
 # Layouts written through their format's own library (export.libraries).
 LIBRARY_LAYOUTS = ("mds", "litdata", "hf", "lance", "tfrecord")
 HF_FORMS = ("save_to_disk", "hub")
-# Whole-shard compression each library offers for its shards (None: uncompressed).
-COMPRESSIONS = {"mds": ("zstd", "gz", "bz2", "br", "snappy"), "litdata": ("zstd",)}
+# Compression each layout's writer offers for its shards (None: uncompressed): MDS and litdata
+# compress whole shards, Arrow IPC each record batch's buffers.
+COMPRESSIONS = {"mds": ("zstd", "gz", "bz2", "br", "snappy"), "litdata": ("zstd",),
+                "arrow": ("zstd", "lz4")}
 CODECS = ("jpeg", "png", "raw")
 SIZE_DISTRIBUTIONS = ("imagenet", "fixed")
 FIELD_TYPES = ("int", "string", "embedding", "boxes")
@@ -83,7 +85,7 @@ class ExportSpec:
     fields: tuple[FieldSpec, ...] = ()
     source: str = ""
     form: str = "save_to_disk"  # hf: save_to_disk's layout, or the Hub's Parquet ("hub")
-    compression: str | None = None  # mds, litdata: how their shards are compressed
+    compression: str | None = None  # mds, litdata, arrow: how their shards are compressed
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for manifests and result documents."""
@@ -194,7 +196,7 @@ def _compression(src: str, layout: str, value: Any) -> str | None:
         return None
     if layout not in COMPRESSIONS:
         raise _fail(src, "compression", f"{layout} shards are not compressed by dsbench's "
-                    "writer (mds and litdata shards are)")
+                    f"writer ({', '.join(COMPRESSIONS)} shards are)")
     return _take_choice(src, "compression", value, COMPRESSIONS[layout])
 
 

@@ -8,9 +8,11 @@ directory of `files_per_dir` samples. What each writes:
   a PAX header to every member (one more 512-byte block or two per member). Same definition and
   seed, byte-identical shards.
 * `files`: directories `000000/`, `000001/`, ... holding `<key>.<ext>` per member.
-* `arrow`: one uncompressed Arrow IPC *file* per shard (`shard-000000.arrow`) in record batches
-  of ARROW_BATCH_ROWS rows: IPC compression would make every read decompress into fresh memory,
-  and zero-copy memory mapping is the reason to choose this layout.
+* `arrow`: one Arrow IPC *file* per shard (`shard-000000.arrow`) in record batches of
+  ARROW_BATCH_ROWS rows, uncompressed unless the definition's `compression` says zstd or lz4:
+  IPC compression makes every read decompress into fresh memory, and zero-copy memory mapping
+  is the reason to choose this layout; compressed is a candidate `advise` tries, for fields
+  that compress.
 * `parquet`: one file per shard (`shard-000000.parquet`), row groups of up to `shard_samples`
   rows. zstd at pyarrow's default level for every column except a JPEG, PNG (or, copied by a
   re-export, WebP) image column, stored uncompressed: those bytes are compressed already
@@ -140,7 +142,7 @@ def _write_files(spec: ExportSpec, out_dir: Path, unit: int, samples: Samples) -
 
 def _write_arrow(spec: ExportSpec, out_dir: Path, unit: int, samples: Samples) -> None:
     batch = to_record_batch(spec, samples)
-    options = pa.ipc.IpcWriteOptions(compression=None)
+    options = pa.ipc.IpcWriteOptions(compression=spec.compression)
     with atomic.replacing(out_dir / SHARD_NAME.format(unit, ".arrow")) as tmp, \
             pa.OSFile(str(tmp), "wb") as sink, \
             pa.ipc.new_file(sink, batch.schema, options=options) as writer:

@@ -101,12 +101,14 @@ class DemoOptions:
 
 
 # The advice for after (dsbench advise), sized to the demo: its first 500 samples re-laid as
-# Arrow shards of 64 MB, beside the per-sample variants advise adds for a per-sample export (a
-# binary embedding; its JSON re-laid), measured within 25 s, and carried to the demo's cluster.
+# uncompressed Arrow shards of 64 MB, beside the per-sample variants advise adds for a
+# per-sample export (a binary embedding; its JSON re-laid), measured within 25 s, and carried
+# to the demo's cluster.
 # The job's export is stated at the ImageNet-1k training set's size (an ImageNet-class model,
 # as the cluster states), so that a shard size means shards per loader worker.
 ADVISE = AdviseOptions(samples=500, budget_s=25.0, layouts=("arrow",),
-                       shard_sizes=(64_000_000,), export_samples=1_281_167)
+                       shard_sizes=(64_000_000,), compressions=("none",),
+                       export_samples=1_281_167)
 ADVISE_BENCH = BenchOptions(workers=(1,), batch_size=64)  # advise's own defaults
 
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -173,14 +175,84 @@ def test_bad_options_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert len(err) == 1 and says in err[0], err
 
 
-def test_an_export_in_an_object_store_is_refused_before_anything_is_read(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    # Candidates on local disk against an export read through a store's client: its own
-    # layout copied to disk would look like a win. Refused from the URL alone.
-    assert main(["advise", "s3://no-such-bucket/after", "--definition",
-                 str(tmp_path / "d.toml")]) == 2
+def test_an_export_in_an_object_store_is_advised_from_the_same_store(
+        after_like: Path, tmp_path: Path, s3_env: Any, capsys: pytest.CaptureFixture[str]
+        ) -> None:
+    # Candidates on local disk against an export read through a store's client would win by
+    # where they are read from: they are uploaded beside the export and read from the store.
+    url = s3_env.create_bucket("advise") + "/team/after"
+    s3_env.upload_tree(after_like, url)
+    keys_before = _keys(s3_env, "advise")
+    out = tmp_path / "advice.json"
+    assert main(["advise", url, "--samples", "40", "--layouts", "wds", "--shard-sizes", "64MB",
+                 "--budget", "1s", "--definition", str(tmp_path / "d.toml"),
+                 "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    staged = doc["staged_in"]
+    assert staged.startswith(url + ".dsbench-advise-")
+    # Every side was read from the store: one GET per file for the baseline, and the
+    # candidates' own requests counted (a local read makes none).
+    for row in doc["table"]:
+        assert row["measured"]["requests_per_sample"] > 0, row["name"]
+        assert row["measured"]["disk_bytes_per_sample"] > 0, row["name"]
+    # No --storage: an export in S3 is read by the cluster with S3's published figures.
+    assert doc["cluster"]["storage"] == "s3"
+    assert f"candidates measured from the export's store, under {staged}" in \
+        capsys.readouterr().out
+    # Nothing of the candidates is left in the bucket; the export is untouched.
+    assert _keys(s3_env, "advise") == keys_before
+
+
+def test_a_killed_runs_candidates_in_the_store_are_removed_by_the_next_run(
+        after_like: Path, tmp_path: Path, s3_env: Any) -> None:
+    from dsbench.advise import staging
+    from dsbench.loader import orphans
+    from dsbench.storage.remote import RemotePath
+
+    url = s3_env.create_bucket("killed") + "/after"
+    s3_env.upload_tree(after_like, url)
+    keys_before = _keys(s3_env, "killed")
+    # A prefix of a process that is gone (this host, a pid with another start time), and one
+    # of another host, which is never touched.
+    dead = f"{url}{staging.TAG}{staging._host()}-{os.getpid()}-1-{orphans.namespace()}"
+    other = f"{url}{staging.TAG}elsewhere-{os.getpid()}-1-{orphans.namespace()}"
+    for prefix in (dead, other):
+        s3_env.upload_tree(after_like / "000000", prefix + "/wds-64MB")
+    said: list[str] = []
+    with staging.stage(RemotePath(url), None, said.append) as prefix:
+        assert prefix is not None and str(prefix) != dead
+    assert said == [f"removed {dead}: the candidates of an advise run that was killed"]
+    left = set(_keys(s3_env, "killed")) - set(keys_before)
+    assert left and all(k.startswith(other.split("/", 3)[3]) for k in left)
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["s3://no-such-bucket/after"], "no such bucket"),
+    (["URL", "--stage-url", "URL/inside"], "overlaps the export"),
+    (["BUCKET"], "a bucket's whole root"),
+    (["LOCAL", "--stage-url", "s3://b/x"], "for an export in an object store"),
+])
+def test_bad_object_store_settings_are_one_line(
+        after_like: Path, tmp_path: Path, s3_env: Any, capsys: pytest.CaptureFixture[str],
+        args: list[str], says: str) -> None:
+    url = s3_env.create_bucket("refusals") + "/after"
+    subst = {"URL": url, "URL/inside": url + "/inside", "BUCKET": "s3://refusals",
+             "LOCAL": str(after_like)}
+    argv = [subst.get(a, a) for a in args]
+    assert main(["advise", *argv, "--definition", str(tmp_path / "d.toml")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "s3://no-such-bucket/after" in err[0] and "local disk" in err[0]
+    assert len(err) == 1 and says in err[0], err
+    assert not (tmp_path / "d.toml").exists()
+
+
+def _keys(server: Any, bucket: str) -> list[str]:
+    import obstore
+
+    from dsbench.storage import remote
+    from dsbench.storage.remote import RemotePath
+
+    store = remote.store_of(RemotePath(f"s3://{bucket}/x"))
+    return sorted(str(m["path"]) for page in obstore.list(store) for m in page)
 
 
 @pytest.mark.parametrize(("df", "p", "known"), [(10, 0.99, 2.7638), (5, 0.999, 5.8934),

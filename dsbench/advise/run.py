@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from dsbench import adapters, atomic, fmt
-from dsbench.advise import advice, definition, grid
+from dsbench.advise import advice, definition, grid, staging
 from dsbench.advise.fields import found_fields
 from dsbench.advise.search import level_for, search
 from dsbench.errors import DsbenchError
@@ -28,6 +28,7 @@ from dsbench.results.document import now_utc
 from dsbench.results.machine import collect
 from dsbench.results.types import BenchResult
 from dsbench.storage import files as store
+from dsbench.storage.remote import RemotePath
 
 KIND = "dsbench-advice"
 PROBE_SAMPLES = 100  # the first samples, for the fields' types and a sample's size
@@ -48,6 +49,7 @@ class AdviseOptions:
     layout: str | None = None  # read the source as this layout
     # The samples of the export the job trains on, where EXPORT is a part of it (None: EXPORT's)
     export_samples: int | None = None
+    stage_url: str | None = None  # an export in a store: where its candidates go (staging)
 
 
 @contextlib.contextmanager
@@ -93,13 +95,9 @@ def advise(source: str, opts: AdviseOptions, bench: BenchOptions, cluster: Clust
            progress: Callable[[str], None] = fmt.progress) -> dict[str, Any]:
     """The advice document (schemas/advice.schema.json); the module docstring says what."""
     t0 = time.perf_counter()
-    if store.is_remote(store.location(source)):
-        # Candidates are written to local disk: against an export read through a store's
-        # client, the same layout copied to disk would look like a win (seen: 54% less CPU).
-        raise DsbenchError("advise measures candidates on local disk and needs the export "
-                           "there too: copy a sample first (dsbench generate DEFINITION DIR "
-                           "--from URL --samples N, with the export's own layout), then "
-                           "advise DIR", path=source)
+    loc = store.location(source)
+    in_store = loc if isinstance(loc, RemotePath) else None
+    staging.check(in_store, opts.stage_url)
     export = adapters.open_export(source, opts.layout)
     total = sum(count_units(export, export.units(), opts.samples or DEFAULT_SAMPLES))
     if opts.samples is None:
@@ -118,13 +116,15 @@ def advise(source: str, opts: AdviseOptions, bench: BenchOptions, cluster: Clust
         raise DsbenchError("no layout of --layouts can hold this export's fields", path=source)
     base_opts = dataclasses.replace(bench, layout=opts.layout)
     cand_opts = dataclasses.replace(bench, layout=None)
-    with work_dir(opts.work_dir) as root:
-        paths = [source]
+    with work_dir(opts.work_dir) as root, \
+            staging.stage(in_store, opts.stage_url, progress) as prefix:
+        paths, written = [source], []
         for c in cands:
             out = root / c.name
             reexport(c.spec, out, source, samples=opts.samples, layout=export.layout)
-            paths.append(str(out))
-        written = [disk_bytes(Path(p)) / opts.samples for p in paths[1:]]
+            # Read from where the export is read (advise.staging says why).
+            written.append(disk_bytes(out) / opts.samples)
+            paths.append(str(out) if prefix is None else str(staging.put_candidate(out, prefix)))
         progress(f"{len(cands)} candidates written in {fmt.seconds(time.perf_counter() - t0)}; "
                  "measuring")
         left = opts.budget_s - (time.perf_counter() - t0)
@@ -166,6 +166,7 @@ def advise(source: str, opts: AdviseOptions, bench: BenchOptions, cluster: Clust
         "cluster": cluster.to_json(), "table": table, "recommendation": verdict,
         "wall_s": time.perf_counter() - t0,
         "work_dir": None if opts.work_dir is None else os.fspath(opts.work_dir),
+        "staged_in": None if prefix is None else str(prefix),
     }
 
 

@@ -43,8 +43,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from dsbench.report.demo import DEMO_CLUSTER
 
     d = AdviseOptions()
-    p.add_argument("path", metavar="EXPORT", help="the export as it is: its directory (the "
-                   "candidates are measured on local disk beside it)")
+    p.add_argument("path", metavar="EXPORT", help="the export as it is: its directory, or its "
+                   "URL in an object store (its candidates are then measured from the same "
+                   "store)")
     p.add_argument("--samples", type=int, default=None, metavar="N",
                    help=f"the first N samples in the export's unit order are re-laid and "
                         f"measured (default {DEFAULT_SAMPLES}, or all of a smaller export)")
@@ -63,6 +64,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compressions", default=",".join(d.compressions),
                    help="how the shards of Arrow, MDS and litdata candidates are tried: none, "
                         f"zstd or both (default {','.join(d.compressions)})")
+    p.add_argument("--stage-url", default=None, metavar="URL",
+                   help="an export in an object store: where its candidates are uploaded to be "
+                        "measured from the same store (default: a prefix beside the export, "
+                        "named for the run); deleted at the end")
     p.add_argument("--work-dir", type=Path, default=None, metavar="DIR",
                    help="write the candidates here and keep them (default: a temporary "
                         "directory, removed at the end)")
@@ -92,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
     from dsbench.advise import grid
     from dsbench.advise.run import AdviseOptions, advise, write_definition
     from dsbench.loader.options import BenchOptions
+    from dsbench.model.profiles import PROFILES
     from dsbench.report import advise as report
     from dsbench.report.demo import DEMO_CLUSTER
     from dsbench.results import schema
@@ -111,10 +117,15 @@ def run(args: argparse.Namespace) -> int:
                          shard_sizes=grid.parse_shard_sizes(args.shard_sizes),
                          compressions=grid.parse_compressions(args.compressions),
                          work_dir=args.work_dir, layout=args.layout,
-                         export_samples=args.export_samples)
+                         export_samples=args.export_samples, stage_url=args.stage_url)
     bench = BenchOptions(workers=(args.workers,), batch_size=args.batch_size,
                          decoder=args.decoder, order=args.order, step=args.pipeline)
-    cluster, _ = cluster_from_args(args, DEMO_CLUSTER)
+    cluster, sources = cluster_from_args(args, DEMO_CLUSTER)
+    if sources["storage"] == "default" and args.path.lower().startswith("s3://"):
+        # The demo's shared filesystem is not where this job reads from: S3's published
+        # figures are, unless --storage says otherwise.
+        # (The report's "predicted for" line names the profile.)
+        cluster = cluster.replace(storage=PROFILES["s3"])
     doc = advise(args.path, opts, bench, cluster, fmt.progress)
     written = write_definition(doc, args.definition)
     doc["definition_path"] = None if written is None else str(written)

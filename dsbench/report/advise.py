@@ -77,7 +77,9 @@ def header_lines(doc: dict[str, Any]) -> list[str]:
             f"measured with {fmt.plural(st['workers'], 'worker')}, batches of {st['batch_size']}, "
             f"{st['order']} order; intervals {fmt.percent(st['level_each'])} each, "
             f"{fmt.percent(st['family_level'])} for all together ({st['correction']})",
-            f"predicted for: {_cluster(doc)} (a model, not a measurement)"]
+            f"predicted for: {_cluster(doc)} (a model, not a measurement)"] + (
+        [f"candidates measured from the export's store, under {doc['staged_in']} (deleted "
+         "since)"] if doc.get("staged_in") else [])
 
 
 def render(doc: dict[str, Any], markdown: bool = False) -> str:

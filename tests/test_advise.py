@@ -197,8 +197,11 @@ def test_an_export_in_an_object_store_is_advised_from_the_same_store(
         assert row["measured"]["disk_bytes_per_sample"] > 0, row["name"]
     # No --storage: an export in S3 is read by the cluster with S3's published figures.
     assert doc["cluster"]["storage"] == "s3"
-    assert f"candidates measured from the export's store, under {staged}" in \
-        capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert f"candidates measured from the export's store, under {staged}" in text
+    # S3's limit per prefix, and each side's load on it at the cluster's scale.
+    assert "requests/s per prefix (limit 5,500 requests/s)" in text
+    assert all(r["predicted"]["requests_per_s_per_prefix"] > 0 for r in doc["table"])
     # Nothing of the candidates is left in the bucket; the export is untouched.
     assert _keys(s3_env, "advise") == keys_before
 

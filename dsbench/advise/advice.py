@@ -45,6 +45,7 @@ def predict(doc: BenchResult, cluster: ClusterSpec, steps: int = MODEL_STEPS) ->
             "step_p99_s": e["step_time_s"]["p99"], "verdict": e["verdict"],
             "data_wait_share": e["data_wait_share"],
             "requests_per_s_per_prefix": store.get("requests_per_s_per_prefix"),
+            "limit_per_prefix_s": store.get("limit_per_prefix_s"),
             "throttle_bound": bool(store.get("throttle_bound", False))}
 
 

@@ -51,9 +51,33 @@ def _row(r: dict[str, Any]) -> list[str]:
             "-" if m["first_batch_s"] is None else fmt.seconds(m["first_batch_s"]), mark]
 
 
+def _store_load(doc: dict[str, Any]) -> bool:
+    """Whether the cluster's storage has a request limit per prefix (an object store's)."""
+    return any(r["predicted"].get("requests_per_s_per_prefix") is not None for r in doc["table"])
+
+
+def headers(doc: dict[str, Any]) -> list[str]:
+    """The table's columns: the store's load per prefix too where its storage has a limit."""
+    out = list(HEADERS)
+    if _store_load(doc):
+        limit = doc["table"][0]["predicted"].get("limit_per_prefix_s")
+        out.insert(-1, "requests/s per prefix" + (
+            f" (limit {limit:,.0f} requests/s)" if limit else ""))
+    return out
+
+
 def table_rows(doc: dict[str, Any]) -> list[list[str]]:
     winner = doc["recommendation"]["winner"]
-    return [_row({**r, "recommended": r["name"] == winner}) for r in doc["table"]]
+    rows = []
+    for r in doc["table"]:
+        row = _row({**r, "recommended": r["name"] == winner})
+        if _store_load(doc):
+            p = r["predicted"]
+            rate = p.get("requests_per_s_per_prefix")
+            row.insert(-1, "-" if rate is None else f"{rate:,.0f} requests/s" + (
+                " (past the limit)" if p.get("throttle_bound") else ""))
+        rows.append(row)
+    return rows
 
 
 def _cluster(doc: dict[str, Any]) -> str:
@@ -84,7 +108,7 @@ def header_lines(doc: dict[str, Any]) -> list[str]:
 
 def render(doc: dict[str, Any], markdown: bool = False) -> str:
     lines = header_lines(doc)
-    lines += ["", fmt.table(HEADERS, table_rows(doc), markdown=markdown), "",
+    lines += ["", fmt.table(headers(doc), table_rows(doc), markdown=markdown), "",
               "* on the Pareto front of CPU per sample against bytes read per sample"]
     for s in doc["not_tried"]:
         lines.append(f"not tried: {s['layout']} ({s['why']})")
@@ -163,7 +187,7 @@ def pareto_png(doc: dict[str, Any]) -> bytes | None:
 
 def render_html(doc: dict[str, Any]) -> str:
     e = html.escape
-    head = "".join(f"<th>{e(h)}</th>" for h in HEADERS)
+    head = "".join(f"<th>{e(h)}</th>" for h in headers(doc))
     body = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>"
                    for row in table_rows(doc))
     png = pareto_png(doc)

@@ -219,7 +219,7 @@ def _advice(doc: dict[str, Any] | None) -> list[str]:
                f'{base64.b64encode(png).decode()}">'] if png else [])
     lines = advise_report.demo_lines(doc)
     return [f"<h2>{_e(lines[1])}</h2>", *(f"<p>{_e(t.strip())}</p>" for t in lines[2:]),
-            _table(advise_report.HEADERS, advise_report.table_rows(doc)), *figure]
+            _table(advise_report.headers(doc), advise_report.table_rows(doc)), *figure]
 
 
 def _cluster_table(doc: dict[str, Any]) -> str:

@@ -3,6 +3,7 @@ hold over many candidates, and the advice end to end on a per-sample JSON export
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import math
@@ -110,12 +111,62 @@ def test_an_arrow_candidate_with_zstd_buffers_holds_the_same_samples(
     assert size["arrow-zstd-64MB"] < size["arrow-64MB"]
 
 
+def test_reencoded_candidates_are_tried_only_when_asked_and_sized_by_their_images(
+        after_like: Path) -> None:
+    found, raws = _found(after_like)
+    plain, _ = grid.candidates(found, raws, "files", 240, ("wds",), (20_000,))
+    assert not any(c.spec.image.reencode for c in plain)
+    asked, _ = grid.candidates(found, raws, "files", 240, ("wds",), (20_000,),
+                               reencode=(10,))
+    names = [c.name for c in asked]
+    # Per-sample files are not re-encoded: only the sharded candidates, again.
+    assert names == [*(c.name for c in plain), "wds-20kB-q10", "wds-json-20kB-q10"]
+    q10 = next(c for c in asked if c.name == "wds-20kB-q10")
+    assert q10.spec.image == dataclasses.replace(q10.spec.image, codec="jpeg", quality=10,
+                                                 reencode=True)
+    assert "changes the data" in q10.spec.description
+    # Quality 10 images are smaller: the same 20 kB shard holds more of them.
+    same = next(c for c in plain if c.name == "wds-20kB")
+    assert q10.spec.shard_samples > same.spec.shard_samples
+
+
+def test_a_reencoded_export_is_the_same_bytes_every_run_and_its_images_decode(
+        after_like: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from PIL import Image
+
+    found, raws = _found(after_like)
+    cands, _ = grid.candidates(found, raws, "files", 240, ("wds",), (64_000_000,),
+                               reencode=(60,))
+    spec = next(c.spec for c in cands if c.name == "wds-64MB-q60")
+    one, two = tmp_path / "one", tmp_path / "two"
+    reexport(spec, one, str(after_like), samples=30)
+    reexport(spec, two, str(after_like), samples=30, jobs=2)
+    shard = "shard-000000.tar"
+    assert (one / shard).read_bytes() == (two / shard).read_bytes()
+    got = first_samples(adapters.open_export(str(one)), 30, str(one))
+    for new, old in zip(got, raws, strict=False):
+        assert new.image != old.image
+        with Image.open(io.BytesIO(new.image)) as a, Image.open(io.BytesIO(old.image)) as b:
+            assert a.format == "JPEG" and a.size == b.size
+    assert json.loads((one / "_dsbench.json").read_text())["source"]["images"]["copied"] == \
+        "re-encoded, quality 60"
+    # Its definition re-encodes the same way through the command, and says so.
+    toml = tmp_path / "q60.toml"
+    toml.write_text(definition.to_toml(spec, "a test"))
+    assert main(["generate", str(toml), str(tmp_path / "three"), "--from", str(after_like),
+                 "--samples", "30"]) == 0
+    assert (tmp_path / "three" / shard).read_bytes() == (one / shard).read_bytes()
+    assert "jpeg decoded and re-encoded as jpeg quality 60 (the definition's reencode = " \
+        "true: this changes the data)" in capsys.readouterr().out
+
+
 def test_a_definition_written_loads_back_as_the_same_layout(after_like: Path,
                                                              tmp_path: Path) -> None:
     found, raws = _found(after_like)
     cands, _ = grid.candidates(found, raws, "files", 240, ("wds", "parquet", "arrow", "mds"),
-                               (64_000_000,), ("none", "zstd"))
+                               (64_000_000,), ("none", "zstd"), reencode=(85,))
     assert any(c.spec.compression for c in cands)
+    assert any(c.spec.image.reencode for c in cands)
     for c in cands:
         path = tmp_path / f"{c.name}.toml"
         path.write_text(definition.to_toml(c.spec, "a test\nof two lines"))
@@ -162,6 +213,8 @@ def test_digits_stored_as_text_stay_text(tmp_path: Path) -> None:
     ("--budget", "soon", "a duration"), ("--layouts", "zip", "not one of"),
     ("--samples", "1", "at least 2"), ("--work-dir", "FILE", "cannot make it a directory"),
     ("--compressions", "lz5", "one or both of none, zstd"),
+    ("--reencode", "quality=0", "JPEG qualities from 1 to 100"),
+    ("--reencode", "webp", "JPEG qualities from 1 to 100"),
 ])
 def test_bad_options_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                   after_like: Path, option: str, value: str, says: str) -> None:

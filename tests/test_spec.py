@@ -60,6 +60,8 @@ BASE = 'name = "x"\nlayout = "wds"\n'
     (BASE + "[fields.image]\ntype = 'int'\n", "fields.image"),
     (BASE + "compression = 'zstd'\n", "compression"),  # WebDataset shards are plain tar
     ('name = "x"\nlayout = "arrow"\ncompression = "gz"\n', "compression"),
+    (BASE + "[image]\nreencode = 'yes'\n", "image.reencode"),
+    (BASE + "[image]\ncodec = 'raw'\nreencode = true\n", "image.reencode"),
 ])
 def test_bad_definition_names_file_and_key(tmp_path: Path, text: str, key: str) -> None:
     path = _write(tmp_path, text)

@@ -2,8 +2,9 @@
 
 The file says only what the candidate's writer uses (layout, shard size, field types and
 encodings, in the order the writers take them); loaded back by export.spec it gives a
-definition that writes the same bytes. The image table is left out: a re-export copies the
-source's images as stored, whatever a definition says of them.
+definition that writes the same bytes. The image table is written only for a candidate whose
+images are re-encoded (`--reencode`): otherwise a re-export copies the source's images as
+stored, whatever a definition says of them.
 """
 
 from __future__ import annotations
@@ -43,17 +44,23 @@ def to_toml(spec: ExportSpec, header: str) -> str:
         lines.append(f"form = {_value(spec.form)}")
     if spec.compression:
         lines.append(f"compression = {_value(spec.compression)}")
+    if spec.image.reencode:
+        lines += ["", "[image]", f"codec = {_value(spec.image.codec)}",
+                  f"quality = {spec.image.quality}", "reencode = true"]
     for f in spec.fields:
         lines += ["", *_field(f)]
     return "\n".join(lines) + "\n"
 
 
 def same_writer(a: ExportSpec, b: ExportSpec) -> bool:
-    """Whether two definitions lay samples out alike (all but names, text and image settings,
-    which a re-export does not use)."""
+    """Whether two definitions lay samples out alike (all but names, text and image settings
+    a re-export does not use: all of them, unless it re-encodes)."""
     keys = ("layout", "shard_samples", "fields_as", "files_per_dir", "fields", "form",
             "compression")
-    return all(getattr(a, k) == getattr(b, k) for k in keys)
+    images = (a.image.reencode == b.image.reencode and
+              (not a.image.reencode or (a.image.codec, a.image.quality) ==
+               (b.image.codec, b.image.quality)))
+    return images and all(getattr(a, k) == getattr(b, k) for k in keys)
 
 
 def check_text(spec: ExportSpec, text: str, path: str) -> None:

@@ -1,7 +1,7 @@
 """The candidates advise tries: layouts, shard sizes in bytes and field encodings.
 
-Every candidate carries every field of the source (advise.fields) and its images byte for byte;
-what differs is how they are laid out:
+Every candidate carries every field of the source (advise.fields) and its images byte for byte
+(unless re-encoding is asked for, below); what differs is how they are laid out:
 
 * the layout: WebDataset shards, Arrow IPC, Parquet, and the formats written through their own
   libraries (MDS, litdata, Hugging Face datasets, Lance, TFRecord) where installed and able to
@@ -13,6 +13,9 @@ what differs is how they are laid out:
 * the shard size, stated in bytes: each size becomes the samples a shard holds, from the mean
   size of a sample as the candidate encodes it (the first samples of the source, encoded as the
   member layouts store them, before any compression). Per-sample files have no shards;
+* re-encoded images, only when asked (`--reencode quality=85`): each sharded candidate again
+  with its images decoded and encoded as JPEG at that quality. That changes the data (what the
+  model trains on), which is why it is never tried unasked and why the advice says so;
 * compression (`--compressions`, none and zstd): Arrow IPC buffers, MDS and litdata shards
   compressed with zstd or not. JPEG and PNG bytes barely compress; a document's text, labels
   and embeddings may, and every read then decompresses. Parquet keeps its own rule (zstd for
@@ -37,6 +40,7 @@ from dsbench.advise.fields import BINARY, JSON, LIST, Found
 from dsbench.errors import DsbenchError
 from dsbench.export import carry
 from dsbench.export.encode import sample_members
+from dsbench.export.reexport import reencoded
 from dsbench.export.spec import LAYOUTS, ExportSpec, ImageSpec
 
 DEFAULT_SHARD_BYTES = (64_000_000, 256_000_000, 1_000_000_000)
@@ -116,14 +120,14 @@ def sample_bytes(spec: ExportSpec, raws: Sequence[base.RawSample], layout: str) 
     return sum(sizes) / len(sizes)
 
 
-def _spec(name: str, layout: str, found: Found, samples: int, codec: str, *,
+def _spec(name: str, layout: str, found: Found, samples: int, image: ImageSpec, *,
           shard_samples: int = 1000, fields_as: str = "members", encoding: str = LIST,
           what: str = "", compression: str | None = None) -> ExportSpec:
     fields = tuple(dataclasses.replace(f, encoding=encoding) if f.type == "embedding" else f
                    for f in found.fields)
     return ExportSpec(name=name, layout=layout, description=what, samples=samples,
                       shard_samples=shard_samples, fields_as=fields_as,
-                      image=ImageSpec(codec=codec), fields=fields, compression=compression)
+                      image=image, fields=fields, compression=compression)
 
 
 def _installed(layout: str) -> bool:
@@ -170,13 +174,46 @@ def _describe_fields(layout: str, fields_as: str, encoding: str, found: Found) -
                    else ", embedding as a float32 list column")
 
 
+def parse_reencode(text: str) -> tuple[int, ...]:
+    """'quality=85,quality=75' -> (85, 75): the JPEG qualities to re-encode the images at."""
+    out = []
+    for item in (t.strip() for t in text.split(",") if t.strip()):
+        key, _, value = item.partition("=")
+        if key.strip() != "quality" or not value.strip().isdigit() or \
+                not 1 <= int(value) <= 100:
+            raise DsbenchError(f"--reencode {text!r}: give JPEG qualities from 1 to 100, e.g. "
+                               "quality=85 or quality=85,quality=75")
+        out.append(int(value))
+    if not out:
+        raise DsbenchError("--reencode needs a quality, e.g. quality=85")
+    return tuple(dict.fromkeys(out))
+
+
 def candidates(found: Found, raws: Sequence[base.RawSample], source_layout: str,
                samples: int, layouts: Sequence[str], shard_sizes: Sequence[int],
-               compressions: Sequence[str] = ("none",)
+               compressions: Sequence[str] = ("none",), reencode: Sequence[int] = ()
                ) -> tuple[list[Candidate], list[Skipped]]:
     """The grid (the module docstring has it), without duplicates, and the layouts left out
-    with the reason."""
-    codec = raws[0].codec
+    with the reason; with `reencode`, each sharded candidate again with its images re-encoded
+    as JPEG at each quality (named -qQ), sized by the re-encoded images."""
+    out, skipped = _grid(found, raws, source_layout, samples, layouts, shard_sizes,
+                         compressions, ImageSpec(codec=raws[0].codec))
+    for q in reencode:
+        image = ImageSpec(codec="jpeg", quality=q, reencode=True)
+        again = [dataclasses.replace(r, image=reencoded(r.image, image, r.source, r.key),
+                                     codec="jpeg") for r in raws]
+        more, _ = _grid(found, again, source_layout, samples, layouts, shard_sizes,
+                        compressions, image)
+        out += [c for c in more if c.shard_bytes is not None]
+    return out, skipped
+
+
+def _grid(found: Found, raws: Sequence[base.RawSample], source_layout: str, samples: int,
+          layouts: Sequence[str], shard_sizes: Sequence[int], compressions: Sequence[str],
+          image: ImageSpec) -> tuple[list[Candidate], list[Skipped]]:
+    tag = f"-q{image.quality}" if image.reencode else ""
+    images = (f", images re-encoded as JPEG quality {image.quality} (changes the data)"
+              if image.reencode else "")
     out: list[Candidate] = []
     skipped: list[Skipped] = []
     wanted = list(layouts)
@@ -196,16 +233,16 @@ def candidates(found: Found, raws: Sequence[base.RawSample], source_layout: str,
         for suffix, fields_as, encoding, compression in _encodings(layout, source_layout, found,
                                                                    compressions):
             enc = encoding if found.embedding_encoding else "-"
-            what = _describe(layout, fields_as, encoding, found, compression)
+            what = _describe(layout, fields_as, encoding, found, compression) + images
             as_members = (fields_as, BINARY if encoding == LIST else encoding)
             if as_members not in sizes:
-                probe = _spec("probe", "wds", found, samples, codec, fields_as=fields_as,
+                probe = _spec("probe", "wds", found, samples, image, fields_as=fields_as,
                               encoding=as_members[1])
                 sizes[as_members] = sample_bytes(probe, raws, source_layout)
             per_sample = sizes[as_members]
             if layout == "files":
-                name = f"files{suffix or '-binary'}"
-                out.append(Candidate(name, _spec(name, layout, found, samples, codec,
+                name = f"files{suffix or '-binary'}{tag}"
+                out.append(Candidate(name, _spec(name, layout, found, samples, image,
                                                  fields_as=fields_as, encoding=encoding,
                                                  what=what), None, enc, what))
                 continue
@@ -215,9 +252,9 @@ def candidates(found: Found, raws: Sequence[base.RawSample], source_layout: str,
                 key = (layout, fields_as, encoding, compression, min(per_shard, samples))
                 if key in seen:
                     continue
-                name = f"{layout}{suffix}-{size_name(size)}"
+                name = f"{layout}{suffix}-{size_name(size)}{tag}"
                 seen.add(key)
-                out.append(Candidate(name, _spec(name, layout, found, samples, codec,
+                out.append(Candidate(name, _spec(name, layout, found, samples, image,
                                                  shard_samples=per_shard, fields_as=fields_as,
                                                  encoding=encoding, compression=compression,
                                                  what=f"{what}, about {fmt.nbytes(size)} "

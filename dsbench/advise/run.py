@@ -45,6 +45,7 @@ class AdviseOptions:
     layouts: tuple[str, ...] = grid.DEFAULT_LAYOUTS
     shard_sizes: tuple[int, ...] = grid.DEFAULT_SHARD_BYTES
     compressions: tuple[str, ...] = grid.COMPRESSIONS
+    reencode: tuple[int, ...] = ()  # JPEG qualities to also try the images at (changes data)
     work_dir: Path | None = None  # None: a temporary directory, removed at the end
     layout: str | None = None  # read the source as this layout
     # The samples of the export the job trains on, where EXPORT is a part of it (None: EXPORT's)
@@ -109,7 +110,7 @@ def advise(source: str, opts: AdviseOptions, bench: BenchOptions, cluster: Clust
     raws = first_samples(export, min(PROBE_SAMPLES, opts.samples), source)
     found = found_fields(raws[0], export.layout)
     cands, skipped = grid.candidates(found, raws, export.layout, opts.samples, opts.layouts,
-                                     opts.shard_sizes, opts.compressions)
+                                     opts.shard_sizes, opts.compressions, opts.reencode)
     for s in skipped:
         progress(f"not tried: {s.layout}: {s.why}")
     if not cands:
@@ -142,6 +143,11 @@ def advise(source: str, opts: AdviseOptions, bench: BenchOptions, cluster: Clust
     disk = [_source_bytes(docs[0])] + [written[i] for i in last.sides[1:]]
     table = advice.rows(final, docs, disk, cluster, export_samples)
     verdict = advice.recommend(table)
+    won = next((c for c in final if c.name == verdict["winner"]), None)
+    if won is not None and won.spec.image.reencode:
+        verdict["text"] += (f"; its images are re-encoded as JPEG quality "
+                            f"{won.spec.image.quality}, which changes the data: check the "
+                            "model's accuracy on it before rolling it out")
     names = [c.name for c in cands]
     return {
         "kind": KIND, "schema_version": 1, "created_utc": now_utc(),
@@ -153,6 +159,7 @@ def advise(source: str, opts: AdviseOptions, bench: BenchOptions, cluster: Clust
         "settings": {"budget_s": opts.budget_s, "layouts": list(opts.layouts),
                      "shard_sizes_bytes": list(opts.shard_sizes),
                      "compressions": list(opts.compressions),
+                     "reencode_qualities": list(opts.reencode),
                      "workers": bench.workers[0], "batch_size": bench.batch_size,
                      "order": bench.order, "read_as": opts.layout,
                      "family_level": level_for(1),

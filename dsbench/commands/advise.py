@@ -64,6 +64,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compressions", default=",".join(d.compressions),
                    help="how the shards of Arrow, MDS and litdata candidates are tried: none, "
                         f"zstd or both (default {','.join(d.compressions)})")
+    p.add_argument("--reencode", default=None, metavar="quality=Q[,quality=Q]",
+                   help="also try each sharded candidate with its images re-encoded as JPEG at "
+                        "these qualities (changes the data; default: images byte for byte)")
     p.add_argument("--stage-url", default=None, metavar="URL",
                    help="an export in an object store: where its candidates are uploaded to be "
                         "measured from the same store (default: a prefix beside the export, "
@@ -116,6 +119,8 @@ def run(args: argparse.Namespace) -> int:
                          layouts=grid.parse_layouts(args.layouts),
                          shard_sizes=grid.parse_shard_sizes(args.shard_sizes),
                          compressions=grid.parse_compressions(args.compressions),
+                         reencode=(() if args.reencode is None
+                                   else grid.parse_reencode(args.reencode)),
                          work_dir=args.work_dir, layout=args.layout,
                          export_samples=args.export_samples, stage_url=args.stage_url)
     bench = BenchOptions(workers=(args.workers,), batch_size=args.batch_size,

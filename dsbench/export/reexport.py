@@ -7,7 +7,10 @@ written as the definition lays it out.
 * Images are copied byte for byte, as stored; the definition's image settings (codec, quality,
   sizes) are not applied. The export is written with the source's codec (the member extension
   and column metadata follow it), so an export holds one codec: a source sample whose codec
-  differs from the first sample's is an error.
+  differs from the first sample's is an error. With `reencode = true` in the definition's image
+  table, each image is decoded instead and encoded with its codec (JPEG or PNG) and quality:
+  that changes the data, and is only done when asked (PIL, 4:2:0 chroma for JPEG, the same
+  bytes every run).
 * Fields: export.carry matches the definition's fields with the source's, converts the carried
   values and names the rest; a definition field the source lacks is synthesised from the seed
   (synth.synthesised_field: the same values whatever else is carried or made).
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import io
 import itertools
 import time
 from dataclasses import dataclass
@@ -52,7 +56,7 @@ from dsbench.export.generate import (
     write_manifest,
 )
 from dsbench.export.pool import worker_pool
-from dsbench.export.spec import IMAGE_EXT, ExportSpec
+from dsbench.export.spec import IMAGE_EXT, ExportSpec, ImageSpec
 from dsbench.export.synth import sample_key, synthesised_field
 from dsbench.export.write import writer_of
 from dsbench.fmt import Progress
@@ -71,6 +75,7 @@ class ReexportReport(GenerateReport):
     subset: str
     fields: FieldPlan
     ignored: tuple[str, ...] = ()  # files under the source its layout does not read
+    reencoded: tuple[str, int] | None = None  # (codec, quality) the images were re-encoded as
 
 
 @dataclass(frozen=True)
@@ -97,17 +102,43 @@ def _open_source(path: str, layout: str) -> None:
     try:
         _SOURCE = adapters.open_export(path, layout)
     except Exception as exc:
-        # Kept for the worker's first job to raise: raised here, it would end the worker,
-        # which the pool would start again, forever.
+        # Kept for the worker's first job to raise, where the job's error becomes one line.
         _SOURCE = exc
 
 
+def reencoded(data: bytes, image: ImageSpec, source: str, key: str) -> bytes:
+    """`data` decoded and encoded as `image` says (its codec and quality)."""
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            # A palette or alpha image keeps what PNG can hold; JPEG takes RGB or greyscale.
+            mode = img.mode if img.mode in ("L", "RGB") or image.codec == "png" else "RGB"
+            pixels = img.convert(mode)
+    except Exception as exc:  # PIL's errors for a truncated or unknown image
+        raise SampleError(f"cannot decode the image to re-encode it: {exc}", path=source,
+                          key=key) from None
+    out = io.BytesIO()
+    if image.codec == "jpeg":
+        pixels.save(out, format="JPEG", quality=image.quality)
+    else:
+        pixels.save(out, format="PNG")
+    return out.getvalue()
+
+
 def _sample(job: _Job, index: int, raw: base.RawSample) -> dict[str, Any]:
+    if job.spec.image.reencode:
+        image = reencoded(raw.image, job.spec.image, raw.source, raw.key)
+        sample: dict[str, Any] = {"__key__": sample_key(index), "image": image}
+        sample.update(carried_values(job.spec, job.fields, raw))
+        for name in job.fields.synthesised:
+            sample[name] = synthesised_field(job.spec.field(name), job.seed, index)
+        return sample
     if raw.codec != job.spec.image.codec:
         raise SampleError(f"the image is {raw.codec}, but {job.spec.image.codec} in the "
                           "source's first sample: a re-export holds one codec, as stored",
                           path=raw.source, key=raw.key)
-    sample: dict[str, Any] = {"__key__": sample_key(index), "image": raw.image}
+    sample = {"__key__": sample_key(index), "image": raw.image}
     sample.update(carried_values(job.spec, job.fields, raw))
     for name in job.fields.synthesised:
         sample[name] = synthesised_field(job.spec.field(name), job.seed, index)
@@ -234,8 +265,13 @@ def reexport(spec: ExportSpec, out_dir: str | Path, source: str, samples: int | 
     # A field that does not convert (another type, another dim) is said before anything is
     # written, from the first sample.
     carried_values(spec, fields, first)
-    # The images are the source's: the export is written (and described) with their codec.
-    spec = dataclasses.replace(spec, image=dataclasses.replace(spec.image, codec=first.codec))
+    if spec.image.reencode:
+        # Said before anything is written, from the first sample.
+        reencoded(first.image, spec.image, first.source, first.key)
+    else:
+        # The images are the source's: the export is written (and described) with their codec.
+        spec = dataclasses.replace(spec, image=dataclasses.replace(spec.image,
+                                                                   codec=first.codec))
 
     units = export.units()
     counts = count_units(export, units, samples)
@@ -250,8 +286,10 @@ def reexport(spec: ExportSpec, out_dir: str | Path, source: str, samples: int | 
     subset = (f"the first {n} samples in its unit order" if samples is not None
               else f"all {n} samples")
     provenance = {"path": where, "layout": export.layout, "samples": n, "subset": subset,
-                  "units": len(counts), "images": {"codec": spec.image.codec,
-                                                   "copied": "byte for byte, as stored"},
+                  "units": len(counts), "images": {
+                      "codec": spec.image.codec,
+                      "copied": (f"re-encoded, quality {spec.image.quality}"
+                                 if spec.image.reencode else "byte for byte, as stored")},
                   "fields": fields.provenance()}
     prepare(out, manifest(spec, n, seed, complete=False, source=provenance))
 
@@ -280,5 +318,7 @@ def reexport(spec: ExportSpec, out_dir: str | Path, source: str, samples: int | 
     write_manifest(out, manifest(spec, n, seed, complete=True, source=provenance))
     return ReexportReport(out, n, bar.total, len(todo), len(unit_ranges(spec, n)) - len(todo),
                           time.perf_counter() - t0, cpu_with_children() - cpu0, source=where,
-                          layout=export.layout, codec=spec.image.codec, subset=subset,
-                          fields=fields, ignored=tuple(export.ignored))
+                          layout=export.layout, codec=first.codec, subset=subset,
+                          fields=fields, ignored=tuple(export.ignored),
+                          reencoded=((spec.image.codec, spec.image.quality)
+                                     if spec.image.reencode else None))

@@ -24,6 +24,7 @@ HF_FORMS = ("save_to_disk", "hub")
 COMPRESSIONS = {"mds": ("zstd", "gz", "bz2", "br", "snappy"), "litdata": ("zstd",),
                 "arrow": ("zstd", "lz4")}
 CODECS = ("jpeg", "png", "raw")
+REENCODE_CODECS = ("jpeg", "png")  # what generate --from can re-encode a source's images as
 SIZE_DISTRIBUTIONS = ("imagenet", "fixed")
 FIELD_TYPES = ("int", "string", "embedding", "boxes")
 EMBEDDING_ENCODINGS = ("binary", "json", "list")
@@ -47,6 +48,9 @@ class ImageSpec:
     sizes: str = "imagenet"
     width: int = 500
     height: int = 375
+    # generate --from: decode the source's images and encode them with codec and quality
+    # (which changes the data), instead of copying them as stored
+    reencode: bool = False
 
     @property
     def ext(self) -> str:
@@ -88,8 +92,12 @@ class ExportSpec:
     compression: str | None = None  # mds, litdata, arrow: how their shards are compressed
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data for manifests and result documents."""
-        return dataclasses.asdict(self)
+        """Plain data for manifests and result documents. `image.reencode` only when set: a
+        manifest written before it existed still describes the same export."""
+        out = dataclasses.asdict(self)
+        if not self.image.reencode:
+            del out["image"]["reencode"]
+        return out
 
     def field(self, name: str) -> FieldSpec:
         for f in self.fields:
@@ -102,7 +110,7 @@ _TOP_KEYS = {
     "name", "description", "layout", "samples", "shard_samples", "fields_as", "files_per_dir",
     "image", "fields", "form", "compression",
 }
-_IMAGE_KEYS = {"codec", "quality", "sizes", "width", "height"}
+_IMAGE_KEYS = {"codec", "quality", "sizes", "width", "height", "reencode"}
 _FIELD_KEYS = {
     "int": {"type", "classes", "ext"},
     "string": {"type", "words", "ext"},
@@ -140,7 +148,14 @@ def _image(src: str, raw: Any) -> ImageSpec:
         raise _fail(src, "image", "expected a table")
     _unknown(src, "image.", raw, _IMAGE_KEYS)
     codec = _take_choice(src, "image.codec", raw.get("codec", "jpeg"), CODECS)
+    reencode = raw.get("reencode", False)
+    if not isinstance(reencode, bool):
+        raise _fail(src, "image.reencode", f"expected true or false, got {reencode!r}")
+    if reencode and codec not in REENCODE_CODECS:
+        raise _fail(src, "image.reencode", f"re-encodes as {' or '.join(REENCODE_CODECS)}, "
+                    f"not {codec}")
     return ImageSpec(
+        reencode=reencode,
         codec=codec,
         quality=_take_int(src, "image.quality", raw.get("quality", 90), 1, 100),
         sizes=_take_choice(src, "image.sizes", raw.get("sizes", "imagenet"), SIZE_DISTRIBUTIONS),

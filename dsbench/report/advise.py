@@ -53,7 +53,7 @@ def _row(r: dict[str, Any]) -> list[str]:
 
 def _store_load(doc: dict[str, Any]) -> bool:
     """Whether the cluster's storage has a request limit per prefix (an object store's)."""
-    return any(r["predicted"].get("requests_per_s_per_prefix") is not None for r in doc["table"])
+    return any(r["predicted"].get("limit_per_prefix_s") is not None for r in doc["table"])
 
 
 def headers(doc: dict[str, Any]) -> list[str]:

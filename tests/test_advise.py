@@ -21,7 +21,7 @@ from dsbench.advise.fields import found_fields
 from dsbench.advise.search import level_for
 from dsbench.cli import main
 from dsbench.export.generate import generate
-from dsbench.export.reexport import first_samples, reexport
+from dsbench.export.reexport import first_samples, reencoded, reexport
 from dsbench.export.spec import load_spec
 from dsbench.results import schema
 
@@ -135,14 +135,17 @@ def test_a_reencoded_export_is_the_same_bytes_every_run_and_its_images_decode(
     from PIL import Image
 
     found, raws = _found(after_like)
-    cands, _ = grid.candidates(found, raws, "files", 240, ("wds",), (64_000_000,),
+    cands, _ = grid.candidates(found, raws, "files", 240, ("wds",), (20_000,),
                                reencode=(60,))
-    spec = next(c.spec for c in cands if c.name == "wds-64MB-q60")
+    spec = next(c.spec for c in cands if c.name == "wds-20kB-q60")
     one, two = tmp_path / "one", tmp_path / "two"
     reexport(spec, one, str(after_like), samples=30)
     reexport(spec, two, str(after_like), samples=30, jobs=2)
-    shard = "shard-000000.tar"
-    assert (one / shard).read_bytes() == (two / shard).read_bytes()
+    shards = sorted(p.name for p in one.glob("*.tar"))
+    assert len(shards) > 2  # several units, written by two processes the second time
+    assert shards == sorted(p.name for p in two.glob("*.tar"))
+    assert all((one / n).read_bytes() == (two / n).read_bytes() for n in shards)
+    shard = shards[0]
     got = first_samples(adapters.open_export(str(one)), 30, str(one))
     for new, old in zip(got, raws, strict=False):
         assert new.image != old.image
@@ -158,6 +161,24 @@ def test_a_reencoded_export_is_the_same_bytes_every_run_and_its_images_decode(
     assert (tmp_path / "three" / shard).read_bytes() == (one / shard).read_bytes()
     assert "jpeg decoded and re-encoded as jpeg quality 60 (the definition's reencode = " \
         "true: this changes the data)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("codec", ["jpeg", "png"])
+def test_a_cmyk_image_is_reencoded_as_rgb_and_a_broken_one_is_one_sample_error(
+        codec: str) -> None:
+    from PIL import Image
+
+    from dsbench.errors import SampleError
+    from dsbench.export.spec import ImageSpec
+
+    cmyk = io.BytesIO()
+    Image.new("CMYK", (16, 8), (0, 255, 0, 0)).save(cmyk, format="JPEG")
+    image = ImageSpec(codec=codec, quality=80, reencode=True)
+    with Image.open(io.BytesIO(reencoded(cmyk.getvalue(), image, "src", "k"))) as out:
+        assert out.mode == "RGB" and out.size == (16, 8)
+    with pytest.raises(SampleError, match="cannot re-encode the image") as info:
+        reencoded(cmyk.getvalue()[:40], image, "src/000001.jpg", "000001")
+    assert "src/000001.jpg" in str(info.value) and "000001" in str(info.value)
 
 
 def test_a_definition_written_loads_back_as_the_same_layout(after_like: Path,
@@ -268,23 +289,42 @@ def test_a_killed_runs_candidates_in_the_store_are_removed_by_the_next_run(
     url = s3_env.create_bucket("killed") + "/after"
     s3_env.upload_tree(after_like, url)
     keys_before = _keys(s3_env, "killed")
-    # A prefix of a process that is gone (this host, a pid with another start time), and one
-    # of another host, which is never touched.
-    dead = f"{url}{staging.TAG}{staging._host()}-{os.getpid()}-1-{orphans.namespace()}"
-    other = f"{url}{staging.TAG}elsewhere-{os.getpid()}-1-{orphans.namespace()}"
-    for prefix in (dead, other):
+    here, ns = staging._machine(), orphans.namespace()
+    # A prefix of this machine's process that is gone (this pid, another start time); one of
+    # a live process here (the parent, its real start); one of another machine.
+    dead = f"{url}{staging.TAG}{here}-{os.getpid()}-1-{ns}"
+    live = f"{url}{staging.TAG}{here}-{os.getppid()}-{orphans.start_ticks(os.getppid())}-{ns}"
+    other = f"{url}{staging.TAG}elsewhere-0123456789-{os.getpid()}-1-{ns}"
+    for prefix in (dead, live, other):
         s3_env.upload_tree(after_like / "000000", prefix + "/wds-64MB")
     said: list[str] = []
     with staging.stage(RemotePath(url), None, said.append) as prefix:
-        assert prefix is not None and str(prefix) != dead
+        assert prefix is not None and str(prefix) not in (dead, live)
     assert said == [f"removed {dead}: the candidates of an advise run that was killed"]
-    left = set(_keys(s3_env, "killed")) - set(keys_before)
-    assert left and all(k.startswith(other.split("/", 3)[3]) for k in left)
+    left = {k.split("/")[0] for k in set(_keys(s3_env, "killed")) - set(keys_before)}
+    assert left == {live.split("/")[-1], other.split("/")[-1]}
+
+
+def test_a_stage_url_keeps_what_was_there(after_like: Path, s3_env: Any) -> None:
+    from dsbench.advise import staging
+    from dsbench.storage.remote import RemotePath
+
+    url = s3_env.create_bucket("stage") + "/after"
+    s3_env.upload_tree(after_like, url)
+    s3_env.upload_tree(after_like / "000000", "s3://stage/scratch/theirs")
+    keys_before = _keys(s3_env, "stage")
+    # The bucket's root as the stage: the run's own prefix under it, and only that, goes.
+    with staging.stage(RemotePath(url), "s3://stage", lambda _m: None) as prefix:
+        assert prefix is not None and str(prefix).startswith("s3://stage/.dsbench-advise-")
+        staging.put_candidate(after_like / "000000", prefix)
+        assert len(_keys(s3_env, "stage")) > len(keys_before)
+    assert _keys(s3_env, "stage") == keys_before
 
 
 @pytest.mark.parametrize(("args", "says"), [
     (["s3://no-such-bucket/after"], "no such bucket"),
-    (["URL", "--stage-url", "URL/inside"], "overlaps the export"),
+    (["URL", "--stage-url", "URL/inside"], "inside the export"),
+    (["URL", "--stage-url", "s3://another-bucket/x"], "not in the export's bucket"),
     (["BUCKET"], "a bucket's whole root"),
     (["LOCAL", "--stage-url", "s3://b/x"], "for an export in an object store"),
 ])

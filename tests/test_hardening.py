@@ -153,6 +153,23 @@ def test_a_writing_process_killed_mid_unit_is_one_line_and_leaves_whole_units(
                 if "resource_tracker" not in " ".join(c.cmdline())]
 
 
+def _double(x: int) -> int:
+    return 2 * x
+
+
+def test_a_writing_process_that_died_while_idle_is_one_error_not_a_broken_pipe(
+        tmp_path: Path) -> None:
+    from dsbench.export.pool import worker_pool
+
+    with pytest.raises(DsbenchError, match=r"ended unexpectedly \(signal 9\)"), \
+            worker_pool(tmp_path, 2) as pool:
+        assert list(pool.imap(_double, range(4))) == [0, 2, 4, 6]  # in order
+        os.kill(pool.procs[1].pid, signal.SIGKILL)  # type: ignore[arg-type]
+        pool.procs[1].join()
+        list(pool.imap(_double, range(4)))
+    assert all(p.exitcode is not None for p in pool.procs)
+
+
 def test_an_absurd_batch_size_is_refused_before_any_process(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     export = write_export(tmp_path, "wds", 10)

@@ -81,8 +81,9 @@ def _summary(name: str, r: ReexportReport) -> list[str]:
              f"  source: {r.source} ({r.layout}), {r.subset}",
              (f"  images: copied byte for byte as stored ({r.codec}); the definition's image "
               "settings (codec, quality, sizes) are not applied" if r.reencoded is None else
-              f"  images: {r.codec} decoded and re-encoded as {r.reencoded[0]} quality "
-              f"{r.reencoded[1]} (the definition's reencode = true: this changes the data)"),
+              f"  images: {r.codec} decoded and re-encoded as {r.reencoded[0]}"
+              + (f" quality {r.reencoded[1]}" if r.reencoded[0] == "jpeg" else " (lossless)")
+              + " (the definition's reencode = true: this changes the data)"),
              f"  carried: {_names(carried)}",
              f"  synthesised (not in the source): {_names(r.fields.synthesised)}",
              f"  dropped (not in the definition): {_names(r.fields.dropped)}"]

@@ -17,7 +17,7 @@ from contextlib import contextmanager, suppress
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from dsbench import atomic, procs
 from dsbench.errors import DsbenchError
@@ -53,8 +53,9 @@ def _serve(conn: Connection, setup: Callable[..., None] | None, args: tuple[Any,
             answer = (False, exc)
         try:
             conn.send(answer)
-        except Exception as exc:  # a result or an error that does not pickle: said in a line
-            conn.send((False, DsbenchError(f"{type(exc).__name__}: {exc}")))
+        except Exception:  # a result or an error that does not pickle: said in a line
+            what = answer[1]
+            conn.send((False, DsbenchError(f"{type(what).__name__}: {what}")))
 
 
 class WriterPool:
@@ -71,12 +72,15 @@ class WriterPool:
         context: Any = multiprocessing.get_context(start)
         for _ in range(workers):
             ours, theirs = context.Pipe()
-            with procs.spawning():
-                proc = context.Process(target=_serve, args=(theirs, setup, args), daemon=True)
-                proc.start()
-                self.procs.append(proc)
-                self.conns.append(ours)
-            theirs.close()
+            try:
+                with procs.spawning():
+                    proc = context.Process(target=_serve, args=(theirs, setup, args),
+                                           daemon=True)
+                    proc.start()
+                    self.procs.append(proc)
+                    self.conns.append(ours)
+            finally:
+                theirs.close()  # the worker's end, now in the worker
 
     def imap(self, fn: Callable[[Any], Any], tasks: Iterable[Any]) -> Iterator[Any]:
         """fn(task) for every task, in the tasks' order. With one worker the tasks also run in
@@ -90,19 +94,21 @@ class WriterPool:
             while idle and todo:
                 worker = idle.pop()
                 busy[worker], task = todo.pop()
-                self.conns[worker].send((fn, task))
+                try:
+                    self.conns[worker].send((fn, task))
+                except OSError:  # it died while idle (the kernel's OOM killer)
+                    self._died(worker)
             ready = wait([self.conns[w] for w in busy] + [self.procs[w].sentinel for w in busy])
             for worker in list(busy):
                 if self.conns[worker] not in ready and self.procs[worker].sentinel not in ready:
                     continue
                 try:
                     ok, value = self.conns[worker].recv()
-                except EOFError:
-                    # Its pipe closes as it dies, a moment before its exit can be waited for.
-                    self.procs[worker].join(5.0)
-                    code = self.procs[worker].exitcode
-                    how = f"signal {-code}" if code is not None and code < 0 else f"code {code}"
-                    raise DsbenchError(f"a writing process ended unexpectedly ({how})") from None
+                except (EOFError, OSError):
+                    self._died(worker)
+                except Exception as exc:  # an error that pickled but does not unpickle
+                    raise DsbenchError(f"a writing process failed: {type(exc).__name__}: "
+                                       f"{exc}") from None
                 if not ok:
                     raise value
                 done[busy.pop(worker)] = value
@@ -110,6 +116,13 @@ class WriterPool:
             while given in done:
                 yield done.pop(given)
                 given += 1
+
+    def _died(self, worker: int) -> NoReturn:
+        # Its pipe closes as it dies, a moment before its exit can be waited for.
+        self.procs[worker].join(5.0)
+        code = self.procs[worker].exitcode
+        how = f"signal {-code}" if code is not None and code < 0 else f"code {code}"
+        raise DsbenchError(f"a writing process ended unexpectedly ({how})")
 
     def close(self) -> None:
         """Tell the workers to stop and wait for them."""
@@ -125,7 +138,9 @@ class WriterPool:
             if proc.exitcode is None:
                 proc.kill()
         for proc in self.procs:
-            proc.join()
+            # SIGKILL ends a process at once, but one in uninterruptible I/O (a hung network
+            # mount) only when that returns: not waited for forever (it dies with us).
+            proc.join(10.0)
         self._close_pipes()
 
     def _close_pipes(self) -> None:

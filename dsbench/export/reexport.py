@@ -107,23 +107,31 @@ def _open_source(path: str, layout: str) -> None:
 
 
 def reencoded(data: bytes, image: ImageSpec, source: str, key: str) -> bytes:
-    """`data` decoded and encoded as `image` says (its codec and quality)."""
+    """`data` decoded and encoded as `image` says: JPEG at its quality, or PNG (lossless). The
+    colour profile and EXIF (orientation) go along; a mode the codec cannot hold (CMYK, LAB,
+    YCbCr; alpha or a palette for JPEG) is converted to RGB."""
     from PIL import Image
 
+    holds = ("L", "RGB") if image.codec == "jpeg" else ("1", "L", "LA", "P", "RGB", "RGBA",
+                                                        "I", "I;16")
+    out = io.BytesIO()
     try:
         with Image.open(io.BytesIO(data)) as img:
-            # A palette or alpha image keeps what PNG can hold; JPEG takes RGB or greyscale.
-            mode = img.mode if img.mode in ("L", "RGB") or image.codec == "png" else "RGB"
-            pixels = img.convert(mode)
-    except Exception as exc:  # PIL's errors for a truncated or unknown image
-        raise SampleError(f"cannot decode the image to re-encode it: {exc}", path=source,
+            keep = {k: img.info[k] for k in ("icc_profile", "exif") if img.info.get(k)}
+            pixels = img if img.mode in holds else img.convert("RGB")
+            if image.codec == "jpeg":
+                pixels.save(out, format="JPEG", quality=image.quality, **keep)
+            else:
+                pixels.save(out, format="PNG", **keep)
+    except Exception as exc:  # PIL's errors for a truncated, unknown or unwritable image
+        raise SampleError(f"cannot re-encode the image as {image.codec}: {exc}", path=source,
                           key=key) from None
-    out = io.BytesIO()
-    if image.codec == "jpeg":
-        pixels.save(out, format="JPEG", quality=image.quality)
-    else:
-        pixels.save(out, format="PNG")
     return out.getvalue()
+
+
+def _reencoded_as(image: ImageSpec) -> str:
+    return ("re-encoded, quality " + str(image.quality) if image.codec == "jpeg"
+            else "re-encoded, lossless png")
 
 
 def _sample(job: _Job, index: int, raw: base.RawSample) -> dict[str, Any]:
@@ -288,8 +296,8 @@ def reexport(spec: ExportSpec, out_dir: str | Path, source: str, samples: int | 
     provenance = {"path": where, "layout": export.layout, "samples": n, "subset": subset,
                   "units": len(counts), "images": {
                       "codec": spec.image.codec,
-                      "copied": (f"re-encoded, quality {spec.image.quality}"
-                                 if spec.image.reencode else "byte for byte, as stored")},
+                      "copied": (_reencoded_as(spec.image) if spec.image.reencode
+                                 else "byte for byte, as stored")},
                   "fields": fields.provenance()}
     prepare(out, manifest(spec, n, seed, complete=False, source=provenance))
 

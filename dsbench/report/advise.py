@@ -103,7 +103,7 @@ def header_lines(doc: dict[str, Any]) -> list[str]:
             f"{fmt.percent(st['family_level'])} for all together ({st['correction']})",
             f"predicted for: {_cluster(doc)} (a model, not a measurement)"] + (
         [f"candidates measured from the export's store, under {doc['staged_in']} (deleted "
-         "since)"] if doc.get("staged_in") else [])
+         "at the end of the run)"] if doc.get("staged_in") else [])
 
 
 def render(doc: dict[str, Any], markdown: bool = False) -> str:

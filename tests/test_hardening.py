@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tarfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -99,27 +100,37 @@ def test_generate_into_a_file_is_refused(tmp_path: Path, where: str,
     assert blocker.read_text() == "not a directory"
 
 
-def test_a_full_disk_during_generate_is_one_line_and_leaves_whole_units(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+def _generate_with_a_failing_unit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                  unit: int, fail: Callable[[], None]) -> list[str]:
+    """`generate` of 4 WebDataset units with 2 writers, unit `unit` leaving a temporary and
+    then calling `fail`; the exit code must be 2; the names left in the export."""
     real = write.WRITERS["wds"]
 
-    def full(spec, out_dir, unit, samples):  # type: ignore[no-untyped-def]
-        if unit == 1:
-            (out_dir / ".shard-000001.tar.tmp1").write_bytes(b"half")
-            raise OSError(errno.ENOSPC, "No space left on device")
-        real.write_unit(spec, out_dir, unit, samples)
+    def failing(spec, out_dir, u, samples):  # type: ignore[no-untyped-def]
+        if u == unit:
+            (out_dir / f".shard-{unit:06d}.tar.tmp1").write_bytes(b"half")
+            fail()
+        real.write_unit(spec, out_dir, u, samples)
 
-    # The pool forks: its workers see the patched writer.
-    monkeypatch.setitem(write.WRITERS, "wds", Writer("wds", real.unit_paths, full))
+    # The writers fork: they see the patched writer.
+    monkeypatch.setitem(write.WRITERS, "wds", Writer("wds", real.unit_paths, failing))
     definition = tmp_path / "tiny.toml"
     definition.write_text('name = "tiny"\nlayout = "wds"\nshard_samples = 10\n[image]\n'
                           'sizes = "fixed"\nwidth = 32\nheight = 24\n'
                           '[fields.label]\ntype = "int"\n')
     out = tmp_path / "export"
     assert main(["generate", str(definition), str(out), "--samples", "40", "--jobs", "2"]) == 2
+    return sorted(p.name for p in out.iterdir())
+
+
+def test_a_full_disk_during_generate_is_one_line_and_leaves_whole_units(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    def full() -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    names = _generate_with_a_failing_unit(tmp_path, monkeypatch, 1, full)
     one_line_error(capsys, "No space left on device")
-    names = sorted(p.name for p in out.iterdir())
     assert ".shard-000001.tar.tmp1" not in names  # nothing half-written left
     assert "shard-000001.tar" not in names
 
@@ -129,23 +140,9 @@ def test_a_writing_process_killed_mid_unit_is_one_line_and_leaves_whole_units(
         capsys: pytest.CaptureFixture[str]) -> None:
     # A writer killed by the kernel (out of memory) sends no answer: the run must notice its
     # end instead of waiting for the unit forever, and remove what it left half-written.
-    real = write.WRITERS["wds"]
-
-    def killed(spec, out_dir, unit, samples):  # type: ignore[no-untyped-def]
-        if unit == 2:
-            (out_dir / ".shard-000002.tar.tmp1").write_bytes(b"half")
-            os.kill(os.getpid(), signal.SIGKILL)
-        real.write_unit(spec, out_dir, unit, samples)
-
-    monkeypatch.setitem(write.WRITERS, "wds", Writer("wds", real.unit_paths, killed))
-    definition = tmp_path / "tiny.toml"
-    definition.write_text('name = "tiny"\nlayout = "wds"\nshard_samples = 10\n[image]\n'
-                          'sizes = "fixed"\nwidth = 32\nheight = 24\n'
-                          '[fields.label]\ntype = "int"\n')
-    out = tmp_path / "export"
-    assert main(["generate", str(definition), str(out), "--samples", "40", "--jobs", "2"]) == 2
+    names = _generate_with_a_failing_unit(tmp_path, monkeypatch, 2,
+                                          lambda: os.kill(os.getpid(), signal.SIGKILL))
     one_line_error(capsys, "a writing process ended unexpectedly (signal 9)")
-    names = sorted(p.name for p in out.iterdir())
     assert not [n for n in names if n.startswith(".shard")]  # nothing half-written left
     assert "shard-000002.tar" not in names
     # Every writer was reaped (Python's resource tracker stays, as it does for any pool).

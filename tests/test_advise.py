@@ -181,6 +181,27 @@ def test_a_cmyk_image_is_reencoded_as_rgb_and_a_broken_one_is_one_sample_error(
     assert "src/000001.jpg" in str(info.value) and "000001" in str(info.value)
 
 
+def test_the_model_sees_a_sharded_candidate_at_its_full_shard_size(after_like: Path) -> None:
+    from dsbench.advise import advice
+
+    found, raws = _found(after_like)
+    cands, _ = grid.candidates(found, raws, "files", 240, ("wds",), (64_000_000,))
+    wds = next(c for c in cands if c.name == "wds-64MB")
+    files = next(c for c in cands if c.name == "files-binary")
+    # 40 samples read in one shard: 2 requests (a GET and its retry, say) and one file.
+    doc: Any = {"export": {"samples": 40, "files_per_sample": 1 / 40},
+                "runs": [{"files_per_sample": 1 / 40}],
+                "requests": {"requests_per_sample": 2 / 40}}
+    full = advice.full_size(doc, wds)
+    per_shard = wds.spec.shard_samples
+    assert per_shard > 40
+    assert full["runs"][0]["files_per_sample"] == pytest.approx(1 / per_shard)
+    assert full["export"]["files_per_sample"] == pytest.approx(1 / per_shard)
+    assert full["requests"]["requests_per_sample"] == pytest.approx(2 / per_shard)
+    assert doc["requests"]["requests_per_sample"] == 2 / 40  # the measurement is untouched
+    assert advice.full_size(doc, files) is doc  # per-sample files have no shards to scale
+
+
 def test_a_definition_written_loads_back_as_the_same_layout(after_like: Path,
                                                              tmp_path: Path) -> None:
     found, raws = _found(after_like)

@@ -6,7 +6,9 @@ seed for all, so only the loader differs between them. Its predicted GPU utiliza
 interval as the measurements do: the model is run once per round with that round's CPU per
 sample (the measured batches scaled by the round's share), each round of a candidate paired
 with the baseline's round beside it and the same draws, and the ratio of their utilizations
-takes the same paired t and level as the timings.
+takes the same paired t and level as the timings. The model sees a sharded candidate's files
+and requests per sample at its full-size shards (full_size): counted per shard on the sample,
+spread over the samples a shard of the definition holds.
 
 A candidate may be recommended when its CPU per sample is distinguishably lower than the
 baseline's or its predicted utilization distinguishably higher, and neither is distinguishably
@@ -17,6 +19,7 @@ per sample; a winner that leaves workers without a shard is recommended with tha
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 from collections.abc import Sequence
@@ -116,6 +119,30 @@ def at_target(c: Candidate, export_samples: int, cluster: ClusterSpec) -> dict[s
     return {"shards": shards, "loader_workers": workers, "shards_per_worker": shards / workers}
 
 
+def full_size(doc: BenchResult, c: Candidate) -> BenchResult:
+    """`doc` as the model is to see it: files and requests per sample of the candidate's
+    full-size shards. The sample holds fewer samples per shard than the definition (all of a
+    1000-sample sample in one 64 MB shard of 656, say), so its counts per sample overstate
+    what a shard costs at full size: each is scaled by samples per shard in the sample over
+    the definition's (requests per shard as counted, over more samples)."""
+    samples = int(doc["export"].get("samples") or 0)
+    if c.shard_bytes is None or samples < 1:
+        return doc
+    in_sample = samples / math.ceil(samples / c.spec.shard_samples)
+    scale = in_sample / c.spec.shard_samples
+    if scale >= 1.0:
+        return doc
+    out: Any = copy.deepcopy(doc)
+    for where in (out["runs"][0], out["export"]):
+        if isinstance(where.get("files_per_sample"), int | float):
+            where["files_per_sample"] *= scale
+    requests = out.get("requests")
+    if isinstance(requests, dict) and isinstance(requests.get("requests_per_sample"),
+                                                 int | float):
+        requests["requests_per_sample"] *= scale
+    return out
+
+
 def pareto(points: Sequence[tuple[float, float]]) -> list[bool]:
     """Which (CPU per sample, bytes per sample) points no other point beats on both."""
     return [not any(q[0] <= p[0] and q[1] <= p[1] and q != p for q in points) for p in points]
@@ -134,18 +161,19 @@ def rows(cands: Sequence[Candidate], docs: Sequence[BenchResult], disk: Sequence
         "definition": None}]
     for c, doc, d in zip(cands, docs[1:], disk[1:], strict=True):
         keep = kept_pairs(base, doc)
+        modelled = full_size(doc, c)
         cpu = ratio(base, doc, "cpu_s_per_sample", level, keep)
         rate = ratio(base, doc, "samples_per_s", level, keep)
         out.append({"name": c.name, "what": c.spec.description, "baseline": False,
                     "layout": c.spec.layout, "encoding": c.encoding,
                     "shard_bytes": c.shard_bytes,
                     "shard_samples": c.spec.shard_samples if c.shard_bytes else None,
-                    "measured": measured(doc, d), "predicted": predict(doc, cluster),
+                    "measured": measured(doc, d), "predicted": predict(modelled, cluster),
                     "vs_baseline": {
                         "cpu_s_per_sample": _interval(cpu, lower_is_better=True),
                         "samples_per_s": _interval(rate, lower_is_better=False),
-                        "gpu_util": _util_ratio(base_utils, round_utils(doc, cluster), keep,
-                                                level)},
+                        "gpu_util": _util_ratio(base_utils, round_utils(modelled, cluster),
+                                                keep, level)},
                     "at_target": at_target(c, export_samples, cluster),
                     "definition": c.spec.to_dict()})
     front = pareto([(r["measured"]["cpu_s_per_sample"], r["measured"]["bytes_per_sample"])

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
-import os
 import signal
 import sys
 import threading
@@ -76,20 +75,14 @@ def _terminate(signum: int, frame: object) -> None:
 # Python's resource tracker (one process shared by this one and the children it spawns) warns,
 # on its own stderr after dsbench's last line, of semaphores that a child ended by a signal
 # did not release, then releases them itself: after a Ctrl-C or SIGTERM that is noise below
-# the one line a run ends with, not a leak. The filter goes to it through the environment,
-# which it inherits when it starts: a -W option would show in every spawned worker's command
-# line, by which processes are told apart.
+# the one line a run ends with, not a leak. It takes this interpreter's -W options when it
+# starts (multiprocessing passes them on), so the filter is added before it can start.
 _TRACKER_QUIET = "ignore:resource_tracker:UserWarning"
 
 
-def _quiet_tracker() -> None:
-    given = os.environ.get("PYTHONWARNINGS", "")
-    if _TRACKER_QUIET not in given.split(","):
-        os.environ["PYTHONWARNINGS"] = ",".join(w for w in (given, _TRACKER_QUIET) if w)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    _quiet_tracker()
+    if _TRACKER_QUIET not in sys.warnoptions:
+        sys.warnoptions.append(_TRACKER_QUIET)
     in_main_thread = threading.current_thread() is threading.main_thread()
     old = signal.getsignal(signal.SIGTERM) if in_main_thread else None
     name = "dsbench"

@@ -72,17 +72,7 @@ def _terminate(signum: int, frame: object) -> None:
     raise Terminated
 
 
-# Python's resource tracker (one process shared by this one and the children it spawns) warns,
-# on its own stderr after dsbench's last line, of semaphores that a child ended by a signal
-# did not release, then releases them itself: after a Ctrl-C or SIGTERM that is noise below
-# the one line a run ends with, not a leak. It takes this interpreter's -W options when it
-# starts (multiprocessing passes them on), so the filter is added before it can start.
-_TRACKER_QUIET = "ignore:resource_tracker:UserWarning"
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    if _TRACKER_QUIET not in sys.warnoptions:
-        sys.warnoptions.append(_TRACKER_QUIET)
     in_main_thread = threading.current_thread() is threading.main_thread()
     old = signal.getsignal(signal.SIGTERM) if in_main_thread else None
     name = "dsbench"

@@ -137,16 +137,13 @@ def _reencoded_as(image: ImageSpec) -> str:
 def _sample(job: _Job, index: int, raw: base.RawSample) -> dict[str, Any]:
     if job.spec.image.reencode:
         image = reencoded(raw.image, job.spec.image, raw.source, raw.key)
-        sample: dict[str, Any] = {"__key__": sample_key(index), "image": image}
-        sample.update(carried_values(job.spec, job.fields, raw))
-        for name in job.fields.synthesised:
-            sample[name] = synthesised_field(job.spec.field(name), job.seed, index)
-        return sample
-    if raw.codec != job.spec.image.codec:
+    elif raw.codec != job.spec.image.codec:
         raise SampleError(f"the image is {raw.codec}, but {job.spec.image.codec} in the "
                           "source's first sample: a re-export holds one codec, as stored",
                           path=raw.source, key=raw.key)
-    sample = {"__key__": sample_key(index), "image": raw.image}
+    else:
+        image = raw.image
+    sample: dict[str, Any] = {"__key__": sample_key(index), "image": image}
     sample.update(carried_values(job.spec, job.fields, raw))
     for name in job.fields.synthesised:
         sample[name] = synthesised_field(job.spec.field(name), job.seed, index)

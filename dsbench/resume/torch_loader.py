@@ -10,6 +10,7 @@ only for `--backend torch`, so that dsbench never imports torch otherwise.
 from __future__ import annotations
 
 import contextlib
+import gc
 import pickle
 import warnings
 from collections.abc import Iterator
@@ -166,3 +167,12 @@ class TorchLoader:
                 if w.is_alive():
                     w.terminate()
                 w.join(2.0)
+            # The iterator's queues and events hold named semaphores, released (unlinked, and
+            # struck off Python's resource tracker) only when they are collected: left to the
+            # collector, that happens at some later allocation, where a signal can cut the
+            # release in two and the tracker then warns of leaked semaphores at exit. Released
+            # here, while signals are held. (StatefulDataLoader keeps its iterator too.)
+            if getattr(self.loader, "_iterator", None) is it:
+                self.loader._iterator = None
+            del it
+            gc.collect()

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import itertools
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import formatlibs
 import numpy as np
@@ -24,6 +26,7 @@ from dsbench.loader.options import BenchOptions
 from dsbench.loader.order import BLOCK, RANDOM, Order, WorkerSamples
 from dsbench.loader.runner import run_bench
 from dsbench.loader.worker import read_chars
+from dsbench.storage import files as store
 
 SAMPLES, GROUP = 240, 60  # four shards of one 60-row row group (record batch) each
 
@@ -42,6 +45,18 @@ def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             w.write_batch(batch)
     out["stream"] = stream.parent
     out["hf"] = formatlibs.write_hf(root / "hf")  # save_to_disk: Arrow streams, by `datasets`
+    # Record shards, by their own libraries: MDS plain and compressed whole, litdata chunks.
+    out["mds"] = formatlibs.write("mds", root)
+    out["mds-zstd"] = formatlibs.write("mds-zstd", root)
+    out["litdata"] = formatlibs.write("litdata", root)
+    out["lance"] = formatlibs.write("lance", root)
+    # Rows removed by a deletion file are not samples: offsets count the rows that remain.
+    import lance
+
+    shutil.copytree(out["lance"], root / "lance-deleted")
+    lance.dataset(str(root / "lance-deleted")).delete("label % 3 = 0")
+    assert lance.dataset(str(root / "lance-deleted")).count_rows() < formatlibs.SAMPLES
+    out["lance-deleted"] = root / "lance-deleted"
     return out
 
 
@@ -55,7 +70,9 @@ def _front_to_back(path: Path) -> list[tuple[str, bytes, dict[str, object]]]:
     return [_as_read(s) for s in export.read_units(export.units())]
 
 
-@pytest.mark.parametrize("layout", ["parquet", "arrow", "stream", "hf", "files"])
+@pytest.mark.parametrize("layout", ["parquet", "arrow", "stream", "hf", "files", "mds",
+                                    "mds-zstd", "litdata", "lance",
+                                    "lance-deleted"])
 def test_a_sample_read_where_it_lies_is_the_one_read_front_to_back(
         layout: str, exports: dict[str, Path]) -> None:
     path = exports[layout]
@@ -137,6 +154,56 @@ def test_parquet_read_at_random_reads_a_row_group_per_sample_and_blocks_recover_
     again = count_pass(adapters.open_export(path), 0, order=Order(RANDOM, seed=1))
     assert (again.read_bytes, again.files, again.samples) == (rand.read_bytes, rand.files,
                                                              rand.samples)
+
+
+@pytest.mark.parametrize("layout", ["mds", "litdata"])
+def test_a_record_shard_read_at_random_reads_each_sample_and_its_offsets_alone(
+        layout: str, exports: dict[str, Path]) -> None:
+    path = exports[layout]
+    export = adapters.open_export(path)
+    sequential = count_pass(export, 0)
+    rand = count_pass(export, 0, order=Order(RANDOM, seed=1))
+    assert rand.exact and rand.samples == sequential.samples == formatlibs.SAMPLES
+    # Unbuffered reads where the samples lie: every sample's bytes, its two offsets (8 bytes),
+    # and each shard's sample count when it is opened (once: 16 shards stay open).
+    entries = [export._by_unit[u] for u in export.units()]  # type: ignore[attr-defined]
+    stored = 0
+    for unit, e in zip(export.units(), entries, strict=True):
+        data = Path(unit).read_bytes()
+        table = np.frombuffer(data, np.uint32, e.samples + 1, 4).astype(np.int64)
+        stored += int((table[1:] - table[:-1]).sum())
+    assert rand.read_bytes == stored + 8 * formatlibs.SAMPLES + 4 * len(entries)
+    assert rand.files == len(entries) and rand.mapped_bytes == 0
+    # Read front to back, the same shards are mapped whole instead.
+    assert sequential.mapped_bytes >= stored
+
+
+def test_a_record_shard_in_an_object_store_is_read_at_random_by_range_requests(
+        exports: dict[str, Path], s3_env: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    url = s3_env.create_bucket("random-mds")
+    s3_env.upload_tree(exports["mds"], f"{url}/export")
+    # A shard is opened with one request for its tail (its size); made smaller than any
+    # sample here, so that what follows is read by range requests, as a large shard's is.
+    monkeypatch.setattr(store, "TAIL_BYTES", 4)
+    export = adapters.open_export(f"{url}/export")
+    rand = count_pass(export, 0, order=Order(RANDOM, seed=1))
+    assert rand.exact and rand.requests is not None
+    shards = len(export.units())
+    # Per shard: its tail, then its sample count; per sample: its offsets, then its bytes.
+    assert rand.requests.count["RANGE"] == shards * 2 + 2 * formatlibs.SAMPLES
+    assert rand.requests.count["GET"] == 0
+    local = count_pass(adapters.open_export(exports["mds"]), 0, order=Order(RANDOM, seed=1))
+    assert rand.requests.body_bytes == local.read_bytes + 4 * shards
+
+
+def test_a_shard_compressed_whole_is_decompressed_once_for_its_random_reads(
+        exports: dict[str, Path]) -> None:
+    export = adapters.open_export(exports["mds-zstd"])
+    sequential = count_pass(export, 0)
+    rand = count_pass(export, 0, order=Order(RANDOM, seed=1))
+    # Each shard read whole once and kept (three shards, fewer than are kept open): the same
+    # bytes as front to back, however the samples are permuted.
+    assert (rand.read_bytes, rand.files) == (sequential.read_bytes, sequential.files)
 
 
 def test_arrow_random_access_touches_only_the_rows_it_takes(exports: dict[str, Path]) -> None:

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from dsbench.adapters import base
+from dsbench.adapters.shard_at import ShardsAt
 from dsbench.adapters.survey import (
     CHECK_LIMIT,
     add_image,
@@ -148,8 +149,9 @@ def offset_table(buf: memoryview | bytes, samples: int, where: str, start: int =
     return offsets
 
 
-class IndexedExport(base.ReadsUnits):
-    """An export of record shards listed by an index; see the module docstring."""
+class IndexedExport(ShardsAt, base.ReadsUnits):
+    """An export of record shards listed by an index; see the module docstring. Its samples
+    are also read one at a time where they lie (shard_at.py)."""
 
     layout = ""
     what = ""  # the format in messages: "MDS", "litdata"
@@ -160,6 +162,7 @@ class IndexedExport(base.ReadsUnits):
                                path=path)
         self.path = self.root = path
         self.index = read_index(path, self.what)
+        self._init_random()
         self.entries = self._entries(self.index)
         if not self.entries:
             raise DsbenchError(f"the {self.what} index lists no shards", path=path / INDEX)
@@ -195,10 +198,15 @@ class IndexedExport(base.ReadsUnits):
             raise SampleError(f"truncated: sample {len(offsets) - 2} ends at byte "
                               f"{offsets[-1]}, but the shard has {len(data)}", path=where)
         for i in range(entry.samples):
-            yield i, shard.touch(data[offsets[i]:offsets[i + 1]])
+            yield i, self._record(entry, shard.touch(data[offsets[i]:offsets[i + 1]]), where)
 
     def _table_start(self, entry: Entry) -> int:
         return 0
+
+    def _record(self, entry: Entry, record: memoryview, where: str) -> memoryview:
+        """A sample's bytes as stored at its offsets, made ready for `_sample` (litdata's
+        compressed items are decompressed)."""
+        return record
 
     def _sample(self, entry: Entry, data: memoryview, key: str, where: str) -> base.RawSample:
         """One sample's bytes as a RawSample; a SampleError naming the shard and key when its

@@ -28,10 +28,10 @@ import pyarrow as pa
 from dsbench.adapters import base, columns
 from dsbench.adapters.columnar import ColumnarExport
 from dsbench.adapters.columns import BadChunk, Unreadable
-from dsbench.errors import DsbenchError
+from dsbench.errors import DsbenchError, SampleError
 from dsbench.storage import files as store
 from dsbench.storage import remote
-from dsbench.storage.files import Loc
+from dsbench.storage.files import Loc, location
 
 VERSIONS = "_versions"
 BATCH_ROWS = 256
@@ -114,6 +114,42 @@ class LanceExport(ColumnarExport):
                 row += batch.num_rows
         except (OSError, ValueError, RuntimeError) as exc:
             yield BadChunk(0, f"rows from {row} on are unreadable: {_failed(exc)}")
+
+    def read_at(self, unit: str, offset: int, skip: base.SkipHandler = None,
+                ) -> base.RawSample | None:
+        """Row `offset` of a fragment (rows a deletion file removed not counted), taken by
+        Lance's own random access (`take`), which reads the row's own pages: what a map-style
+        Dataset over a Lance dataset does for one index."""
+        if unit in self._broken:
+            base.report(SampleError(self._broken[unit], path=unit), skip)
+            return None
+        fragment = self._fragment(location(unit))
+        for _ in fragment.data_files():
+            base.count_open()  # Lance opens the row's data files itself, each take
+        try:
+            table = fragment.take([offset])
+        except (OSError, ValueError, RuntimeError) as exc:
+            base.report(SampleError(f"row {offset} is unreadable: {_failed(exc)}", path=unit),
+                        skip)
+            return None
+        if table.num_rows != 1:
+            raise DsbenchError(f"no row {offset} here", path=unit)
+        keyed = self.plan.key is not None and self.plan.key in self._columns[unit]
+        first = 0 if keyed else self._first_row(unit)
+        try:
+            item = next(columns.batch_rows(table.combine_chunks().to_batches()[0], self.schema,
+                                           self.plan, unit, first + offset,
+                                           self._encodings(unit)))
+        except (pa.ArrowException, ValueError) as exc:
+            item = SampleError(f"row {offset} does not convert to the export's schema: {exc}",
+                               path=unit)
+        if isinstance(item, SampleError):
+            base.report(item, skip)
+            return None
+        return item
+
+    def forget(self) -> None:
+        pass  # a take opens what it reads; nothing is kept between rows here
 
     def _head(self, path: Loc, cols: list[str], rows: int) -> pa.Table:
         try:

@@ -190,13 +190,15 @@ class LitdataExport(indexed.IndexedExport):
         if self.level == "batch" or bytes(data[:8]) == _FRAMED_MAGIC:
             yield from _framed(data, entry.samples, where)
             return
-        for i, record in super()._records(entry, shard, where):
-            if not len(record):
-                raise SampleError("the chunk holds an Arrow footer, not pytree items (an "
-                                  "export without media)", path=where)
-            if self.level == "sample":
-                record = memoryview(indexed.decompress(bytes(record), "zstd", None, where))
-            yield i, record
+        yield from super()._records(entry, shard, where)
+
+    def _record(self, entry: indexed.Entry, record: memoryview, where: str) -> memoryview:
+        if not len(record):
+            raise SampleError("the chunk holds an Arrow footer, not pytree items (an export "
+                              "without media)", path=where)
+        if self.level == "sample":
+            return memoryview(indexed.decompress(bytes(record), "zstd", None, where))
+        return record
 
     def _sample(self, entry: indexed.Entry, data: Any, key: str, where: str
                 ) -> base.RawSample:

@@ -32,7 +32,8 @@ def check_random_access(export: Export, order: str) -> None:
 
 
 # The layouts whose exports dsbench reads by random access (their adapters' read_at).
-RANDOM_ACCESS_LAYOUTS = ("arrow", "parquet", "hf", "files")
+RANDOM_ACCESS_LAYOUTS = ("arrow", "parquet", "hf", "files", "mds", "litdata",
+                         "lance")
 
 
 class SampleIndex:

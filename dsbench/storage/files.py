@@ -179,6 +179,16 @@ def open_seekable(p: Loc) -> IO[bytes]:
     return open_stream(p)
 
 
+def open_raw(p: Loc) -> IO[bytes]:
+    """A file to seek in, unbuffered: each read is one read at its position (one range GET in
+    an object store), as a reader of single records at known offsets reads them."""
+    if isinstance(p, RemotePath):
+        return _Ranges(p)  # type: ignore[return-value]
+    if not p.is_file():
+        raise OSError(f"not a regular file: {p}")
+    return open(p, "rb", buffering=0)
+
+
 def read_bytes(p: Loc) -> bytes:
     with open_stream(p) as f:
         return f.read()

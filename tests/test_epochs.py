@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import copy
+import statistics
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from conftest import write_export
 
@@ -17,7 +20,11 @@ from dsbench.loader.epochs import worker_share
 from dsbench.loader.options import BenchOptions
 from dsbench.loader.order import Order
 from dsbench.loader.runner import run_bench
+from dsbench.model.cluster import extrapolate
+from dsbench.model.node import ClusterSpec
 from dsbench.report.bench import render
+from dsbench.report.extrapolation import render as render_extrapolation
+from dsbench.results import schema
 
 SLOW_S = 0.8  # a slow start: what the first read of each worker process waits
 
@@ -79,12 +86,45 @@ def test_each_epoch_reads_its_share_from_fresh_workers_and_says_when_it_started(
     assert "time to first batch" in text and "wait at the boundary" in text
 
 
-def test_a_slow_worker_start_shows_at_every_epoch_boundary(shards: Path) -> None:
-    fast = run_bench(shards, _opts())["runs"][0]["epochs"]
-    slow = run_bench(shards, _opts(opener=SlowStart))["runs"][0]["epochs"]
+@pytest.fixture(scope="module")
+def fast_and_slow(shards: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    return run_bench(shards, _opts()), run_bench(shards, _opts(opener=SlowStart))
+
+
+def test_a_slow_worker_start_shows_at_every_epoch_boundary(
+        fast_and_slow: tuple[dict[str, Any], dict[str, Any]]) -> None:
+    fast, slow = (doc["runs"][0]["epochs"] for doc in fast_and_slow)
     for f, s in zip(fast, slow, strict=True):
         assert s["time_to_first_batch_s"] >= SLOW_S
         assert s["boundary_wait_s"] - f["boundary_wait_s"] > SLOW_S / 2
+
+
+def test_the_model_charges_each_epoch_the_measured_wait_at_its_start(
+        fast_and_slow: tuple[dict[str, Any], dict[str, Any]]) -> None:
+    cluster = ClusterSpec(nodes=2, gpus_per_node=2, batch_size=8)
+    out = []
+    for doc in fast_and_slow:
+        waits = [e["boundary_wait_s"] for e in doc["runs"][0]["epochs"]]
+        got = extrapolate(doc, cluster, np.random.default_rng(0), steps=500, scaling=(4,))
+        epoch = got["epoch_start"]
+        assert epoch["wait_s"] == pytest.approx(statistics.median(waits))
+        # The export's 96 samples at 4 ranks x 8: three steps, then the wait once.
+        assert epoch["samples"] == 96 and epoch["steps"] == 3
+        within = 3 * got["step_time_s"]["mean"]
+        assert epoch["epoch_s"] == pytest.approx(within + epoch["wait_s"])
+        assert epoch["gpu_util"] == pytest.approx(got["gpu_util"] * within / epoch["epoch_s"])
+        schema.validate(got, "extrapolation")
+        out.append(got)
+    fast, slow = (o["epoch_start"] for o in out)
+    assert slow["wait_s"] - fast["wait_s"] > SLOW_S / 2
+    assert slow["gpu_util"] < fast["gpu_util"]
+    assert "Epoch starts" in render_extrapolation(out[1])
+    # A result without epochs has no measured start to charge.
+    plain = copy.deepcopy(fast_and_slow[0])
+    for run in plain["runs"]:
+        run.pop("epochs")
+    got = extrapolate(plain, cluster, np.random.default_rng(0), steps=500, scaling=(4,))
+    assert got["epoch_start"] is None and "Epoch starts" not in render_extrapolation(got)
 
 
 def test_epochs_with_a_step_time_give_the_data_wait_before_every_step(shards: Path) -> None:

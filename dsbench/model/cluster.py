@@ -155,11 +155,31 @@ def extrapolate(source: Mapping[str, Any] | LoaderCost, cluster: ClusterSpec,
                      "note": explain.timeline_note(rates, cluster, result)},
         "what_if": _what_if(cost, cluster, steps, what_if_seed, ceiling_util),
         "memory": loader_memory(cost, cluster),
+        "epoch_start": epoch_starts(cost, cluster, step["mean"], util, epoch_samples),
         "scaling": scaling_rows,
         "scaling_reference_p99_s": result.stats(1)["p99"],
         "mechanism": explain.scaling_mechanism(scaling_rows, result.stats(1)["p99"],
                                                _alone(result)),
     }
+
+
+def epoch_starts(cost: LoaderCost, cluster: ClusterSpec, step_mean_s: float, gpu_util: float,
+                 epoch_samples: int | None) -> dict[str, Any] | None:
+    """What the measured wait at each epoch's start (bench --epochs) costs an epoch of the job:
+    its steps at the simulated mean step time, plus that wait once, as every rank's fresh
+    workers start together. The measured median stands for every rank's wait: a synchronous
+    job waits for its slowest rank, so this is the least it loses. None without an --epochs
+    result or an epoch's size (the export's samples, or --epoch-samples)."""
+    samples = epoch_samples or cost.export_samples
+    if cost.epoch_start_s is None or samples is None:
+        return None
+    steps = max(1, math.ceil(samples / (cluster.ranks * cluster.batch_size)))
+    within = steps * step_mean_s
+    epoch = within + cost.epoch_start_s
+    return {"wait_s": cost.epoch_start_s, "samples": samples,
+            "samples_from": "stated with --epoch-samples" if epoch_samples
+            else "the measured export's", "steps": steps, "epoch_s": epoch,
+            "lost_share": cost.epoch_start_s / epoch, "gpu_util": gpu_util * within / epoch}
 
 
 MEMORY_TIGHT = 0.5  # loaders taking more than this share of a node leave little for training

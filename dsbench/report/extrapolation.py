@@ -48,6 +48,7 @@ def render(doc: dict[str, Any]) -> str:
               f"  GPU utilization {fmt.percent(doc['gpu_util'])} (compute / step time); "
               f"waiting for data {fmt.percent(doc['data_wait_share'])} of a step; "
               f"{fmt.rate(doc['samples_per_s_per_node'])} per node", ""]
+    lines += epoch_lines(doc.get("epoch_start"))
     lines += store_lines(doc.get("store"))
     tl = doc["timeline"]
     shown = tl["gpu_util"][:_SPARK_WIDTH]
@@ -65,6 +66,20 @@ def render(doc: dict[str, Any]) -> str:
     lines += ["  " + ln for ln in fmt.table(heads, rows).splitlines()]
     lines += [f"  {doc['mechanism']}"]
     return "\n".join(lines)
+
+
+def epoch_lines(epoch: dict[str, Any] | None) -> list[str]:
+    """What the measured wait at every epoch's start costs an epoch."""
+    if not epoch:
+        return []
+    return ["Epoch starts",
+            f"  an epoch of {epoch['samples']:,} samples ({epoch['samples_from']}) is "
+            f"{fmt.plural(epoch['steps'], 'step')} and {fmt.seconds(epoch['epoch_s'])}, with "
+            f"the measured wait of {fmt.seconds(epoch['wait_s'])} at its start (fresh workers "
+            f"to their first batch): {fmt.percent(epoch['lost_share'])} of the epoch lost, GPU "
+            f"utilization {fmt.percent(epoch['gpu_util'])} over it",
+            "  a synchronous job waits for its slowest rank's workers, so it loses at least "
+            "this; persistent workers are not restarted at an epoch's start", ""]
 
 
 def store_lines(store: dict[str, Any] | None) -> list[str]:

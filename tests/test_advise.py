@@ -270,6 +270,32 @@ def test_bad_options_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert len(err) == 1 and says in err[0], err
 
 
+def test_a_job_reading_by_index_is_advised_among_layouts_read_by_index(
+        after_like: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "advice.json"
+    assert main(["advise", str(after_like), "--order", "random", "--samples", "60",
+                 "--layouts", "wds,arrow", "--shard-sizes", "50kB", "--compressions", "none",
+                 "--budget", "4s", "--batch-size", "8", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    schema.validate(doc, "advice")
+    assert doc["settings"]["order"] == "random"
+    # WebDataset has no way to read one sample where it lies: not tried, and said why.
+    assert [n["layout"] for n in doc["not_tried"]] == ["wds"]
+    assert "--order random" in doc["not_tried"][0]["why"]
+    tried = [r["name"] for r in doc["table"]]
+    assert any(n.startswith("arrow-") for n in tried) and not any("wds" in n for n in tried)
+    for r in doc["table"][1:]:  # each candidate measured in the job's order
+        assert r["name"].startswith(("arrow-", "files-"))
+    # An export the job could not be reading by index is refused, in one line.
+    shards = tmp_path / "shards"
+    assert main(["generate", str(Path(__file__).parents[1] / "formats" / "before.toml"),
+                 str(shards), "--samples", "20"]) == 0
+    capsys.readouterr()
+    assert main(["advise", str(shards), "--order", "random", "--budget", "4s"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(shards) in err[0] and "--order shuffle" in err[0], err
+
+
 def test_an_export_in_an_object_store_is_advised_from_the_same_store(
         after_like: Path, tmp_path: Path, s3_env: Any, capsys: pytest.CaptureFixture[str]
         ) -> None:

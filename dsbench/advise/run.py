@@ -23,6 +23,7 @@ from dsbench.export.reexport import count_units, first_samples, reexport
 from dsbench.export.spec import ExportSpec, FieldSpec, ImageSpec
 from dsbench.loader import orphans, summary
 from dsbench.loader.options import BenchOptions
+from dsbench.loader.sampling import RANDOM_ACCESS, RANDOM_ACCESS_LAYOUTS, check_random_access
 from dsbench.model.node import ClusterSpec
 from dsbench.results.document import now_utc
 from dsbench.results.machine import collect
@@ -109,8 +110,17 @@ def advise(source: str, opts: AdviseOptions, bench: BenchOptions, cluster: Clust
     assert opts.samples is not None
     raws = first_samples(export, min(PROBE_SAMPLES, opts.samples), source)
     found = found_fields(raws[0], export.layout)
+    # A job that reads by index reads the current export so, and can only move to a layout
+    # read the same way.
+    check_random_access(export, bench.order)
     cands, skipped = grid.candidates(found, raws, export.layout, opts.samples, opts.layouts,
                                      opts.shard_sizes, opts.compressions, opts.reencode)
+    if bench.order in RANDOM_ACCESS:
+        skipped += [grid.Skipped(layout, f"--order {bench.order} reads single samples where "
+                                         f"they lie, and {layout} is read front to back")
+                    for layout in dict.fromkeys(c.spec.layout for c in cands)
+                    if layout not in RANDOM_ACCESS_LAYOUTS]
+        cands = [c for c in cands if c.spec.layout in RANDOM_ACCESS_LAYOUTS]
     for s in skipped:
         progress(f"not tried: {s.layout}: {s.why}")
     if not cands:

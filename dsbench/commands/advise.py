@@ -14,7 +14,8 @@ from dsbench.commands.options import (
     json_target,
 )
 from dsbench.errors import DsbenchError
-from dsbench.loader.order import SEQUENTIAL, SHUFFLE
+from dsbench.loader.options import BenchOptions
+from dsbench.loader.order import ORDERS, SEQUENTIAL
 
 HELP = ("which layout to roll out: re-lay a sample of the export into candidate layouts, shard "
         "sizes and encodings, measure them against the export within a budget, carry them to "
@@ -83,9 +84,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     m.add_argument("--workers", type=int, default=1, help="loader workers (default 1)")
     m.add_argument("--batch-size", type=int, default=64, help="samples per batch (default 64)")
     m.add_argument("--decoder", choices=DECODERS, default="pillow", help="JPEG decoder")
-    m.add_argument("--order", choices=(SEQUENTIAL, SHUFFLE), default=SEQUENTIAL,
-                   help="how the workers read: sequential, or shuffle (units permuted, a "
-                        "shuffle buffer on shards) (default sequential)")
+    m.add_argument("--order", choices=ORDERS, default=SEQUENTIAL,
+                   help="how the workers read: sequential, shuffle (units permuted, a "
+                        "shuffle buffer on shards), random (samples permuted, each read where "
+                        "it lies: only candidates of layouts read by random access are tried) "
+                        "or block (blocks of --block samples) (default sequential)")
+    m.add_argument("--block", type=int, default=BenchOptions().block, metavar="N",
+                   help="with --order block: consecutive samples per block (default "
+                        f"{BenchOptions().block})")
     m.add_argument("--pipeline", default=None, metavar="MODULE:CALLABLE",
                    help="your own per-sample step, run on every side (docs/pipeline.md)")
     m.add_argument("--layout", choices=sorted(FORMATS), default=None,
@@ -99,7 +105,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from dsbench.advise import grid
     from dsbench.advise.run import AdviseOptions, advise, write_definition
-    from dsbench.loader.options import BenchOptions
     from dsbench.model.profiles import PROFILES
     from dsbench.report import advise as report
     from dsbench.report.demo import DEMO_CLUSTER
@@ -124,7 +129,8 @@ def run(args: argparse.Namespace) -> int:
                          work_dir=args.work_dir, layout=args.layout,
                          export_samples=args.export_samples, stage_url=args.stage_url)
     bench = BenchOptions(workers=(args.workers,), batch_size=args.batch_size,
-                         decoder=args.decoder, order=args.order, step=args.pipeline)
+                         decoder=args.decoder, order=args.order, step=args.pipeline,
+                         block=args.block)
     cluster, sources = cluster_from_args(args, DEMO_CLUSTER)
     if sources["storage"] == "default" and args.path.lower().startswith("s3://"):
         # The demo's shared filesystem is not where this job reads from: S3's published

@@ -151,8 +151,9 @@ def add_window_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup,
                         "shard layouts, samples drawn from a shuffle buffer, as webdataset "
                         "and streaming loaders read), random (samples permuted each epoch and "
                         "each read where it lies, as a map-style Dataset with a RandomSampler "
-                        "reads; arrow, parquet and per-sample files) or block (permuted blocks "
-                        f"of --block consecutive samples); default {d.order}; "
+                        "reads; arrow, parquet, hf, mds, litdata, lance and per-sample "
+                        "files) or block (permuted blocks of --block consecutive samples); "
+                        f"default {d.order}; "
                         "docs/access-patterns.md")
     p.add_argument("--shuffle-buffer", type=int, default=d.shuffle_buffer, metavar="N",
                    help="with --order shuffle on a shard layout: samples each worker holds "

@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import struct
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dsbench.adapters import base
 from dsbench.errors import DsbenchError, SampleError
 from dsbench.storage import files as store
 
-if TYPE_CHECKING:
-    from dsbench.adapters.indexed import Entry, IndexedExport
+# indexed.IndexedExport takes these methods from ShardsAt, so this module names its types
+# loosely (an export and its index entries: `Any`) rather than import it back.
+Entry = Any
 
 # Shards a random reader keeps open at once: a map-style Dataset over many shards keeps some
 # handles (or decompressed shards), not one per shard.
@@ -74,7 +75,7 @@ class _InPlace:
 class _Whole:
     """A shard compressed whole: read and decompressed once, its records kept."""
 
-    def __init__(self, export: IndexedExport, unit: str, entry: Entry) -> None:
+    def __init__(self, export: Any, unit: str, entry: Entry) -> None:
         with export._open(entry, unit) as shard:
             self.records = [bytes(r) for _, r in export._records(entry, shard, unit)]
 

@@ -275,7 +275,8 @@ def test_a_job_reading_by_index_is_advised_among_layouts_read_by_index(
     out = tmp_path / "advice.json"
     assert main(["advise", str(after_like), "--order", "random", "--samples", "60",
                  "--layouts", "wds,arrow", "--shard-sizes", "50kB", "--compressions", "none",
-                 "--budget", "4s", "--batch-size", "8", "--json", str(out)]) == 0
+                 "--budget", "4s", "--batch-size", "8", "--json", str(out),
+                 "--definition", str(tmp_path / "advised.toml")]) == 0
     doc = json.loads(out.read_text())
     schema.validate(doc, "advice")
     assert doc["settings"]["order"] == "random"
@@ -291,7 +292,8 @@ def test_a_job_reading_by_index_is_advised_among_layouts_read_by_index(
     assert main(["generate", str(Path(__file__).parents[1] / "formats" / "before.toml"),
                  str(shards), "--samples", "20"]) == 0
     capsys.readouterr()
-    assert main(["advise", str(shards), "--order", "random", "--budget", "4s"]) == 2
+    assert main(["advise", str(shards), "--order", "random", "--budget", "4s",
+                 "--definition", str(tmp_path / "refused.toml")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and str(shards) in err[0] and "--order shuffle" in err[0], err
 

@@ -86,6 +86,23 @@ def test_each_epoch_reads_its_share_from_fresh_workers_and_says_when_it_started(
     assert "time to first batch" in text and "wait at the boundary" in text
 
 
+def test_torchs_dataloader_reads_the_same_epochs_from_its_own_fresh_workers(
+        shards: Path) -> None:
+    # torch's workers import torch (seconds each): one round of two epochs.
+    ours = run_bench(shards, _opts(order="shuffle", shuffle_buffer=12)
+                     )["runs"][0]["rounds"][0]["epochs"]
+    doc = run_bench(shards, _opts(order="shuffle", shuffle_buffer=12, backend="torch"))
+    theirs = doc["runs"][0]["rounds"][0]["epochs"]
+    assert doc["config"]["backend"] == "torch"
+    assert [e["epoch"] for e in theirs] == [0, 1]
+    # The same order and shares: the same samples per epoch, in the same full batches.
+    assert [(e["samples"], e["batches"]) for e in theirs] == \
+        [(e["samples"], e["batches"]) for e in ours]
+    for e in theirs:
+        assert 0 < e["time_to_first_batch_s"] <= e["wall_s"]
+        assert e["boundary_wait_s"] >= e["time_to_first_batch_s"]
+
+
 @pytest.fixture(scope="module")
 def fast_and_slow(shards: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     return run_bench(shards, _opts()), run_bench(shards, _opts(opener=SlowStart))

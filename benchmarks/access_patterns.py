@@ -3,7 +3,8 @@
     python benchmarks/access_patterns.py OUT_DIR [SAMPLES]
 
 Writes the incident's exports (formats/before.toml: WebDataset shards; after.toml: a file per
-sample; arrow.toml; parquet.toml, row groups of 1000 rows) with SAMPLES samples (default 2000)
+sample; arrow.toml; parquet.toml, row groups of 1000 rows) and the candidates written by their
+own libraries (mds.toml, litdata.toml, lance.toml) with SAMPLES samples (default 2000)
 under OUT_DIR, then measures each export in every order it allows in one interleaved run:
 `sequential`, `shuffle`, and where dsbench reads the layout by random access `random` and
 `block` (blocks of 1000 samples) (1 worker, batches of 64, 6 rounds of 1 s). Prints a markdown
@@ -24,8 +25,9 @@ from dsbench.export.spec import FORMATS_DIR, load_spec
 from dsbench.loader.options import BenchOptions
 from dsbench.loader.runner import run_benches
 
-EXPORTS = ("before", "after", "arrow", "parquet")
-RANDOM_ACCESS = ("after", "arrow", "parquet")  # the layouts read by random access
+EXPORTS = ("before", "after", "arrow", "parquet", "mds", "litdata", "lance")
+# The exports whose layouts dsbench reads by random access.
+RANDOM_ACCESS = ("after", "arrow", "parquet", "mds", "litdata", "lance")
 ORDERS = ("sequential", "shuffle", "random", "block")
 OPTS = BenchOptions(workers=(1,), batch_size=64, seconds=1.0, rounds=6)
 

@@ -40,7 +40,7 @@ from dsbench.errors import DsbenchError
 from dsbench.model import explain
 from dsbench.model import simulate as sim
 from dsbench.model.costs import LoaderCost
-from dsbench.model.node import MAX_RANKS, ClusterSpec, node_rates
+from dsbench.model.node import MAX_RANKS, ClusterSpec, node_rates, supplies
 from dsbench.model.store import store_load
 
 DEFAULT_SCALING = (8, 16, 32, 64, 128, 256)
@@ -258,7 +258,7 @@ def _what_if(cost: LoaderCost, cluster: ClusterSpec, steps: int, seed: int,
         return None
 
     w = next((w for w in range(1, max_workers + 1)
-              if node_rates(cost, cluster.replace(workers_per_gpu=w)).supply >= need), None)
+              if supplies(cost, cluster.replace(workers_per_gpu=w), need)), None)
     found = try_workers(w) if w is not None else None
     if found:
         out["workers_per_gpu"] = {"workers_per_gpu": found[0].workers_per_gpu,
@@ -270,8 +270,7 @@ def _what_if(cost: LoaderCost, cluster: ClusterSpec, steps: int, seed: int,
         return cluster.replace(cores_per_node=c, workers_per_gpu=min(w, max_workers))
 
     lowest = math.floor(cluster.gpus_per_node * cluster.trainer_cores_per_gpu) + 1
-    c = next((c for c in range(lowest, 16_385) if node_rates(cost, with_cores(c)).supply >= need),
-             None)
+    c = next((c for c in range(lowest, 16_385) if supplies(cost, with_cores(c), need)), None)
     for _ in range(_REFINE_TRIES):
         if c is None:
             break

@@ -127,18 +127,37 @@ class NodeRates:
 
 def node_rates(cost: LoaderCost, cluster: ClusterSpec) -> NodeRates:
     """Samples/s per node: workers / (per-sample wall time of one worker), against demand."""
-    free, workers = cluster.free_cores, cluster.workers_per_node
-    load = min(1.0, workers / free)
-    contention = cost.contention_at(load)
-    over = max(1.0, workers / free)
-    cpu = cost.cpu_s_per_sample * contention * over
-    latency = cost.files_per_sample * cluster.storage.per_file_s
+    free, workers, load, contention, over, cpu, latency = _worker_time(cost, cluster)
     transfer = link_transfer_s(cost.bytes_per_sample, workers, cpu + latency,
                                cluster.storage.node_bytes_per_s)
     demand = cluster.gpus_per_node * cluster.batch_size / (cluster.compute.mean
                                                             + cluster.allreduce_s)
     return NodeRates(free, workers, load, contention, over, cpu, latency, transfer,
                       supply=workers / (cpu + latency + transfer), demand=demand)
+
+
+def supplies(cost: LoaderCost, cluster: ClusterSpec, need: float) -> bool:
+    """node_rates(cost, cluster).supply >= need. The link's queueing model (as many steps as
+    workers) is left out where even a free link would fall short: its transfer time only
+    lowers supply. A search over thousands of settings (extrapolate's what-if) would otherwise
+    spend seconds on settings that are short of CPU."""
+    _, workers, _, _, _, cpu, latency = _worker_time(cost, cluster)
+    if workers / (cpu + latency) < need:
+        return False
+    return node_rates(cost, cluster).supply >= need
+
+
+def _worker_time(cost: LoaderCost, cluster: ClusterSpec
+                 ) -> tuple[float, int, float, float, float, float, float]:
+    """free cores, workers, load, contention, time-sharing, and a worker's CPU and file
+    latency per sample."""
+    free, workers = cluster.free_cores, cluster.workers_per_node
+    load = min(1.0, workers / free)
+    contention = cost.contention_at(load)
+    over = max(1.0, workers / free)
+    cpu = cost.cpu_s_per_sample * contention * over
+    latency = cost.files_per_sample * cluster.storage.per_file_s
+    return free, workers, load, contention, over, cpu, latency
 
 
 def link_transfer_s(nbytes: float, workers: int, other_s: float, link_bytes_per_s: float

@@ -13,7 +13,7 @@ import pytest
 from dsbench.errors import DsbenchError
 from dsbench.model.cluster import extrapolate, simulate
 from dsbench.model.costs import Distribution, LoaderCost
-from dsbench.model.node import ClusterSpec, link_transfer_s, node_rates
+from dsbench.model.node import ClusterSpec, link_transfer_s, node_rates, supplies
 from dsbench.model.profiles import PROFILES, parse_storage
 
 
@@ -339,3 +339,17 @@ def test_shared_link_limits() -> None:
     assert link_transfer_s(100e3, 16, 0.0, 1e9) == pytest.approx(16 * d)  # all always queued
     assert link_transfer_s(100e3, 4, 0.05, math.inf) == 0.0
     assert link_transfer_s(0.0, 4, 0.05, 1e9) == 0.0
+
+
+def test_the_quick_supply_check_agrees_with_the_node_rates_it_stands_for() -> None:
+    # supplies() leaves out the link's model only where CPU alone falls short: the same answer
+    # as node_rates at every setting, link-bound ones included.
+    for cpu, nbytes, files, storage in itertools.product(
+            (1e-4, 3e-3), (1e4, 1e6, 5e7), (0.0, 2.0), ("local", "efs", "s3")):
+        cost = LoaderCost.stated(cpu, bytes_per_sample=nbytes, files_per_sample=files)
+        for workers, cores in itertools.product((1, 4, 32), (16, 64, 512)):
+            spec = ClusterSpec(workers_per_gpu=workers, cores_per_node=cores,
+                               storage=PROFILES[storage])
+            supply = node_rates(cost, spec).supply
+            for need in (0.5 * supply, supply, 1.5 * supply, 1e3, 1e5):
+                assert supplies(cost, spec, need) == (supply >= need), (cost, spec, need)

@@ -44,6 +44,7 @@ STALL_FACTOR, MIN_STALL_S, MAX_STALL_S, STARTUP_STALL_S = 20.0, 5.0, 300.0, 60.0
 EXTRAS_BYTES = 16 << 20
 # How long a worker that closed its control pipe gets to exit before it is reported.
 STOP_WAIT_S = 5.0
+STOP_GRACE_S = 0.1  # how long close() waits for a worker to act on STOP before ending it
 _rings = itertools.count()
 
 
@@ -254,7 +255,10 @@ class ShmSource:
             for c in self.ctrl:
                 with contextlib.suppress(OSError):
                     c.send_bytes(b"%d" % STOP)
-            procs.reap(self.procs)
+            # A worker waiting for a free slot, as after a window, exits at once; one halfway
+            # through a batch (an object store's retries, seen taking a quarter of a second)
+            # is building what nobody will read: terminated after a moment, not waited for.
+            procs.reap(self.procs, grace_s=STOP_GRACE_S)
             for c in [*self.data, *self.ctrl]:
                 c.close()
             for shm in self.segments:

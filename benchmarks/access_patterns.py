@@ -1,6 +1,6 @@
 """Each layout read in each order it allows: docs/access-patterns.md's tables.
 
-    python benchmarks/access_patterns.py OUT_DIR [SAMPLES]
+    python benchmarks/access_patterns.py OUT_DIR [SAMPLES [EXPORT ...]]
 
 Writes the incident's exports (formats/before.toml: WebDataset shards; after.toml: a file per
 sample; arrow.toml; parquet.toml, row groups of 1000 rows) and the candidates written by their
@@ -32,14 +32,14 @@ ORDERS = ("sequential", "shuffle", "random", "block")
 OPTS = BenchOptions(workers=(1,), batch_size=64, seconds=1.0, rounds=6)
 
 
-def main(out_dir: str, samples: int) -> None:
+def main(out_dir: str, samples: int, exports: tuple[str, ...] = EXPORTS) -> None:
     out = Path(out_dir)
     print("| export (layout) | order | samples/s | CPU/sample | bytes/sample | files/sample "
           "| peak anonymous memory | units/batch | label entropy per batch / of all labels read "
           "| apart in the source order |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     ratios = []
-    for name in EXPORTS:
+    for name in exports:
         path = out / name
         generate(load_spec(FORMATS_DIR / f"{name}.toml"), path, samples=samples)
         orders = ORDERS if name in RANDOM_ACCESS else ORDERS[:2]
@@ -67,4 +67,5 @@ def main(out_dir: str, samples: int) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 2000)
+    main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 2000,
+         tuple(sys.argv[3:]) or EXPORTS)

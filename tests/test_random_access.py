@@ -26,7 +26,6 @@ from dsbench.loader.options import BenchOptions
 from dsbench.loader.order import BLOCK, RANDOM, Order, WorkerSamples
 from dsbench.loader.runner import run_bench
 from dsbench.loader.worker import read_chars
-from dsbench.storage import files as store
 
 SAMPLES, GROUP = 240, 60  # four shards of one 60-row row group (record batch) each
 
@@ -165,35 +164,40 @@ def test_a_record_shard_read_at_random_reads_each_sample_and_its_offsets_alone(
     rand = count_pass(export, 0, order=Order(RANDOM, seed=1))
     assert rand.exact and rand.samples == sequential.samples == formatlibs.SAMPLES
     # Unbuffered reads where the samples lie: every sample's bytes, its two offsets (8 bytes),
-    # and each shard's sample count when it is opened (once: 16 shards stay open).
-    entries = [export._by_unit[u] for u in export.units()]  # type: ignore[attr-defined]
+    # and each shard's sample count the first time it is opened.
+    units = export.units()
+    entries = [export._by_unit[u] for u in units]  # type: ignore[attr-defined]
     stored = 0
-    for unit, e in zip(export.units(), entries, strict=True):
+    for unit, e in zip(units, entries, strict=True):
         data = Path(unit).read_bytes()
         table = np.frombuffer(data, np.uint32, e.samples + 1, 4).astype(np.int64)
         stored += int((table[1:] - table[:-1]).sum())
     assert rand.read_bytes == stored + 8 * formatlibs.SAMPLES + 4 * len(entries)
-    assert rand.files == len(entries) and rand.mapped_bytes == 0
+    assert rand.mapped_bytes == 0
+    # Opens as each library's reader opens: MDS's for every sample, litdata's when the sample
+    # lies in another chunk than the last one read.
+    starts = np.cumsum([0] + [e.samples for e in entries])
+    shard_of = np.searchsorted(starts, np.random.default_rng([1, 0]).permutation(
+        formatlibs.SAMPLES), side="right") - 1
+    changes = 1 + int(np.count_nonzero(shard_of[1:] != shard_of[:-1]))
+    assert rand.files == (formatlibs.SAMPLES if layout == "mds" else changes)
     # Read front to back, the same shards are mapped whole instead.
     assert sequential.mapped_bytes >= stored
 
 
-def test_a_record_shard_in_an_object_store_is_read_at_random_by_range_requests(
-        exports: dict[str, Path], s3_env: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_record_shard_in_an_object_store_is_fetched_whole_once_for_its_random_reads(
+        exports: dict[str, Path], s3_env: Any) -> None:
     url = s3_env.create_bucket("random-mds")
     s3_env.upload_tree(exports["mds"], f"{url}/export")
-    # A shard is opened with one request for its tail (its size); made smaller than any
-    # sample here, so that what follows is read by range requests, as a large shard's is.
-    monkeypatch.setattr(store, "TAIL_BYTES", 4)
     export = adapters.open_export(f"{url}/export")
     rand = count_pass(export, 0, order=Order(RANDOM, seed=1))
     assert rand.exact and rand.requests is not None
-    shards = len(export.units())
-    # Per shard: its tail, then its sample count; per sample: its offsets, then its bytes.
-    assert rand.requests.count["RANGE"] == shards * 2 + 2 * formatlibs.SAMPLES
-    assert rand.requests.count["GET"] == 0
-    local = count_pass(adapters.open_export(exports["mds"]), 0, order=Order(RANDOM, seed=1))
-    assert rand.requests.body_bytes == local.read_bytes + 4 * shards
+    # As the libraries download a shard into their cache before reading from it: one GET per
+    # shard, its whole bytes, however the samples are permuted (fewer shards than are kept).
+    shards = export.units()
+    assert rand.requests.count["GET"] == len(shards) and rand.requests.count["RANGE"] == 0
+    assert rand.requests.body_bytes == sum(Path(exports["mds"], Path(u).name).stat().st_size
+                                           for u in shards)
 
 
 def test_a_shard_compressed_whole_is_decompressed_once_for_its_random_reads(
@@ -267,3 +271,29 @@ def test_a_damaged_shard_read_at_random_is_one_line_naming_it(
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(out.read_text())
     assert doc["counts"]["samples"] == SAMPLES - GROUP
+
+
+def test_an_mds_shard_whose_header_disagrees_is_one_line_and_skipped_whole_at_random(
+        exports: dict[str, Path], tmp_path: Path) -> None:
+    copy = tmp_path / "mds"
+    shutil.copytree(exports["mds"], copy)
+    damaged = sorted(copy.glob("*.mds"))[1]
+    data = bytearray(damaged.read_bytes())
+    data[0:4] = (1 + int.from_bytes(data[0:4], "little")).to_bytes(4, "little")
+    damaged.write_bytes(bytes(data))  # the same size: only its sample count is wrong
+    out = tmp_path / "r.json"
+    proc = _cli("bench", str(copy), "--order", "random", "--seconds", "0.2", "--rounds", "1",
+                "--json", str(out))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert damaged.name in proc.stderr and "by its header" in proc.stderr
+    assert not out.exists()
+    # Skipped, its samples are left out and the others read at random; the shard is opened
+    # once, not again for each of its samples.
+    export = adapters.open_export(copy)
+    skipped: list[str] = []
+    bad = export._by_unit[str(damaged)].samples  # type: ignore[attr-defined]
+    counts = count_pass(export, 0, order=Order(RANDOM, seed=1),
+                        skip=lambda err: skipped.append(str(err)))
+    assert counts.samples == formatlibs.SAMPLES - bad
+    assert len(skipped) == bad and all(damaged.name in e for e in skipped)
+    assert counts.files == formatlibs.SAMPLES - bad + 1

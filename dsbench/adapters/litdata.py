@@ -120,6 +120,7 @@ def _value(serializer: str, data: bytes) -> Any:
 class LitdataExport(indexed.IndexedExport):
     layout = "litdata"
     what = "litdata"
+    HANDLES_KEPT = 1  # litdata's reader keeps the chunk it read last open
 
     def __init__(self, path: Loc, image_field: str | None = None) -> None:
         super().__init__(path)

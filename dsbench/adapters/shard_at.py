@@ -1,13 +1,23 @@
 """Random access to the samples of record shards (MDS, litdata): `bench --order random` and
-`block` (loader/sampling.py), as a map-style Dataset over these shards reads one index.
+`block` (loader/sampling.py), as each library's reader reads one index of a shard it holds.
 
 A shard whose samples lie at their offsets in the file (not compressed whole) is read where
-they lie, as MosaicML Streaming's MDS reader reads a sample from its cached shard: the sample's
-pair of offsets (8 bytes of the table), then its bytes, each one unbuffered read at its
-position, a range GET in an object store. A shard compressed whole cannot be read that way:
-it is read and decompressed whole when a sample of it is first asked for, as both libraries
-decompress a shard into their local cache before reading from it, and its samples are kept.
-Up to MAX_OPEN shards are kept open (least recently used closed first).
+they lie: the sample's pair of offsets (8 bytes of the shard's table), then its bytes, each one
+unbuffered read at its position. MosaicML Streaming's MDS reader opens the shard for every
+sample it reads (`open(..., 'rb', 0)` in `get_sample_data`); litdata's keeps the last chunk it
+read open and opens another when the sample lies elsewhere: `HANDLES_KEPT` says which, and
+files per sample count those opens.
+
+A shard compressed whole cannot be read that way, and a shard in an object store is not: both
+libraries download a shard whole into their local cache, decompressed, before reading a sample
+of it. Such a shard is read whole (one GET) and decompressed when a sample of it is first asked
+for, and its samples kept, in memory (the libraries keep them on disk), up to MAX_WHOLE shards
+(least recently used dropped first).
+
+A shard that cannot be opened (its sample count differs from the index's, a compressed shard
+that does not decompress) is remembered, and each of its samples then reported as that shard's
+error without opening it again; the samples of a compressed shard before the point where it
+broke are read, as front to back.
 """
 
 from __future__ import annotations
@@ -24,32 +34,25 @@ from dsbench.storage import files as store
 # loosely (an export and its index entries: `Any`) rather than import it back.
 Entry = Any
 
-# Shards a random reader keeps open at once: a map-style Dataset over many shards keeps some
-# handles (or decompressed shards), not one per shard.
-MAX_OPEN = 16
+MAX_WHOLE = 16  # decompressed shards kept at once
 _PAIR = struct.Struct("<II")
 
 
 class _InPlace:
-    """A shard read where its samples lie: an unbuffered file (local) or range GETs (remote)."""
+    """A shard read where its samples lie: an unbuffered file (local) or range GETs (remote),
+    opened when made (counted as one open) and closed by close()."""
 
-    def __init__(self, unit: str, entry: Entry, table: int, size: int) -> None:
+    def __init__(self, unit: str, table: int, size: int) -> None:
         self.unit, self.table, self.size = unit, table, size
         try:
             self.f: Any = store.open_raw(store.location(unit))
         except OSError as exc:
             raise SampleError(f"cannot read: {exc.strerror or exc}", path=unit) from None
         base.count_open()
-        try:
-            n = self._at(table, 4, "its sample count")
-        except BaseException:
-            self.f.close()
-            raise
-        if int.from_bytes(n, "little") != entry.samples:
-            self.f.close()
-            raise SampleError(f"holds {int.from_bytes(n, 'little')} samples by its header, "
-                              f"but {entry.samples} by the index (another shard's file, or "
-                              "corrupt)", path=unit)
+
+    def samples(self) -> int:
+        """The shard's sample count, from its header."""
+        return int.from_bytes(self._at(self.table, 4, "its sample count"), "little")
 
     def _at(self, pos: int, n: int, what: str) -> bytes:
         try:
@@ -63,7 +66,7 @@ class _InPlace:
 
     def record(self, i: int) -> memoryview:
         start, end = _PAIR.unpack(self._at(self.table + 4 + 4 * i, 8, "its offset table"))
-        if not start <= end <= self.size:
+        if not self.table + 4 <= start <= end <= self.size:
             raise SampleError(f"corrupt offset table: sample {i} runs from byte {start} to "
                               f"{end} of {self.size}", path=self.unit)
         return memoryview(self._at(start, end - start, f"sample {i}"))
@@ -73,24 +76,37 @@ class _InPlace:
 
 
 class _Whole:
-    """A shard compressed whole: read and decompressed once, its records kept."""
+    """A shard compressed whole: read and decompressed once, its records kept; where it breaks
+    off, the records before it, and its error for the rest."""
 
     def __init__(self, export: Any, unit: str, entry: Entry) -> None:
-        with export._open(entry, unit) as shard:
-            self.records = [bytes(r) for _, r in export._records(entry, shard, unit)]
+        self.records: list[bytes] = []
+        self.error: SampleError | None = None
+        try:
+            with export._open(entry, unit) as shard:
+                for _, r in export._records(entry, shard, unit):
+                    self.records.append(bytes(r))
+        except SampleError as err:
+            self.error = err
 
     def record(self, i: int) -> memoryview:
+        if i >= len(self.records):
+            assert self.error is not None  # a whole shard holds every sample
+            raise self.error
         return memoryview(self.records[i])
-
-    def close(self) -> None:
-        self.records = []
 
 
 class ShardsAt:
     """`read_at` and `forget` for an IndexedExport (see the module docstring)."""
 
+    # Shards kept open between reads where they lie: 0 opens the shard for every sample (MDS's
+    # reader), 1 keeps the last one (litdata's).
+    HANDLES_KEPT = 0
+
     def _init_random(self) -> None:
-        self._shards_open: OrderedDict[str, _InPlace | _Whole] = OrderedDict()
+        self._handles: OrderedDict[str, _InPlace] = OrderedDict()
+        self._whole: OrderedDict[str, _Whole] = OrderedDict()
+        self._checked: dict[str, str | None] = {}  # shards opened: None, or why they cannot be
         self._firsts: dict[str, int] | None = None
 
     def read_at(self: Any, unit: str, offset: int, skip: base.SkipHandler = None,
@@ -102,31 +118,56 @@ class ShardsAt:
         entry = self._by_unit[unit]
         if not 0 <= offset < entry.samples:
             raise DsbenchError(f"no sample {offset} here ({entry.samples} samples)", path=unit)
+        key = str(self._first_of(unit) + offset)
         try:
-            shard = self._shard_at(unit, entry)
-            record = shard.record(offset)
-            if isinstance(shard, _InPlace):  # a whole shard's records are made in _records
-                record = self._record(entry, record, unit)
-            return self._sample(entry, record, str(self._first_of(unit) + offset), unit)
+            if not self._mapped(entry) or store.is_remote(self.root):
+                record = self._whole_shard(unit, entry).record(offset)
+            else:
+                record = self._record(entry, self._in_place(unit, entry, offset), unit)
+            return self._sample(entry, record, key, unit)
         except SampleError as err:
             base.report(err, skip)
             return None
 
     def forget(self: Any) -> None:
-        for shard in self._shards_open.values():
+        for shard in self._handles.values():
             shard.close()
-        self._shards_open.clear()
+        self._handles.clear()
+        self._whole.clear()
+        self._checked.clear()
 
-    def _shard_at(self: Any, unit: str, entry: Entry) -> _InPlace | _Whole:
-        shard = self._shards_open.pop(unit, None)
+    def _in_place(self: Any, unit: str, entry: Entry, offset: int) -> memoryview:
+        why = self._checked.get(unit, "")
+        if why:
+            raise SampleError(why, path=unit)
+        shard = self._handles.pop(unit, None)
         if shard is None:
-            if self._mapped(entry):
-                shard = _InPlace(unit, entry, self._table_start(entry), self.sizes[unit])
-            else:
-                shard = _Whole(self, unit, entry)
-            if len(self._shards_open) >= MAX_OPEN:
-                self._shards_open.popitem(last=False)[1].close()
-        self._shards_open[unit] = shard  # now the most recently used
+            shard = _InPlace(unit, self._table_start(entry), self.sizes[unit])
+        try:
+            if why is not None:  # first opened since forget(): its count against the index
+                n = shard.samples()
+                self._checked[unit] = None if n == entry.samples else (
+                    f"holds {n} samples by its header, but {entry.samples} by the index "
+                    "(another shard's file, or corrupt)")
+                if self._checked[unit]:
+                    raise SampleError(self._checked[unit], path=unit)
+            return shard.record(offset)
+        finally:
+            self._keep(unit, shard)
+
+    def _keep(self: Any, unit: str, shard: _InPlace) -> None:
+        if self.HANDLES_KEPT == 0:
+            shard.close()
+            return
+        self._handles[unit] = shard  # now the most recently used
+        while len(self._handles) > self.HANDLES_KEPT:
+            self._handles.popitem(last=False)[1].close()
+
+    def _whole_shard(self: Any, unit: str, entry: Entry) -> _Whole:
+        shard = self._whole.pop(unit, None) or _Whole(self, unit, entry)
+        self._whole[unit] = shard
+        while len(self._whole) > MAX_WHOLE:
+            self._whole.popitem(last=False)
         return shard
 
     def _first_of(self: Any, unit: str) -> int:

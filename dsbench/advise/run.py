@@ -123,6 +123,10 @@ def advise(source: str, opts: AdviseOptions, bench: BenchOptions, cluster: Clust
         cands = [c for c in cands if c.spec.layout in RANDOM_ACCESS_LAYOUTS]
     for s in skipped:
         progress(f"not tried: {s.layout}: {s.why}")
+    if not cands and bench.order in RANDOM_ACCESS:
+        raise DsbenchError(f"--order {bench.order}: no layout of --layouts that can hold this "
+                           "export's fields is read by random access (dsbench reads "
+                           f"{', '.join(RANDOM_ACCESS_LAYOUTS)} so)", path=source)
     if not cands:
         raise DsbenchError("no layout of --layouts can hold this export's fields", path=source)
     base_opts = dataclasses.replace(bench, layout=opts.layout)
@@ -171,7 +175,8 @@ def advise(source: str, opts: AdviseOptions, bench: BenchOptions, cluster: Clust
                      "compressions": list(opts.compressions),
                      "reencode_qualities": list(opts.reencode),
                      "workers": bench.workers[0], "batch_size": bench.batch_size,
-                     "order": bench.order, "read_as": opts.layout,
+                     "order": bench.order, "block": bench.block if bench.order == "block"
+                     else None, "read_as": opts.layout,
                      "family_level": level_for(1),
                      "level_each": level_for(len(final)),
                      "correction": f"Bonferroni over the {len(final)} candidates of the last "

@@ -28,6 +28,7 @@ import pyarrow as pa
 from dsbench.adapters import base, columns
 from dsbench.adapters.columnar import ColumnarExport
 from dsbench.adapters.columns import BadChunk, Unreadable
+from dsbench.adapters.rows import one_row
 from dsbench.errors import DsbenchError, SampleError
 from dsbench.storage import files as store
 from dsbench.storage import remote
@@ -136,19 +137,7 @@ class LanceExport(ColumnarExport):
             return None
         if table.num_rows != 1:
             raise DsbenchError(f"no row {offset} here", path=unit)
-        keyed = self.plan.key is not None and self.plan.key in self._columns[unit]
-        first = 0 if keyed else self._first_row(unit)
-        try:
-            item = next(columns.batch_rows(table.combine_chunks().to_batches()[0], self.schema,
-                                           self.plan, unit, first + offset,
-                                           self._encodings(unit)))
-        except (pa.ArrowException, ValueError) as exc:
-            item = SampleError(f"row {offset} does not convert to the export's schema: {exc}",
-                               path=unit)
-        if isinstance(item, SampleError):
-            base.report(item, skip)
-            return None
-        return item
+        return one_row(self, table.combine_chunks().to_batches()[0], unit, offset, skip)
 
     def forget(self) -> None:
         pass  # a take opens what it reads; nothing is kept between rows here

@@ -50,6 +50,24 @@ class Blocks(Protocol):
         ...
 
 
+def one_row(export: ColumnarExport, row: pa.RecordBatch, unit: str, offset: int,
+            skip: base.SkipHandler) -> base.RawSample | None:
+    """Row `offset` of `unit`, read alone as `row` (a batch of that one row), as a sample; None
+    where it does not convert and `skip` took it."""
+    keyed = export.plan.key is not None and export.plan.key in export._columns[unit]
+    first = 0 if keyed else export._first_row(unit)
+    try:
+        item = next(batch_rows(row, export.schema, export.plan, unit, first + offset,
+                               export._encodings(unit)))
+    except (pa.ArrowException, ValueError) as exc:
+        item = SampleError(f"row {offset} does not convert to the export's schema: {exc}",
+                           path=unit)
+    if isinstance(item, SampleError):
+        base.report(item, skip)
+        return None
+    return item
+
+
 class RandomRowsExport(ColumnarExport):
     """A columnar export whose rows are read by random access, block by block."""
 
@@ -86,19 +104,8 @@ class RandomRowsExport(ColumnarExport):
             base.report(SampleError(chunk.message, path=unit, key=f"row {offset}"), skip)
             return None
         one = chunk.slice(offset - blocks.starts[k], 1)
-        keyed = self.plan.key is not None and self.plan.key in self._columns[unit]
-        first = 0 if keyed else self._first_row(unit)
-        try:
-            blocks.took(one)
-            item = next(batch_rows(one, self.schema, self.plan, unit, first + offset,
-                                   self._encodings(unit)))
-        except (pa.ArrowException, ValueError) as exc:
-            item = SampleError(f"row {offset} does not convert to the export's schema: {exc}",
-                               path=unit)
-        if isinstance(item, SampleError):
-            base.report(item, skip)
-            return None
-        return item
+        blocks.took(one)
+        return one_row(self, one, unit, offset, skip)
 
     def forget(self) -> None:
         for blocks in self._open.values():

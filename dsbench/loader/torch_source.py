@@ -201,3 +201,21 @@ def shutdown(it: Any) -> None:
                 if w.is_alive():
                     w.terminate()
                 w.join(2.0)
+        join_feeders(it)
+
+
+def join_feeders(it: Any, timeout_s: float = 2.0) -> None:
+    """Wait for the feeder threads of a stopped DataLoader iterator's queues.
+
+    torch cancels their join (a feeder can block on a dead worker's pipe), so they end on their
+    own after the shutdown, and a feeder holds references to its queue's named semaphores: the
+    last one dropped releases them, in two steps (unlink, then tell Python's resource tracker).
+    Left to the feeder, a process that exits meanwhile kills it between the two, and the
+    tracker warns of a leaked semaphore after the run's last line (seen under SIGTERM in resume
+    --backend torch). Joined here, the iterator's owner drops the last references itself."""
+    queues = [*getattr(it, "_index_queues", []), getattr(it, "_worker_result_queue", None)]
+    deadline = time.monotonic() + timeout_s
+    for q in queues:
+        thread = getattr(q, "_thread", None)  # multiprocessing.Queue's feeder, once started
+        if thread is not None:
+            thread.join(max(0.0, deadline - time.monotonic()))

@@ -24,6 +24,7 @@ from dsbench import adapters, procs
 from dsbench.errors import DsbenchError
 from dsbench.loader.order import Plan, SampleStream, fresh_state
 from dsbench.loader.pipeline import Pipeline
+from dsbench.loader.torch_source import join_feeders
 from dsbench.resume.reshard import PieceStream, worker_stream
 from dsbench.resume.work import Item, SampleWork
 
@@ -167,11 +168,12 @@ class TorchLoader:
                 if w.is_alive():
                     w.terminate()
                 w.join(2.0)
+            join_feeders(it)
             # The iterator's queues and events hold named semaphores, released (unlinked, and
-            # struck off Python's resource tracker) only when they are collected: left to the
-            # collector, that happens at some later allocation, where a signal can cut the
-            # release in two and the tracker then warns of leaked semaphores at exit. Released
-            # here, while signals are held. (StatefulDataLoader keeps its iterator too.)
+            # struck off Python's resource tracker) only when they are collected: released
+            # here, while signals are held, not at a later allocation or by a queue's feeder
+            # thread as the process exits (join_feeders says why). StatefulDataLoader keeps
+            # its iterator too.
             if getattr(self.loader, "_iterator", None) is it:
                 self.loader._iterator = None
             del it

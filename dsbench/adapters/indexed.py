@@ -228,12 +228,11 @@ class IndexedExport(ShardsAt, base.ReadsUnits):
         return self._by_unit[unit].samples
 
     def _first(self, unit: str) -> int:
-        total = 0
-        for u, e in self._by_unit.items():
-            if u == unit:
-                return total
-            total += e.samples
-        return total
+        """The export-wide number of the shard's first sample (a sample's key without one)."""
+        if self._firsts is None:
+            self._firsts = dict(zip(self._by_unit, itertools.accumulate(
+                (e.samples for e in self._by_unit.values()), initial=0), strict=False))
+        return self._firsts[unit]
 
     def read_units(self, units: Sequence[str], skip: base.SkipHandler = None,
                    ) -> Iterator[base.RawSample]:

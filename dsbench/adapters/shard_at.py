@@ -107,7 +107,7 @@ class ShardsAt:
         self._handles: OrderedDict[str, _InPlace] = OrderedDict()
         self._whole: OrderedDict[str, _Whole] = OrderedDict()
         self._checked: dict[str, str | None] = {}  # shards opened: None, or why they cannot be
-        self._firsts: dict[str, int] | None = None
+        self._firsts: dict[str, int] | None = None  # indexed.IndexedExport._first's
 
     def read_at(self: Any, unit: str, offset: int, skip: base.SkipHandler = None,
                 ) -> base.RawSample | None:
@@ -118,7 +118,7 @@ class ShardsAt:
         entry = self._by_unit[unit]
         if not 0 <= offset < entry.samples:
             raise DsbenchError(f"no sample {offset} here ({entry.samples} samples)", path=unit)
-        key = str(self._first_of(unit) + offset)
+        key = str(self._first(unit) + offset)
         try:
             if not self._mapped(entry) or store.is_remote(self.root):
                 record = self._whole_shard(unit, entry).record(offset)
@@ -169,13 +169,3 @@ class ShardsAt:
         while len(self._whole) > MAX_WHOLE:
             self._whole.popitem(last=False)
         return shard
-
-    def _first_of(self: Any, unit: str) -> int:
-        """The export-wide number of the shard's first sample (a sample's key without one)."""
-        if self._firsts is None:
-            self._firsts, total = {}, 0
-            for u, e in self._by_unit.items():
-                self._firsts[u] = total
-                total += e.samples
-        first: int = self._firsts[unit]
-        return first

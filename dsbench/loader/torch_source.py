@@ -9,6 +9,7 @@ dsbench's own workers send.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -186,21 +187,20 @@ def worker_error(exc: DsbenchError) -> DsbenchError:
 
 
 def shutdown(it: Any) -> None:
-    """Stop a DataLoader iterator's workers, however they end."""
+    """Stop a DataLoader iterator's workers, however they end, and its queues' feeders."""
     with procs.uninterrupted():  # a second Ctrl-C must not cut this short
-        if it is None:
+        if it is None or not hasattr(it, "_shutdown_workers"):
             return
-        try:
+        # torch's SIGCHLD handler can report a worker that died while exiting (seen here: an
+        # abort, "terminate called without an active exception", at interpreter exit in about
+        # one torch worker shutdown in 25). The work was done by then; torch terminates the
+        # workers it could not join but does not wait for them: every one is ended and reaped.
+        with contextlib.suppress(RuntimeError):
             it._shutdown_workers()
-        except RuntimeError:
-            # torch's SIGCHLD handler reports a worker that died while exiting (seen here: an
-            # abort, "terminate called without an active exception", at interpreter exit in
-            # about one torch worker shutdown in 25). The window was measured by then; make
-            # sure every worker is gone and carry on.
-            for w in getattr(it, "_workers", []):
-                if w.is_alive():
-                    w.terminate()
-                w.join(2.0)
+        for w in getattr(it, "_workers", []):
+            if w.is_alive():
+                w.terminate()
+            w.join(2.0)
         join_feeders(it)
 
 

@@ -41,7 +41,7 @@ from dsbench.model import explain
 from dsbench.model import simulate as sim
 from dsbench.model.costs import LoaderCost
 from dsbench.model.node import MAX_RANKS, ClusterSpec, node_rates, supplies
-from dsbench.model.store import store_load
+from dsbench.model.store import epoch_size, store_load
 
 DEFAULT_SCALING = (8, 16, 32, 64, 128, 256)
 DEFAULT_STEPS = 10_000
@@ -170,15 +170,14 @@ def epoch_starts(cost: LoaderCost, cluster: ClusterSpec, step_mean_s: float, gpu
     workers start together. The measured median stands for every rank's wait: a synchronous
     job waits for its slowest rank, so this is the least it loses. None without an --epochs
     result or an epoch's size (the export's samples, or --epoch-samples)."""
-    samples = epoch_samples or cost.export_samples
+    samples, samples_from = epoch_size(cost, epoch_samples)
     if cost.epoch_start_s is None or samples is None:
         return None
     steps = max(1, math.ceil(samples / (cluster.ranks * cluster.batch_size)))
     within = steps * step_mean_s
     epoch = within + cost.epoch_start_s
-    return {"wait_s": cost.epoch_start_s, "samples": samples,
-            "samples_from": "stated with --epoch-samples" if epoch_samples
-            else "the measured export's", "steps": steps, "epoch_s": epoch,
+    return {"wait_s": cost.epoch_start_s, "samples": samples, "samples_from": samples_from,
+            "steps": steps, "epoch_s": epoch,
             "lost_share": cost.epoch_start_s / epoch, "gpu_util": gpu_util * within / epoch}
 
 

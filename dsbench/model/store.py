@@ -62,15 +62,22 @@ def store_load(cost: LoaderCost, cluster: ClusterSpec, step_mean_s: float, gpu_u
         floor = step_samples / capped
         out |= {"step_floor_s": floor, "gpu_util_at_limit": gpu_util * step_mean_s / floor,
                 "job_samples_per_s_at_limit": capped}
-    epoch = epoch_samples or cost.export_samples
-    out["epoch"] = _bill(epoch, per_sample, cost.bytes_per_sample, profile, samples_per_s,
-                         out.get("job_samples_per_s_at_limit"), epoch_samples is None)
+    out["epoch"] = _bill(*epoch_size(cost, epoch_samples), per_sample, cost.bytes_per_sample,
+                         profile, samples_per_s, out.get("job_samples_per_s_at_limit"))
     return out
 
 
-def _bill(samples: int | None, per_sample: float, bytes_per_sample: float,
-          profile: StorageProfile,
-          rate: float, capped: float | None, from_export: bool) -> dict[str, Any] | None:
+def epoch_size(cost: LoaderCost, epoch_samples: int | None) -> tuple[int | None, str]:
+    """One epoch's samples and where the figure comes from: --epoch-samples, else the measured
+    export's (None where neither is known)."""
+    if epoch_samples:
+        return epoch_samples, "stated with --epoch-samples"
+    return cost.export_samples, "the measured export's"
+
+
+def _bill(samples: int | None, samples_from: str, per_sample: float, bytes_per_sample: float,
+          profile: StorageProfile, rate: float, capped: float | None
+          ) -> dict[str, Any] | None:
     if samples is None:
         return None
     requests = samples * per_sample
@@ -78,6 +85,5 @@ def _bill(samples: int | None, per_sample: float, bytes_per_sample: float,
     usd = None
     if profile.usd_per_1000_get is not None:
         usd = requests / 1000 * profile.usd_per_1000_get + gib * (profile.usd_per_gb_read or 0.0)
-    return {"samples": samples, "samples_from": "the measured export's" if from_export
-            else "stated with --epoch-samples", "requests": requests, "gib_read": gib,
+    return {"samples": samples, "samples_from": samples_from, "requests": requests, "gib_read": gib,
             "usd": usd, "wall_s": samples / (capped or rate)}

@@ -9,7 +9,6 @@ only for `--backend torch`, so that dsbench never imports torch otherwise.
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import pickle
 import warnings
@@ -24,7 +23,7 @@ from dsbench import adapters, procs
 from dsbench.errors import DsbenchError
 from dsbench.loader.order import Plan, SampleStream, fresh_state
 from dsbench.loader.pipeline import Pipeline
-from dsbench.loader.torch_source import join_feeders
+from dsbench.loader.torch_source import shutdown
 from dsbench.resume.reshard import PieceStream, worker_stream
 from dsbench.resume.work import Item, SampleWork
 
@@ -160,15 +159,9 @@ class TorchLoader:
     def close(self) -> None:
         with procs.uninterrupted():  # a second Ctrl-C must not cut this short
             it, self.it = self.it, None
-            if it is None or not hasattr(it, "_shutdown_workers"):
+            if it is None:
                 return
-            with contextlib.suppress(RuntimeError):
-                it._shutdown_workers()
-            for w in getattr(it, "_workers", []):
-                if w.is_alive():
-                    w.terminate()
-                w.join(2.0)
-            join_feeders(it)
+            shutdown(it)
             # The iterator's queues and events hold named semaphores, released (unlinked, and
             # struck off Python's resource tracker) only when they are collected: released
             # here, while signals are held, not at a later allocation or by a queue's feeder

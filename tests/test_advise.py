@@ -18,7 +18,7 @@ from conftest import tiny_spec
 from dsbench import adapters, stats
 from dsbench.advise import definition, grid
 from dsbench.advise.fields import found_fields
-from dsbench.advise.search import level_for
+from dsbench.advise.search import FIRST_SECONDS, MIN_FIRST_SECONDS, first_seconds, level_for
 from dsbench.cli import main
 from dsbench.export.generate import generate
 from dsbench.export.reexport import first_samples, reencoded, reexport
@@ -307,8 +307,9 @@ def test_an_export_in_an_object_store_is_advised_from_the_same_store(
     s3_env.upload_tree(after_like, url)
     keys_before = _keys(s3_env, "advise")
     out = tmp_path / "advice.json"
+    # Batches of 8: a warm-up batch of 64 would read the 40 samples again, two GETs each.
     assert main(["advise", url, "--samples", "40", "--layouts", "wds", "--shard-sizes", "64MB",
-                 "--budget", "1s", "--definition", str(tmp_path / "d.toml"),
+                 "--budget", "1s", "--batch-size", "8", "--definition", str(tmp_path / "d.toml"),
                  "--json", str(out)]) == 0
     doc = json.loads(out.read_text())
     staged = doc["staged_in"]
@@ -427,6 +428,16 @@ def test_intervals_over_k_candidates_hold_their_family_level(k: int) -> None:
     # Binomial sd at 5% over 4000 trials is 0.34%: 6% is three of them above the level.
     assert hits_corrected / trials <= 0.06
     assert hits_plain / trials > 0.10
+
+
+def test_the_first_pass_is_shortened_to_fit_a_small_budget_only() -> None:
+    # The default budget (10 minutes) and the demo's (25 s over 4 sides) keep 0.5 s rounds.
+    assert first_seconds(600.0, 18) == first_seconds(25.0, 4) == FIRST_SECONDS
+    # About half of a small budget: 3 rounds of 4 sides in 10 s leave 0.42 s - 0.5 s of start.
+    assert first_seconds(20.0, 4) == pytest.approx(20 / 2 / 12 - 0.5)
+    assert MIN_FIRST_SECONDS < first_seconds(20.0, 4) < FIRST_SECONDS
+    # Never below the floor, however small: a window must hold a batch.
+    assert first_seconds(1.0, 4) == first_seconds(0.0, 40) == MIN_FIRST_SECONDS
 
 
 def test_advise_recommends_shards_with_a_float32_embedding_and_its_definition_remakes_it(

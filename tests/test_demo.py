@@ -191,9 +191,11 @@ def test_per_sample_files_feed_the_modelled_cluster_less(measured_demo: dict[str
 
 
 def run_demo_cli(tmp_path: Path, *extra: str) -> list[str]:
+    # Batches of 16: a warm-up batch of 64 would read the 40 samples over and over.
     return ["demo", "--cache", str(tmp_path / "cache"), "--samples", "40", "--workers", "1",
-            "--seconds", "0.3", "--rounds", "1", "--steps", "300", "--nodes", "16",
-            "--network-latency", "0.004", "--json", str(tmp_path / "demo.json"), *extra]
+            "--batch-size", "16", "--seconds", "0.3", "--rounds", "1", "--steps", "300",
+            "--nodes", "16", "--network-latency", "0.004", "--json", str(tmp_path / "demo.json"),
+            *extra]
 
 
 def test_demo_end_to_end_reuses_its_cache(tmp_path: Path, capsys: pytest.CaptureFixture[str]

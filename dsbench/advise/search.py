@@ -15,6 +15,7 @@ level 1 - 0.05 / K for K candidates (Bonferroni), so the chance that any of them
 difference in that figure that is not there stays at most 5% (tests/test_advise.py checks this
 on simulated rounds). When the budget leaves fewer than MIN_ROUNDS rounds for a second pass, the
 first pass is the one reported: it took every candidate, so its intervals hold as well, wide.
+Where the budget is small, the first pass's rounds are shorter (first_seconds).
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from dsbench.results.types import BenchResult
 
 FAMILY_LEVEL = stats.LEVEL  # what the intervals of one pass hold together
 FIRST_ROUNDS, FIRST_SECONDS = 3, 0.5
+MIN_FIRST_SECONDS = 0.1
+ROUND_START_S = 0.5  # about what a round costs beyond its window: its workers' start, warm-up
 LAST_SECONDS = 1.0
 MIN_ROUNDS, MAX_ROUNDS = 4, 12
 KEEP_AT_LEAST = 2  # candidates kept after the first pass, dominated ones aside
@@ -42,6 +45,14 @@ KEEP_AT_LEAST = 2  # candidates kept after the first pass, dominated ones aside
 def level_for(k: int) -> float:
     """Each interval's level so that K of them hold together at FAMILY_LEVEL (Bonferroni)."""
     return 1.0 - (1.0 - FAMILY_LEVEL) / max(1, k)
+
+
+def first_seconds(budget_s: float, sides: int) -> float:
+    """The first pass's window: FIRST_SECONDS, or shorter (down to MIN_FIRST_SECONDS) where the
+    budget is small, so that the first pass takes about half of it at most. A round's start
+    costs what it costs whatever its window: a budget below that is still overrun."""
+    share = budget_s / 2 / (sides * FIRST_ROUNDS) - ROUND_START_S
+    return min(FIRST_SECONDS, max(MIN_FIRST_SECONDS, share))
 
 
 def rounds_of(doc: BenchResult, key: str) -> list[float]:
@@ -120,9 +131,10 @@ def search(paths: Sequence[str], opts: BenchOptions, base_opts: BenchOptions, bu
     sides = [-1, *range(k)]
     passes = []
     if k > KEEP_AT_LEAST:
-        first = dataclasses.replace(opts, rounds=FIRST_ROUNDS, seconds=FIRST_SECONDS)
+        seconds = first_seconds(budget_s, len(sides))
+        first = dataclasses.replace(opts, rounds=FIRST_ROUNDS, seconds=seconds)
         p = _run(paths, sides, first, dataclasses.replace(base_opts, rounds=FIRST_ROUNDS,
-                                                          seconds=FIRST_SECONDS), progress)
+                                                          seconds=seconds), progress)
         passes.append(p)
         out = dominated(p.docs, level_for(k))
         alive = [s for n, s in enumerate(p.sides[1:], 1) if n not in out]

@@ -433,7 +433,8 @@ def test_intervals_over_k_candidates_hold_their_family_level(k: int) -> None:
 def test_the_first_pass_is_shortened_to_fit_a_small_budget_only() -> None:
     # The default budget (10 minutes) and the demo's (25 s over 4 sides) keep 0.5 s rounds.
     assert first_seconds(600.0, 18) == first_seconds(25.0, 4) == FIRST_SECONDS
-    # About half of a small budget: 3 rounds of 4 sides in 10 s leave 0.42 s - 0.5 s of start.
+    # Half of a 20 s budget over 3 rounds of 4 sides is 0.83 s a round; less 0.5 s of start,
+    # 0.33 s of window.
     assert first_seconds(20.0, 4) == pytest.approx(20 / 2 / 12 - 0.5)
     assert MIN_FIRST_SECONDS < first_seconds(20.0, 4) < FIRST_SECONDS
     # Never below the floor, however small: a window must hold a batch.

@@ -109,8 +109,6 @@ class DemoOptions:
 ADVISE = AdviseOptions(samples=500, budget_s=25.0, layouts=("arrow",),
                        shard_sizes=(64_000_000,), compressions=("none",),
                        export_samples=1_281_167)
-# advise's own defaults, but in the demo's batches (--batch-size: 64 unless asked otherwise)
-ADVISE_BENCH = BenchOptions(workers=(1,), batch_size=64)
 
 
 def definition(name: str) -> ExportSpec:
@@ -193,7 +191,8 @@ def advice_run(path: Path, opts: DemoOptions, progress: Progress) -> dict[str, A
     samples = min(ADVISE.samples or opts.samples, opts.samples)
     progress(f"demo: advising on after: its first {samples} samples re-laid into candidates, "
              f"measured within {fmt.seconds(ADVISE.budget_s)} (dsbench advise)")
-    bench = dataclasses.replace(ADVISE_BENCH, batch_size=opts.bench.batch_size)
+    # advise's own single worker, in the demo's batches (--batch-size: 64 unless asked otherwise)
+    bench = BenchOptions(workers=(1,), batch_size=opts.bench.batch_size)
     return advise(str(path), dataclasses.replace(ADVISE, samples=samples), bench,
                   opts.cluster, progress)
 

@@ -39,6 +39,15 @@ STEPS = textwrap.dedent('''
         out = to_array(sample)
         return torch.from_numpy(out["image"]), out["label"]
 
+    def notes_adapters(sample):
+        """Notes which of dsbench's format adapters this process has imported."""
+        import os
+        import sys
+        with open("adapters-seen.txt", "a") as f:
+            print(os.getpid(), *sorted(m for m in sys.modules if m.startswith("dsbench.adapters.")),
+                  file=f)
+        return to_array(sample)
+
     def fails_at_5(sample):
         if sample["__key__"].endswith("5"):
             raise ValueError("cannot handle this one")
@@ -137,6 +146,23 @@ def dataset_docs(here: Path) -> dict[str, dict]:
                      str(here / f"{name}.json")]) == 0, name
         out[name] = json.loads((here / f"{name}.json").read_text())
     return out
+
+
+def test_workers_open_the_export_as_the_layout_the_run_found(
+        here: Path, tiny_exports: dict[str, Path]) -> None:
+    # Each worker of each round used to detect the layout again: asking every format with a
+    # signature imported the columnar adapters and pyarrow (about 0.1 s of CPU per worker
+    # start here) before it read a WebDataset shard.
+    assert main(["bench", str(tiny_exports["before"]), "--pipeline", "usersteps:notes_adapters",
+                 "--rounds", "2", "--workers", "2", "--seconds", "0.2", "--batch-size", "4"]) == 0
+    lines = [line.split() for line in (here / "adapters-seen.txt").read_text().splitlines()]
+    # (The step also runs once here, in this process, to size the workers' slots.)
+    seen = [line[1:] for line in lines if int(line[0]) != os.getpid()]
+    assert len({line[0] for line in lines}) == 1 + 2 * 2  # two rounds of two workers
+    assert all("dsbench.adapters.wds" in modules for modules in seen)
+    assert not {m for modules in seen for m in modules} & {
+        f"dsbench.adapters.{name}" for name in ("arrow", "parquet", "columns", "hf", "lance",
+                                                "mds", "litdata", "tfrecord")}
 
 
 def test_a_dataset_is_measured_as_a_black_box_and_compared(

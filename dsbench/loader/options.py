@@ -58,6 +58,9 @@ class BenchOptions:
     dataset: str | None = None  # --dataset MODULE:FACTORY: the user's Dataset, a black box
     opener: Opener | None = None  # opens the export in each worker (default: adapters)
     layout: str | None = None  # read as this layout instead of detecting it
+    # The layout this run found when it surveyed the export: workers open the export as it,
+    # rather than each detecting it again at every round's start (see runner._run_benches).
+    found_layout: str | None = None
     image_field: str | None = None  # the column or member holding the image, where ambiguous
     max_pixels: int = DEFAULT_MAX_PIXELS  # larger images are bad samples
     stall_s: float | None = None  # a worker silent this long fails the run (None: adaptive)
@@ -159,7 +162,8 @@ class BenchOptions:
     def export_opener(self) -> Opener:
         """How every process opens the export: the given opener, or the adapters (picklable,
         as spawned workers need it)."""
-        return self.opener or functools.partial(adapters.open_export, layout=self.layout,
+        return self.opener or functools.partial(adapters.open_export,
+                                                layout=self.layout or self.found_layout,
                                                 image_field=self.image_field)
 
     def samples_to_count(self, path: str | Path | Loc) -> int:

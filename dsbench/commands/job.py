@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
                            f"{max(counts)}")
     # Options for the whole job (its world size); each node starts `count` of its ranks.
     jobs = [options(args, n * nodes) for n in counts]  # every count checked before any starts
-    share.check(args.path, args.workers, max(counts) * nodes, args.layout)
+    found = share.check(args.path, args.workers, max(counts) * nodes, args.layout)
     from dsbench.job.launch import launch
 
     docs = []
@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
         fmt.progress(f"job: {per_node} rank{'s' if per_node != 1 else ''}{where} x "
                      f"{opts.workers} loader worker{'s' if opts.workers != 1 else ''}, "
                      f"{opts.steps} steps")
-        got = launch(args.path, opts, nodes=nodes, rdzv=args.rdzv)
+        got = launch(args.path, opts, nodes=nodes, rdzv=args.rdzv, found_layout=found)
         if got is None:
             fmt.out(f"job: this node's {fmt.plural(per_node, 'rank')} finished; the node that "
                     "holds rank 0 prints the report and writes --json")
@@ -152,8 +152,8 @@ def _as_rank(args: argparse.Namespace, ident: identity.Identity) -> int:
         raise DsbenchError(f"--ranks {args.ranks}, but the launcher started {ident.world}")
     try:
         opts = options(args, ident.world)
-        share.check(args.path, args.workers, ident.world, args.layout)
-        doc = rank.run_rank(args.path, opts, ident)
+        found = share.check(args.path, args.workers, ident.world, args.layout)
+        doc = rank.run_rank(args.path, opts, ident, found)
     except (DsbenchError, RuntimeError) as exc:
         rank.fail(str(ident.rank), exc)
         raise  # fail() does not return

@@ -136,11 +136,12 @@ def _remove_stale() -> None:
             shutil.rmtree(d, ignore_errors=True)
 
 
-def launch(path: str, opts: JobOptions, nodes: int = 1, rdzv: str | None = None
-           ) -> dict[str, Any] | None:
+def launch(path: str, opts: JobOptions, nodes: int = 1, rdzv: str | None = None,
+           found_layout: str | None = None) -> dict[str, Any] | None:
     """Run this machine's share of the job (`opts.ranks` ranks over `nodes` machines, each
     launching as this one does, meeting at `rdzv`); rank 0's result document on the node that
-    holds rank 0, None on the others."""
+    holds rank 0, None on the others. The ranks open the export as `found_layout` when given
+    (share.check's), rather than each detecting it again."""
     _quiet_torch_logging()
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
     from torch.distributed.elastic.multiprocessing.api import SignalException
@@ -157,7 +158,7 @@ def launch(path: str, opts: JobOptions, nodes: int = 1, rdzv: str | None = None
         out = tmp / "result.json"
         cfg = tmp / "job.json"
         atomic.write_text(cfg, json.dumps({"path": str(path), "options": opts.to_json(),
-                                           "out": str(out)}))
+                                           "layout": found_layout, "out": str(out)}))
         per_node = opts.ranks // nodes
         # Every node's launcher names the same run: the rendezvous's address does.
         run_id = f"dsbench-{rdzv}" if rdzv else f"dsbench-{uuid.uuid4().hex[:12]}"

@@ -48,12 +48,14 @@ PEER_LOST = 75  # exit code of a rank whose peer went away: not the root cause o
 RANK_ERROR = 2  # exit code of a rank that met bad input; its last stderr line says what
 
 
-def bench_options(opts: JobOptions, ident: Identity) -> BenchOptions:
-    """The rank's loader, as `dsbench bench` would run it, over the rank's share."""
+def bench_options(opts: JobOptions, ident: Identity, found_layout: str | None = None
+                  ) -> BenchOptions:
+    """The rank's loader, as `dsbench bench` would run it, over the rank's share; its workers
+    open the export as `found_layout` (share.check's) rather than detect it again."""
     return BenchOptions(workers=(opts.workers,), batch_size=opts.batch_size,
                         backend=opts.backend, prefetch=opts.prefetch, seed=opts.seed,
                         decoder=opts.decoder, layout=opts.layout,
-                        opener=RankShare(ident.rank, ident.world, opts.layout))
+                        opener=RankShare(ident.rank, ident.world, opts.layout or found_layout))
 
 
 def _device(opts: JobOptions, ident: Identity, torch: Any) -> str:
@@ -65,7 +67,8 @@ def _device(opts: JobOptions, ident: Identity, torch: Any) -> str:
     return "cuda" if opts.device == "cuda" or (opts.device == "auto" and has_gpus) else "cpu"
 
 
-def run_rank(path: str, opts: JobOptions, ident: Identity) -> dict[str, Any] | None:
+def run_rank(path: str, opts: JobOptions, ident: Identity, found_layout: str | None = None
+             ) -> dict[str, Any] | None:
     """Run this rank; rank 0 returns the job's result document, the others None."""
     # The launcher stops ranks with SIGTERM; a Python handler would only run once a blocking
     # collective returned, so the default action (die at once) is what the job needs.
@@ -85,7 +88,7 @@ def run_rank(path: str, opts: JobOptions, ident: Identity) -> dict[str, Any] | N
         torch.cuda.set_device(ident.local_rank)
     timeout = datetime.timedelta(seconds=opts.collective_timeout_s)
     dist.init_process_group("nccl" if device == "cuda" else "gloo", timeout=timeout)
-    bench = bench_options(opts, ident)
+    bench = bench_options(opts, ident, found_layout)
     check_memory(bench.pipeline(), opts.batch_size, opts.prefetch,
                  opts.workers * ident.local_world)
     source: ShmSource | TorchSource
@@ -206,7 +209,7 @@ def run_configured(cfg: dict[str, Any]) -> None:
     if ident is None:
         raise DsbenchError("dsbench.job.rank runs under a launcher (RANK and WORLD_SIZE unset)")
     ident = Identity(**{**ident.__dict__, "launcher": "dsbench"})
-    doc = run_rank(cfg["path"], JobOptions.from_json(cfg["options"]), ident)
+    doc = run_rank(cfg["path"], JobOptions.from_json(cfg["options"]), ident, cfg.get("layout"))
     if doc is not None:
         atomic.write_text(Path(cfg["out"]), json.dumps(doc) + "\n")
 

@@ -53,14 +53,15 @@ class SharedExport:
         return self.inner.survey()
 
 
-def check(path: str, opts_workers: int, world: int, layout: str | None) -> int:
+def check(path: str, opts_workers: int, world: int, layout: str | None) -> str:
     """Refuse, before any rank starts, an export whose units cannot give every loader worker of
-    every rank its own; returns the number of units."""
+    every rank its own; returns the export's layout, as found, for the ranks to open it as."""
     from dsbench.errors import DsbenchError
 
-    units = len(adapters.open_export(path, layout=layout).units())
+    export = adapters.open_export(path, layout=layout)
+    units = len(export.units())
     if units < world * opts_workers:
         raise DsbenchError(f"{units} units (shards or samples) cannot give {world} ranks x "
                            f"{opts_workers} workers one each: use fewer --ranks or --workers",
                            path=path)
-    return units
+    return export.layout

@@ -225,12 +225,12 @@ def job_check(path: Path, opts: DemoOptions, progress: Progress) -> dict[str, An
     jo = JobOptions(ranks=2, workers=1, batch_size=JOB_BATCH, steps=opts.job_steps,
                     compute=opts.cluster.compute, seed=opts.seed)
     try:
-        share.check(str(path), jo.workers, jo.ranks, None)
+        found = share.check(str(path), jo.workers, jo.ranks, None)
     except DsbenchError as exc:
         return {"skipped": str(exc)}
     progress(f"demo: checking the model against a measured {jo.ranks}-rank job on after "
              f"({jo.steps} steps)")
-    doc = launch(str(path), jo)
+    doc = launch(str(path), jo, found_layout=found)
     assert doc is not None  # one node: rank 0 is this one's
     # The figures above come from each batch's CPU and the model's time-sharing: that route,
     # run on the job's configuration, is what this job checks.

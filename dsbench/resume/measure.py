@@ -235,7 +235,7 @@ def run_resume(path: str, opts: ResumeOptions,
     shuffle = shuffle_of(export.layout)
     units = tuple(export.units()[:opts.units])
     plan = Plan(units, opts.seed, opts.ranks, opts.workers, opts.batch_size,
-                opts.buffer if shuffle != "sample" else 0, shuffle)
+                opts.buffer if shuffle != "sample" else 0, shuffle, export.layout)
     steps = batches_per_rank(plan, export, opts.epoch)
     if opts.restart_at >= min(steps):
         raise DsbenchError(f"--restart-at {opts.restart_at} is not inside the epoch: it has "

@@ -47,8 +47,9 @@ class OrderedSamples(IterableDataset[tuple[Item, np.ndarray]]):
     def __iter__(self) -> Iterator[tuple[Item, np.ndarray]]:
         w = self._worker()
         state, self._pending = self._pending, None
-        stream = worker_stream(adapters.open_export(self.path), self.plan, self.rank, w,
-                               self.epoch, state, None if self.pieces is None else self.pieces[w])
+        export = adapters.open_export(self.path, self.plan.layout)
+        stream = worker_stream(export, self.plan, self.rank, w, self.epoch, state,
+                               None if self.pieces is None else self.pieces[w])
         rng = np.random.default_rng([self.plan.seed, self.epoch, self.rank, w, 1])
         if state is not None and "aug_rng" in state:
             rng.bit_generator.state = state["aug_rng"]

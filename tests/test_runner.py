@@ -303,6 +303,27 @@ def test_torch_backend_missing_is_one_clear_error(files_export: Path,
         run_bench(files_export, BenchOptions(backend="torch", rounds=1, batches=1))
 
 
+def test_a_torch_iterator_whose_own_shutdown_was_cut_short_is_stopped_whole() -> None:
+    # At an epoch's end torch shuts its iterator down inside next(), where a signal's exception
+    # can land (resume --backend torch under SIGTERM); torch marks the shutdown done before it
+    # starts, so calling it again does nothing. shutdown() still closes the queues (an index
+    # queue left open keeps its feeder thread waiting past the run, holding named semaphores)
+    # and ends the workers.
+    from torch.utils.data import DataLoader
+
+    from dsbench.loader.torch_source import shutdown
+
+    loader = DataLoader(list(range(8)), batch_size=2, num_workers=1,
+                        multiprocessing_context="spawn")
+    it = iter(loader)
+    assert next(it).tolist() == [0, 1]
+    it._shutdown = True  # what torch's shutdown sets first, before it is cut short
+    shutdown(it)
+    feeders = [q._thread for q in it._index_queues if q._thread is not None]
+    assert feeders and not any(t.is_alive() for t in feeders)
+    assert it._workers and not any(w.is_alive() for w in it._workers)
+
+
 def test_torch_backend_measures_the_same_figures(files_export: Path) -> None:
     pytest.importorskip("torch")  # in the test extra; a bare install skips it
     # 16 batches: a fixed cost in a window (a garbage collection of a test process's large

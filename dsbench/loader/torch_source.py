@@ -197,6 +197,19 @@ def shutdown(it: Any) -> None:
         # workers it could not join but does not wait for them: every one is ended and reaped.
         with contextlib.suppress(RuntimeError):
             it._shutdown_workers()
+        # torch's shutdown may have been cut short: at an epoch's end it runs inside next(),
+        # where a signal's exception can land, and it marks itself done first, so the call
+        # above then does nothing. What it left undone is done here (both are idempotent): its
+        # queues closed, so that their feeder threads end (join_feeders), and its workers told
+        # to stop. Seen under SIGTERM in resume --backend torch: an index queue left open kept
+        # its feeder waiting, and the tracker warned of a leaked semaphore after the last line.
+        for q in [*getattr(it, "_index_queues", []), getattr(it, "_worker_result_queue", None)]:
+            if q is not None:
+                q.cancel_join_thread()
+                q.close()
+        done = getattr(it, "_workers_done_event", None)
+        if done is not None:
+            done.set()
         for w in getattr(it, "_workers", []):
             if w.is_alive():
                 w.terminate()

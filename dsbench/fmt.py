@@ -67,6 +67,18 @@ def parse_nbytes(text: str) -> float:
     return value * _BYTE_UNITS[unit]
 
 
+_COUNT_STEPS = ((1e9, "G"), (1e6, "M"), (1e3, "k"))
+
+
+def instructions(x: float, per: str = "sample") -> str:
+    """24.8e6 -> '24.8 M instructions/sample' (decimal prefixes, as counts are quoted)."""
+    suffix = f"/{per}" if per else ""
+    for scale, prefix in _COUNT_STEPS:
+        if abs(x) >= scale * 0.9995:
+            return f"{sig(x / scale)} {prefix} instructions{suffix}"
+    return f"{sig(x)} instructions{suffix}"
+
+
 def rate(x: float, unit: str = "samples/s") -> str:
     return f"{sig(x)} {unit}"
 

@@ -22,6 +22,10 @@ from dsbench.storage.server import LocalS3
 
 # Tests import their helpers (resultdocs) as top-level modules.
 sys.path.insert(0, str(Path(__file__).parent))
+# The exact pass runs the pipeline under valgrind, seconds per export: the tests of it ask for
+# it (--exact, exact=True); the rest measure other things, without it, as this makes the
+# default (set here, so that the commands tests start as processes inherit it).
+os.environ.setdefault("DSBENCH_EXACT", "0")
 
 TINY_IMAGE = {"codec": "jpeg", "sizes": "fixed", "width": 48, "height": 32, "quality": 80}
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dsbench import fmt, stats
+from dsbench.analysis import instructions
 from dsbench.analysis.disturbance import TIMED, disturbance
 from dsbench.loader.order import order_label
 from dsbench.results.stages import STAGES
@@ -73,6 +74,8 @@ def format_value(key: str, value: float) -> str:
         return fmt.nbytes(value, "sample")
     if key == "files_per_sample":
         return f"{fmt.sig(value)} files/sample"
+    if key == instructions.KEY:
+        return fmt.instructions(value)
     if key.startswith("peak_pss"):
         return fmt.nbytes(value)
     return fmt.sig(value)
@@ -301,11 +304,12 @@ def count_rows(metrics: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def attribution(metrics: list[dict[str, Any]], stages: list[dict[str, Any]]
-                ) -> list[dict[str, Any]]:
-    """Where the per-sample cost moved, what really changed first: counts that changed, then
-    the stages whose change the rounds can tell from noise (largest first), then the rest."""
-    counts = count_rows(metrics)
+def attribution(metrics: list[dict[str, Any]], stages: list[dict[str, Any]],
+                exact: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Where the per-sample cost moved, what really changed first: counts that changed (the
+    `exact` instructions by stage among them), then the stages whose change the rounds can tell
+    from noise (largest first), then the rest."""
+    counts = count_rows(metrics) + sorted(exact or [], key=lambda r: -abs(r["delta"]))
     moved = [r for r in counts if r["distinguishable"]]
     moved += sorted((r for r in stages if r["distinguishable"]), key=lambda r: -abs(r["delta"]))
     return moved + [r for r in counts + stages if not r["distinguishable"]]
@@ -345,6 +349,7 @@ def compare(base: BenchResult, cand: BenchResult, *,
     `any_order` compares results read in different orders."""
     reasons = not_comparable(base, cand, any_order)
     paired = is_paired(base, cand)
+    exact = instructions.section(base, cand, paired)
     out: dict[str, Any] = {
         "kind": "dsbench-comparison", "schema_version": 2,
         "base": {"path": base["config"]["path"], "layout": base["export"].get("layout")},
@@ -355,7 +360,7 @@ def compare(base: BenchResult, cand: BenchResult, *,
         "load_drift": load_drift(base, cand),
         "method": ("paired t on per-round log ratios (one interleaved run)" if paired else
                    "Welch t on log values (measured apart: assumes both saw the same machine)"),
-        "runs": [], "cluster": cluster, "pushback": pushback(base, cand),
+        "runs": [], "cluster": cluster, "pushback": pushback(base, cand), "exact": exact,
     }
     if reasons:
         return out
@@ -365,7 +370,13 @@ def compare(base: BenchResult, cand: BenchResult, *,
             not disturbed["left_in"] else None
         metrics = [metric_row(m, base, cand, w, paired, keep)
                    for m in measured_metrics(base, cand, w)]
-        rows = attribution(metrics, stage_rows(base, cand, w, paired, keep))
+        exact_rows = None
+        if exact["compared"]:
+            # Beside the timed CPU: the count that tells a change from noise.
+            at = next(i for i, m in enumerate(metrics) if m["metric"] == "cpu_s_per_sample")
+            metrics.insert(at + 1, instructions.metric(base, cand))
+            exact_rows = instructions.stage_rows(base, cand)
+        rows = attribution(metrics, stage_rows(base, cand, w, paired, keep), exact_rows)
         out["runs"].append({"workers": w, "metrics": metrics, "attribution": rows,
                             "disturbance": disturbed,
                             "moved": moved_text(rows), "order_figures": {

@@ -1,9 +1,11 @@
 """The CI throughput gate: does a candidate export (or reader) hold against the base?
 
 Hard limits apply to figures that repeat from run to run: bytes and files per sample (counted
-over whole units, the same for the same export), and CPU per sample and peak memory per loader
-worker, which fail only when their whole 95% interval is over the limit, so machine noise alone
-cannot fail a build. Memory is the loader's peak anonymous memory (Pss_Anon: its workers, plus
+over whole units, the same for the same export), CPU instructions per sample (counted under
+valgrind where it is installed: exact, so it fails deterministically), and CPU per sample and
+peak memory per loader worker, which fail only when their whole 95% interval is over the limit,
+so machine noise alone cannot fail a build. The gate says whether CPU was checked exactly, and
+why not where it was not. Memory is the loader's peak anonymous memory (Pss_Anon: its workers, plus
 what the main process grew by) divided by its workers, or its whole PSS for results without the
 kernel's split. A job pays it for every worker of every GPU of a node; the file-backed pages of
 mapped shards are page cache the kernel drops, and do not count. Samples/s is wall-clock and
@@ -32,6 +34,11 @@ PASS, WARN, FAIL = "pass", "warn", "fail"
 class Thresholds:
     max_bytes_ratio: float = 1.05
     max_files_ratio: float = 1.05
+    # Instructions per sample are counted, as bytes and files are: the same export repeats its
+    # count to 0.01% (analysis/instructions.py), so the limit is what is worth failing a build
+    # for, as theirs: 5% more CPU per sample is 5% more cores on every node of the job. The
+    # timed limit below needs its whole interval past it, and sees nothing under ~10%.
+    max_instructions_ratio: float = 1.05
     max_cpu_ratio: float = 1.10
     max_memory_ratio: float = 1.50
     # Memory per worker past its ratio still passes when it grew by at most this much: the
@@ -176,9 +183,18 @@ def evaluate(comparison: dict[str, Any], t: Thresholds, workers: int | None = No
         memory |= {"status": PASS, "why": f"past its ratio, but {fmt.nbytes(max(grew, 0))} more "
                    f"per worker, within the {fmt.nbytes(t.memory_allowance_mb * 1e6)} allowance"}
     memory["limit"] += f" or +{fmt.nbytes(t.memory_allowance_mb * 1e6)}"
+    exact = comparison.get("exact") or {}
+    exact_checks = []
+    if exact.get("compared") and "instructions_per_sample" in m:
+        check = _check(m["instructions_per_sample"], t.max_instructions_ratio, hard=True)
+        if check["why"]:
+            check["why"] = ("an exact count of the instructions the pipeline's stages "
+                            "execute: the same export always gives the same")
+        exact_checks.append(check)
     checks = [
         _check(m["bytes_per_sample"], t.max_bytes_ratio, hard=True),
         _check(m["files_per_sample"], t.max_files_ratio, hard=True),
+        *exact_checks,
         _check(m["cpu_s_per_sample"], t.max_cpu_ratio, hard=True, drifted=drifted),
         _check(m["samples_per_s"], t.min_throughput_ratio, hard=t.strict_throughput,
                lower_limit=True, drifted=drifted),
@@ -187,4 +203,8 @@ def evaluate(comparison: dict[str, Any], t: Thresholds, workers: int | None = No
     failed = [c for c in checks if c["status"] == FAIL]
     return {"kind": "dsbench-gate", "schema_version": 2, "workers": w,
             "thresholds": dataclasses.asdict(t), "checks": checks, "passed": not failed,
-            "exit_code": 1 if failed else 0}
+            "exit_code": 1 if failed else 0,
+            "exact_cpu": {"checked": bool(exact_checks),
+                          "why_not": None if exact_checks else
+                          exact.get("why_not") or "the comparison has no exact CPU figures",
+                          "counter": exact.get("counter") if exact_checks else None}}

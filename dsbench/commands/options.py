@@ -19,6 +19,7 @@ from typing import Any
 from dsbench import atomic, fmt
 from dsbench.adapters import FORMATS
 from dsbench.errors import DsbenchError
+from dsbench.loader import exact
 from dsbench.loader.counts import DEFAULT_MAX_SAMPLES, REMOTE_MAX_SAMPLES
 from dsbench.loader.decode import DECODERS
 from dsbench.loader.options import BACKENDS, BenchOptions
@@ -115,8 +116,10 @@ def parse_workers(text: str, option: str = "--workers") -> tuple[int, ...]:
 
 
 def add_window_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup,
-                         d: BenchOptions | None = None) -> None:
-    """What to measure and for how long: shared by `bench`, `compare`, `gate` and `demo`."""
+                         d: BenchOptions | None = None, exact_rounds: int | None = None) -> None:
+    """What to measure and for how long: shared by `bench`, `compare`, `gate` and `demo`.
+    `exact_rounds`: the rounds by default where CPU is counted exactly (--rounds is then None
+    until `rounds_for` settles it)."""
     d = d or BenchOptions()
     p.add_argument("--workers", default=",".join(map(str, d.workers)),
                    help=f"worker counts to run, comma-separated, e.g. 1,2,4 (default "
@@ -125,8 +128,10 @@ def add_window_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup,
                    help=f"samples per batch (default {d.batch_size})")
     p.add_argument("--seconds", type=float, default=d.seconds,
                    help=f"length of each measured window in s (default {d.seconds:g})")
-    p.add_argument("--rounds", type=int, default=d.rounds,
-                   help=f"rounds per worker count, each with fresh workers (default {d.rounds})")
+    p.add_argument("--rounds", type=int, default=None if exact_rounds else d.rounds,
+                   help=f"rounds per worker count, each with fresh workers (default {d.rounds}"
+                        + (f"; {exact_rounds} where CPU is counted exactly, which then decides "
+                           "CPU, the rounds estimating its time)" if exact_rounds else ")"))
     p.add_argument("--sweep-rounds", type=int, default=d.sweep_rounds, metavar="N",
                    help="rounds of each worker count after the first, which verdicts do not "
                         f"use (default {d.sweep_rounds or 'as --rounds'})")
@@ -181,6 +186,14 @@ def add_window_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup,
     p.add_argument("--request-deadline", type=float, default=r.deadline_s, metavar="S",
                    help="object stores: a request's time, all attempts together, after which "
                         f"it is an error (default {r.deadline_s:g})")
+    p.add_argument("--exact", action=argparse.BooleanOptionalAction, default=None,
+                   help="count CPU instructions per sample by stage, exactly, beside the timed "
+                        "CPU (under valgrind; default: where valgrind is installed; --exact "
+                        "fails without it, --no-exact skips it; docs/exact-cpu.md)")
+    p.add_argument("--exact-samples", type=int, default=d.exact_samples, metavar="N",
+                   help="the exact pass counts decode, fields, transform and collate over the "
+                        f"export's first N samples, read over whole units (default "
+                        f"{d.exact_samples})")
     p.add_argument("--count-samples", type=int, default=None, metavar="N",
                    help="files, bytes and requests per sample are counted over whole units up "
                         f"to N samples; 0 counts every unit (default {DEFAULT_MAX_SAMPLES}, "
@@ -207,18 +220,19 @@ def window_options(args: argparse.Namespace, **more: Any) -> BenchOptions:
                            count_samples=args.count_samples, max_pixels=args.max_pixels,
                            image_field=args.image_field, step=args.pipeline, order=args.order,
                            shuffle_buffer=args.shuffle_buffer, block=args.block,
-                           epochs=args.epochs, inflight=args.inflight, **more)
+                           epochs=args.epochs, inflight=args.inflight, exact=args.exact,
+                           exact_samples=args.exact_samples, **more)
     remote.use_inflight(options.inflight)
     return options
 
 
 # --- the two sides of compare and gate ------------------------------------------------------------
 
-def add_side_arguments(p: argparse.ArgumentParser) -> None:
+def add_side_arguments(p: argparse.ArgumentParser, exact_rounds: int | None = None) -> None:
     p.add_argument("base", help="the current export: a result .json or an export path")
     p.add_argument("cand", help="the candidate export: a result .json or an export path")
     m = p.add_argument_group("measuring export paths (both in one run, rounds interleaved)")
-    add_window_arguments(m, COMPARE_WINDOW)
+    add_window_arguments(m, COMPARE_WINDOW, exact_rounds)
     m.add_argument("--backend", choices=BACKENDS, default=COMPARE_WINDOW.backend,
                    help="how both sides are read: dsbench's reader, in torch's DataLoader, or "
                         "through each format's own library (native)")
@@ -233,8 +247,16 @@ def add_side_arguments(p: argparse.ArgumentParser) -> None:
                         "one does not")
 
 
-def side_options(args: argparse.Namespace) -> tuple[BenchOptions, BenchOptions | None]:
-    """The base's options and, with --cand-backend, the candidate's."""
+def side_options(args: argparse.Namespace, exact_rounds: int | None = None
+                 ) -> tuple[BenchOptions, BenchOptions | None]:
+    """The base's options and, with --cand-backend, the candidate's. `exact_rounds`: the
+    rounds where --rounds was not given and both sides' CPU is counted exactly."""
+    if args.rounds is None:
+        args.rounds = COMPARE_WINDOW.rounds
+        if exact_rounds:
+            sides = [o for o in side_options(args) if o is not None]
+            if all(exact.why_not(o) is None for o in sides):
+                args.rounds = exact_rounds
     opts = window_options(args, backend=args.backend)
     return opts, (dataclasses.replace(opts, backend=args.cand_backend)
                   if args.cand_backend else None)

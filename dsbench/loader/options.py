@@ -11,6 +11,7 @@ from dsbench import adapters
 from dsbench.errors import DsbenchError
 from dsbench.loader.counts import DEFAULT_MAX_SAMPLES, REMOTE_MAX_SAMPLES
 from dsbench.loader.decode import DECODERS, DEFAULT_MAX_PIXELS
+from dsbench.loader.exact_pass import DEFAULT_SAMPLES
 from dsbench.loader.order import (
     BLOCK,
     DEFAULT_BLOCK,
@@ -74,6 +75,10 @@ class BenchOptions:
     ceiling: bool = False  # --ceiling: also measure the loader replaying batches it built
     inflight: int = 1  # --inflight K: units (objects, shards) requested ahead by each worker
     replay: bool = False  # this side is the ceiling: workers hand built batches over again
+    # The exact pass (exact.py): None counts instructions where valgrind is installed, True
+    # requires it, False skips it; over this many samples.
+    exact: bool | None = None
+    exact_samples: int = DEFAULT_SAMPLES
 
     def __post_init__(self) -> None:
         def bad(option: str, value: object, want: str) -> DsbenchError:
@@ -86,7 +91,7 @@ class BenchOptions:
             raise bad("workers", self.workers, "a list of positive integers")
         for name, lo in (("batch_size", 1), ("rounds", 1), ("warmup_batches", 1),
                          ("prefetch", 1), ("count_samples", 0), ("shuffle_buffer", 0),
-                         ("block", 1)):
+                         ("block", 1), ("exact_samples", 1)):
             value = getattr(self, name)
             if name == "count_samples" and value is None:
                 continue
@@ -186,4 +191,5 @@ class BenchOptions:
                 "pipeline": self.step, "dataset": self.dataset, "order": self.order,
                 "shuffle_buffer": self.shuffle_buffer if self.order == SHUFFLE else None,
                 "block": self.block if self.order == BLOCK else None,
-                "ceiling": self.ceiling, "epochs": self.epochs, "inflight": self.inflight}
+                "ceiling": self.ceiling, "epochs": self.epochs, "inflight": self.inflight,
+                "exact_samples": self.exact_samples}

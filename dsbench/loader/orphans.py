@@ -4,9 +4,9 @@ A run removes its shared-memory ring and its temporary directory however it ends
 is killed outright (SIGKILL, the OOM killer, a machine that loses power): then nothing of it runs
 to clean up. Both carry the identity of the process that made them (`owner()`: its id, its start
 time and its PID namespace; `dsbench-<owner>-<ring>-<worker>` in /dev/shm,
-`dsbench-native-<owner>-...` and `dsbench-advise-<owner>-...` in the temporary directory), so
-the next run removes those whose owner is gone, and only those: a run still going, or another
-user's, keeps its own. The start
+`dsbench-native-<owner>-...`, `dsbench-advise-<owner>-...` and `dsbench-exact-<owner>-...` in
+the temporary directory), so the next run removes those whose owner is gone, and only those: a
+run still going, or another user's, keeps its own. The start
 time tells a dead owner from a later process that was given its id (containers start every run
 at the same small ids); the namespace keeps a run from judging another container's entries in a
 /dev/shm they share, whose processes it cannot see. Names made by earlier versions carry the
@@ -25,7 +25,7 @@ from pathlib import Path
 SHM = Path("/dev/shm")
 _OWNER = r"(\d+)-(\d+)-(\d+)"  # pid, start time, PID namespace
 _SEGMENT = re.compile(rf"^dsbench-{_OWNER}-\d+-\d+$")
-_TEMP = re.compile(rf"^dsbench-(?:native|advise)-{_OWNER}-")  # a native round's, advise's
+_TEMP = re.compile(rf"^dsbench-(?:native|advise|exact)-{_OWNER}-")  # native, advise, exact pass
 # Names of earlier versions, with the process id alone: judged by it alone.
 _OLD_SEGMENT = re.compile(r"^dsbench-(\d+)-\d+-\d+$")
 _OLD_TEMP = re.compile(r"^dsbench-native-(\d+)-[^-]*$")

@@ -44,7 +44,7 @@ from dsbench import adapters, procs, stats
 from dsbench.adapters import base
 from dsbench.adapters.survey import new_survey, summarize
 from dsbench.errors import DsbenchError, SampleError
-from dsbench.loader import epochs, forks, memory, native, worker
+from dsbench.loader import epochs, exact, forks, memory, native, worker
 from dsbench.loader.batch_order import order_figures
 from dsbench.loader.counts import NOT_COUNTED, Counts, count_pass
 from dsbench.loader.dataset_source import DatasetSource
@@ -304,6 +304,8 @@ def _run_benches(paths: Sequence[str | Path | Loc], opts: BenchOptions,
     ps = [named(p) for p in paths]
     say = progress or (lambda _msg: None)
     side = list(each) if each is not None else [opts] * len(ps)
+    for o in side:
+        exact.why_not(o)  # --exact where it cannot be: one line before anything runs
     side = [probe_step(p, o) for p, o in zip(ps, side, strict=True)]
     for o in side:
         check_memory(o.pipeline(), o.batch_size, o.prefetch, max(opts.workers))
@@ -315,6 +317,7 @@ def _run_benches(paths: Sequence[str | Path | Loc], opts: BenchOptions,
             if o.layout is None and o.opener is None and s["layout"] in adapters.FORMATS else o
             for o, (s, _) in zip(side, prepared, strict=True)]
     measured = len(ps)
+    exacts = exact.count(ps, side, say)
     if opts.ceiling:
         # Each export's ceiling is one more side of the interleaved run: the same loader,
         # its warm-up filling every slot, then handing those batches over again.
@@ -387,5 +390,6 @@ def _run_benches(paths: Sequence[str | Path | Loc], opts: BenchOptions,
                                                  remote.client_info())
         if side[k].backend == "native":
             doc["reader"] = native.describe(summary["layout"])
+        doc["exact"] = exacts[k]
         docs.append(doc)
     return docs

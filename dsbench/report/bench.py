@@ -118,6 +118,34 @@ def epochs_text(doc: BenchResult) -> str:
                          "epoch wall time", "samples"], rows))
 
 
+def exact_text(doc: BenchResult) -> str:
+    """The exact pass's figures (loader/exact.py), or why there are none."""
+    x = doc.get("exact")
+    if x is None:
+        return ""
+    if not x["counted"]:
+        return f"\n\nCPU per sample, exact: not counted: {x['why_not']}"
+    c = x.get("counter") or {}
+    names = {"transform": "your step"} if doc["config"].get("pipeline") else {}
+    stages = ", ".join(f"{names.get(s, s)} {fmt.instructions(v, '')}"
+                       for s, v in (x.get("stages") or {}).items())
+    units = fmt.plural(x.get("units_read", 0), "whole unit") if x.get("whole_units") else \
+        "part of the first unit"
+    kernel = x.get("kernel_stages") or {}
+    faults = max(kernel, key=lambda s: kernel[s]["minor_faults"], default=None)
+    return (f"\n\nCPU per sample, exact: {fmt.instructions(x.get('instructions_per_sample', 0))}"
+            f" ({c.get('name')} {c.get('version')}, a {c.get('kind')} CPU: the same count "
+            "whatever the machine's load)\n"
+            f"  by stage: {stages}\n"
+            f"  over the export's first {fmt.plural(x.get('samples', 0), 'sample')}, read over "
+            f"{units} ({fmt.plural(x.get('read_samples', 0), 'sample')})\n"
+            f"  the kernel's counts: {fmt.sig(x.get('read_calls_per_sample', 0))} read and "
+            f"{fmt.sig(x.get('write_calls_per_sample', 0))} write calls/sample, "
+            f"{fmt.sig(x.get('minor_faults_per_sample', 0))} page faults/sample"
+            + (f" ({fmt.sig(kernel[faults]['minor_faults'])} in {names.get(faults, faults)})"
+               if faults and kernel[faults]["minor_faults"] >= 1 else ""))
+
+
 def render(doc: BenchResult) -> str:
     """The result as two tables for people: throughput and cost, then CPU per stage."""
     runs = doc["runs"]
@@ -172,7 +200,8 @@ def render(doc: BenchResult) -> str:
             + (", cold cache" if cfg["cold"] else ""))
     skipped = sum(r["skipped_samples"] for r in runs)
     tail = f"\nskipped {skipped} bad samples (see 'skipped' in --json)" if skipped else ""
-    more = requests_text(doc) + order_text(doc) + ceiling_text(doc) + epochs_text(doc)
+    more = (exact_text(doc) + requests_text(doc) + order_text(doc) + ceiling_text(doc)
+            + epochs_text(doc))
     return (f"{head}\n\n{main}\n{HOST_NOTE}{more}\n\n"
             "CPU per sample by stage (other: main process, hand-over, idle wake-ups)\n"
             f"{stages}{tail}")

@@ -23,7 +23,7 @@ LEGEND = ("marks: + worse, - better, blank: not distinguishable from noise (or a
 # Words for a ratio above and below 1, per metric: a rate is faster or slower, a cost more or
 # less, a count more or fewer.
 WORDS = {"samples_per_s": ("faster", "slower"), "files_per_sample": ("more", "fewer"),
-         "requests_per_sample": ("more", "fewer")}
+         "requests_per_sample": ("more", "fewer"), "instructions_per_sample": ("more", "fewer")}
 
 
 def change_of(row: dict[str, Any]) -> claims.Change:
@@ -179,6 +179,8 @@ def render(comparison: dict[str, Any], markdown: bool = False) -> str:
             f"({cand['layout']})"
     out = [f"### dsbench compare\n\n{title}\n" if markdown else title]
     out.append(f"intervals: 95%, {comparison['method']}")
+    if exact := exact_text(comparison):
+        out.append(exact)
     readers = comparison.get("readers") or {}
     if readers.get("base") != readers.get("cand"):
         out.append(f"read by: base {readers['base']}, candidate {readers['cand']}")
@@ -220,6 +222,30 @@ def render(comparison: dict[str, Any], markdown: bool = False) -> str:
     return "\n".join(out)
 
 
+def exact_cpu_line(gate: dict[str, Any]) -> str:
+    """Whether the gate checked CPU exactly (instructions), and why not where it did not."""
+    x = gate.get("exact_cpu") or {}
+    if x.get("checked"):
+        c = x.get("counter") or {}
+        return (f"CPU checked exactly: instructions per sample counted by {c.get('name')} "
+                f"{c.get('version')} on both sides")
+    return (f"CPU not checked exactly: {x.get('why_not') or 'no exact figures'}; the timed "
+            "CPU check stands alone")
+
+
+def exact_text(comparison: dict[str, Any]) -> str:
+    """Whether the comparison holds exact CPU figures, and why not."""
+    x = comparison.get("exact")
+    if not x:
+        return ""
+    if x["compared"]:
+        c = x.get("counter") or {}
+        return (f"CPU per sample, exact: instructions counted by {c.get('name')} "
+                f"{c.get('version')} on both sides (within {fmt.percent(x['tolerance'])}: "
+                "the same)")
+    return f"CPU per sample, exact: not compared: {x['why_not']}"
+
+
 GATE_LEGEND = ("kind: hard limits fail the gate, soft ones warn; a timing fails only when its "
                "whole 95% CI is past its limit, so noise alone never fails it; ratio = "
                "candidate / base")
@@ -238,5 +264,6 @@ def render_gate(gate: dict[str, Any], markdown: bool = False) -> str:
     table = fmt.table(["", "check", "base", "candidate", "ratio", "95% CI", "limit", "kind"],
                       rows, markdown=markdown)
     notes = [f"{icon[c['status']]} {c['label']}: {c['why']}" for c in gate["checks"] if c["why"]]
-    body = "\n".join([table, *([""] if markdown else []), GATE_LEGEND, *notes])
+    body = "\n".join([table, *([""] if markdown else []), exact_cpu_line(gate), GATE_LEGEND,
+                      *notes])
     return f"### {head}\n\n{body}" if markdown else f"{head}\n{body}"

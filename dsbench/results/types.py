@@ -69,6 +69,7 @@ class Config(TypedDict):
     ceiling: NotRequired[bool]
     epochs: NotRequired[int | None]
     inflight: NotRequired[int]
+    exact_samples: NotRequired[int]
 
 
 class Statistics(TypedDict):
@@ -176,6 +177,25 @@ class Requests(TypedDict):
     client_cpu_s_per_request: NotRequired[float]
 
 
+class Exact(TypedDict):
+    """Exact CPU per sample (loader/exact.py): instructions by stage, the kernel's counts."""
+
+    counted: bool
+    why_not: str | None
+    counter: NotRequired[dict[str, str]]
+    samples: NotRequired[int]
+    read_samples: NotRequired[int]
+    units_read: NotRequired[int]
+    whole_units: NotRequired[bool]
+    instructions_per_sample: NotRequired[float]
+    stages: NotRequired[dict[str, float]]
+    read_calls_per_sample: NotRequired[float]
+    write_calls_per_sample: NotRequired[float]
+    minor_faults_per_sample: NotRequired[float]
+    kernel_stages: NotRequired[dict[str, dict[str, float]]]
+    wall_s: NotRequired[float]
+
+
 class BenchResult(TypedDict):
     schema_version: int
     kind: str
@@ -190,4 +210,5 @@ class BenchResult(TypedDict):
     runs: list[Run]
     warnings: NotRequired[list[str]]
     requests: NotRequired[Requests]
+    exact: NotRequired[Exact]
     reader: NotRequired[dict[str, str]]  # --backend native: the library, version, usage

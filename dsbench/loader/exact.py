@@ -1,0 +1,227 @@
+"""Exact CPU per sample: instructions counted in the pipeline's own stages, beside the times.
+
+A timed CPU per sample is as sharp as the machine is quiet. The exact pass counts instead: it
+runs the stages a loader worker runs (read, decode, fields, transform or the user's step,
+collate) on a fixed set of samples, the export's first ones, in one process under an
+instruction counter (counter.py), and reports instructions per sample by stage; the stages add
+up to the total. The same export gives the same figures whatever the window, rounds, workers
+or neighbours, as files and bytes per sample (counts.py). How the pass runs, and why read is
+counted over whole units, is in exact_pass.py.
+
+Beside it, the same pass run directly counts what the kernel counts for the process: read and
+write system calls and page faults per sample, by stage.
+
+Start-up and imports do not count: the pass warms every stage up on a few samples first, and
+counts from a snapshot taken after that. Library thread pools are held at one thread and hash
+randomisation off (PYTHONHASHSEED), so that the count does not depend on scheduling.
+
+What instructions miss (docs/exact-cpu.md): the kernel's work, cache misses, waits for I/O
+and for a core, and how many instructions a core retires per cycle (an inflate loop and an
+entropy decoder differ). The timed CPU is the estimate of what a change costs in time; the
+count is what tells a change from noise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+from dsbench import fmt, procs
+from dsbench.errors import DsbenchError
+from dsbench.loader import counter, orphans
+from dsbench.loader.exact_pass import Plan
+from dsbench.loader.options import BenchOptions
+from dsbench.results.stages import STAGES
+from dsbench.results.types import Exact
+from dsbench.storage.files import Loc
+
+# Thread pools at one thread, the system allocator (jemalloc's and mimalloc's background threads
+# run when they like), and str hashes the same in every run: the count then repeats.
+ENVIRONMENT = {"PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+               "MKL_NUM_THREADS": "1", "ARROW_DEFAULT_MEMORY_POOL": "system",
+               "RAYON_NUM_THREADS": "1", "TOKIO_WORKER_THREADS": "1"}
+KERNEL = ("read_calls", "write_calls", "minor_faults")
+# The default of --exact/--no-exact: a developer's quick runs, or a test suite measuring other
+# things, can leave the pass out without passing --no-exact to every command.
+ENV = "DSBENCH_EXACT"
+ON, OFF = ("1", "on", "yes", "true"), ("0", "off", "no", "false")
+
+
+def asked(opts: BenchOptions) -> bool | None:
+    """Whether the exact pass was asked for (True), refused (False) or left to whether
+    valgrind is installed (None): `--exact`/`--no-exact`, else DSBENCH_EXACT (1 or 0)."""
+    if opts.exact is not None:
+        return opts.exact
+    value = os.environ.get(ENV, "").strip().lower()
+    if value in ("", "auto"):
+        return None
+    if value not in ON + OFF:
+        raise DsbenchError(f"{ENV}={value}: expected 1 (count CPU exactly), 0 (do not) or auto")
+    return value in ON
+
+
+def why_not(opts: BenchOptions) -> str | None:
+    """Why a run's CPU is not counted exactly, or None when it is. `--exact` asked for and
+    impossible is an error, before anything runs."""
+    want = asked(opts)
+    if want is False:
+        return f"not asked for (--no-exact, or {ENV}=0)"
+    reason = None
+    if opts.dataset is not None:
+        reason = "a --dataset is a black box: the exact pass runs dsbench's reader"
+    elif opts.backend == "native":
+        reason = ("--backend native reads through the format's library in its own loader: "
+                  "the exact pass runs dsbench's reader")
+    elif counter.version() is None:
+        reason = counter.INSTALL
+    if reason is not None and want:
+        raise DsbenchError(f"--exact: {reason}")
+    return reason
+
+
+@dataclass
+class _Pass:
+    """One export's two processes: the counted one and the one the kernel's counts come from."""
+
+    path: Loc
+    root: Path
+    procs: list[subprocess.Popen[bytes]]
+    started: float
+
+
+class Passes:
+    """The exact passes of a run's exports, started together and collected before the timed
+    rounds (they must not run beside them). Every process and file of theirs is gone when the
+    block ends, however it ends."""
+
+    def __init__(self, paths: Sequence[Loc], opts: Sequence[BenchOptions]) -> None:
+        self.opts = list(opts)
+        self.reasons = [why_not(o) for o in self.opts]
+        self.passes: list[_Pass | None] = []
+        self.tmp: Path | None = None
+        self.paths = list(paths)
+
+    def __enter__(self) -> Passes:
+        try:
+            for path, o, reason in zip(self.paths, self.opts, self.reasons, strict=True):
+                self.passes.append(None if reason is not None else self._start(path, o))
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _start(self, path: Loc, opts: BenchOptions) -> _Pass:
+        if self.tmp is None:
+            orphans.clear_once(fmt.progress)
+            self.tmp = Path(tempfile.mkdtemp(prefix=f"dsbench-exact-{orphans.owner()}-"))
+        root = Path(tempfile.mkdtemp(dir=self.tmp))
+        (root / "logs").mkdir()
+        started = _Pass(path, root, [], time.perf_counter())
+        for mode in ("instructions", "kernel"):
+            plan = Plan(str(path), opts.export_opener(), opts.pipeline(), opts.exact_samples,
+                        opts.batch_size, opts.seed, mode, tuple(sys.path))
+            (root / f"{mode}.plan").write_bytes(pickle.dumps(plan))
+            argv = [sys.executable, "-m", "dsbench.loader.exact_pass", str(root / f"{mode}.plan"),
+                    str(root / f"{mode}.json")]
+            if mode == "instructions":
+                argv = counter.command(argv, root / "logs")
+            with open(root / f"{mode}.err", "wb") as err, procs.spawning():
+                started.procs.append(subprocess.Popen(
+                    argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+                    env={**os.environ, **ENVIRONMENT}))
+        return started
+
+    def results(self) -> list[Exact]:
+        """Each export's `exact` section: its figures, or why there are none."""
+        return [cast(Exact, not_counted(reason or "") if p is None else _collect(p))
+                for p, reason in zip(self.passes, self.reasons, strict=True)]
+
+    def close(self) -> None:
+        for p in self.passes:
+            for proc in p.procs if p is not None else ():
+                if proc.poll() is None:
+                    proc.kill()
+                proc.wait()
+        if self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            self.tmp = None
+
+
+def not_counted(why: str) -> dict[str, Any]:
+    return {"counted": False, "why_not": why}
+
+
+def _collect(p: _Pass) -> dict[str, Any]:
+    for proc, mode in zip(p.procs, ("instructions", "kernel"), strict=True):
+        if proc.wait() != 0 or not (p.root / f"{mode}.json").is_file():
+            err = (p.root / f"{mode}.err").read_text(errors="replace").strip().splitlines()
+            raise DsbenchError(f"the exact pass ({mode}) failed: "
+                               f"{err[-1] if err else f'exit code {proc.returncode}'}",
+                               path=p.path)
+    wall = time.perf_counter() - p.started
+    counted = json.loads((p.root / "instructions.json").read_text())
+    kernel = json.loads((p.root / "kernel.json").read_text())
+    for doc in (counted, kernel):
+        if "error" in doc:
+            raise DsbenchError(doc["error"])
+    totals = counter.totals(p.root / "logs")
+    missing = [pid for _, pid in counted["snapshots"] if pid not in totals]
+    if missing:
+        raise DsbenchError(f"the exact pass's counter wrote no total for snapshot {missing[0]}",
+                           path=p.path)
+    instructions = per_stage([(s, {"instructions": totals[pid]})
+                              for s, pid in counted["snapshots"]], ("instructions",))
+    kernels = per_stage(kernel["snapshots"], KERNEL)
+    samples, read = counted["samples"], counted["read_samples"]
+
+    def per_sample(stage: str, value: float) -> float:
+        n = read if stage == "read" else samples
+        return value / n if n else 0.0
+
+    stages = {s: per_sample(s, instructions[s]["instructions"]) for s in STAGES}
+    by_stage = {s: {k: per_sample(s, kernels[s][k]) for k in KERNEL} for s in STAGES}
+    return {"counted": True, "why_not": None, "counter": counter.describe(),
+            "samples": samples, "read_samples": read, "units_read": counted["units_read"],
+            "whole_units": counted["whole_units"],
+            "instructions_per_sample": sum(stages.values()), "stages": stages,
+            **{f"{k}_per_sample": sum(by_stage[s][k] for s in STAGES) for k in KERNEL},
+            "kernel_stages": by_stage, "wall_s": wall}
+
+
+def per_stage(snaps: Sequence[tuple[str, dict[str, int]]], keys: Sequence[str]
+              ) -> dict[str, dict[str, int]]:
+    """Each stage's counts from the pass's snapshots: the change since the snapshot before,
+    less what a snapshot costs (the second snapshot's change over the first)."""
+    (_, first), (_, second), *rest = snaps
+    cost = {k: second[k] - first[k] for k in keys}
+    out = {s: dict.fromkeys(keys, 0) for s in STAGES}
+    before = second
+    for stage, now in rest:
+        for k in keys:
+            out[stage][k] += now[k] - before[k] - cost[k]
+        before = now
+    return out
+
+
+def count(paths: Sequence[Loc], opts: Sequence[BenchOptions],
+          say: Callable[[str], None]) -> list[Exact]:
+    """The exact passes of a run's exports, all at once, before any timed round."""
+    with Passes(paths, opts) as passes:
+        counted = sum(why is None for why in passes.reasons)
+        if counted:
+            say(f"exact pass: counting the instructions of {fmt.plural(counted, 'export')} "
+                f"under {counter.TOOL} (seconds each)")
+        return passes.results()

@@ -137,7 +137,9 @@ def figure(cell: str) -> tuple[float, float]:
     mantissa = number.split("e")[0]
     decimals = len(mantissa.split(".")[1]) if "." in mantissa else 0
     exponent = int(number.split("e")[1]) if "e" in number else 0
-    scale = SCALE[unit[0]] if len(unit) > 1 and unit[0] in SCALE and unit[1] in "Bs" else 1.0
+    # A unit's prefix: joined ('4.06 ms', '604 MB') or a word of its own ('22.5 M instructions').
+    prefixed = len(unit) > 1 and unit[0] in SCALE and (unit[1] in "Bs" or unit[1] == " ")
+    scale = SCALE[unit[0]] if prefixed else 1.0
     return float(number) * scale, 0.5 * 10.0 ** (exponent - decimals) * scale
 
 

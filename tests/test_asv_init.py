@@ -77,22 +77,23 @@ def test_continuous_fails_the_commit_that_reexports_to_per_sample_files(
     assert git(env, repo, "status", "--porcelain") == ""  # .asv/ is ignored
 
     assert asv(env, repo, "machine", "--yes").returncode == 0
-    run = asv(env, repo, "run", "--quick", "--show-stderr")
-    assert run.returncode == 0, run.stdout + run.stderr
-    assert "dsbench-py" in run.stdout  # measured in the dsbench environment
-    files = [line for line in run.stdout.splitlines() if "track_files_per_sample" in line]
-    assert files and files[-1].split()[-1] == "0.025", run.stdout
-
     (repo / "formats" / "train.toml").write_text(definition("after"), encoding="utf-8")
     git(env, repo, "commit", "-q", "-am", "train: re-export as per-sample JPEG + JSON")
+    # Both commits measured, in the dsbench environment.
     cont = asv(env, repo, "continuous", "--factor", "1.1", "main~1", "main")
     assert cont.returncode == 1, cont.stdout + cont.stderr
+    assert "dsbench-py" in cont.stdout, cont.stdout
     assert "PERFORMANCE DECREASED" in cont.stdout, cont.stdout
     # | Change | Before | After | Ratio | Benchmark |: files per sample 0.025 -> 2.0, worse.
     rows = [[cell.strip() for cell in line.split("|")[1:-1]]
             for line in cont.stdout.splitlines() if line.startswith("| ")]
     files_row = [r for r in rows if r[-1] == "dsbench_export.ExportCost.track_files_per_sample"]
     assert files_row == [["+", "0.025", "2", "80", files_row[0][-1]]], cont.stdout
+    # CPU instructions per sample, counted: the JSON document each sample now has to parse.
+    exact_row = [r for r in rows
+                 if r[-1] == "dsbench_export.ExactCost.track_instructions_per_sample"]
+    assert len(exact_row) == 1 and exact_row[0][0] == "+", cont.stdout
+    assert float(exact_row[0][2]) > 1.1 * float(exact_row[0][1]), cont.stdout
 
 
 EXPORTER = """\

@@ -235,8 +235,9 @@ def test_only_what_dead_processes_left_is_removed(tmp_path: Path) -> None:
              "earlier version's": f"dsbench-{dead.pid}-0-0"}
     for name in names.values():
         (shm / name).write_bytes(b"x")
-    # A native round's directory and advise's candidates, of the dead run and of this one.
-    for kind in ("native", "advise"):
+    # A native round's directory, advise's candidates and the exact pass's files, of the dead
+    # run and of this one.
+    for kind in ("native", "advise", "exact"):
         (temp / f"dsbench-{kind}-{dead.pid}-5-{ns}-abc").mkdir()
         (temp / f"dsbench-{kind}-{orphans.owner()}-def").mkdir()
     cleared = orphans.clear(shm, temp)
@@ -244,10 +245,10 @@ def test_only_what_dead_processes_left_is_removed(tmp_path: Path) -> None:
                                                names["earlier version's"]])
     assert cleared.owners == {dead.pid, ppid}
     assert sorted(cleared.dirs) == [f"dsbench-{kind}-{dead.pid}-5-{ns}-abc"
-                                    for kind in ("advise", "native")]
+                                    for kind in ("advise", "exact", "native")]
     assert sorted(p.name for p in shm.iterdir()) == sorted(
         names[k] for k in ("mine", "parent", "elsewhere", "other"))
     assert sorted(p.name for p in temp.iterdir()) == [f"dsbench-{kind}-{orphans.owner()}-def"
-                                                      for kind in ("advise", "native")]
-    assert "3 shared-memory segments and 2 temporary directories" in cleared.text()
+                                                      for kind in ("advise", "exact", "native")]
+    assert "3 shared-memory segments and 3 temporary directories" in cleared.text()
     assert orphans.clear(shm, temp).text() == ""

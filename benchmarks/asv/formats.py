@@ -7,7 +7,8 @@ re-exported as per-sample files) or the code that writes or reads it shows up he
 asv treats every value as lower-is-better, so only costs are tracked: CPU ms, bytes and files per
 sample, never samples/s. The CPU figure is the loader benchmark's own (the OS's accounting of the
 main process and its worker process over the measured window), because asv's process_time timer
-cannot see child processes.
+cannot see child processes. Beside it, CPU instructions per sample are counted by the exact pass
+(ExactCost): a count, so a commit that adds 2% of CPU is a step, not noise.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any, ClassVar
 
 import dsbench
 from dsbench.adapters import open_export
+from dsbench.analysis import asv_suite
 from dsbench.export.generate import generate
 from dsbench.export.spec import load_spec
 from dsbench.loader.pipeline import make_decoder, parse_fields
@@ -50,14 +52,20 @@ def three_digits(x: float) -> float:
 
 
 def measure(path: str) -> dict[str, Any]:
-    """One round of the loader benchmark over one pass of SAMPLES samples, with one worker."""
+    """One round of the loader benchmark over one pass of SAMPLES samples, with one worker (the
+    exact pass has a benchmark of its own: ExactCost)."""
     opts = BenchOptions(workers=(1,), batch_size=BATCH, batches=PASS_BATCHES, rounds=1,
-                        warmup_batches=PASS_BATCHES)
+                        warmup_batches=PASS_BATCHES, exact=False)
     run = run_bench(path, opts)["runs"][0]
     if run["samples"] != SAMPLES:
         # The per-sample figures are exact only for a window of one whole pass.
         raise RuntimeError(f"{path}: window held {run['samples']} samples, not {SAMPLES}")
     return run
+
+
+def make_exports(self: object) -> dict[str, str]:
+    """Both classes' setup_cache: asv writes the exports once per commit for the two."""
+    return write_exports()
 
 
 class ReadCost:
@@ -66,9 +74,7 @@ class ReadCost:
     params: ClassVar[list[str]] = EXPORTS
     param_names: ClassVar[list[str]] = ["export"]
     timeout = 300
-
-    def setup_cache(self) -> dict[str, str]:
-        return write_exports()
+    setup_cache = make_exports
 
     def setup(self, exports: dict[str, str], export: str) -> None:
         self.path = exports[export]
@@ -106,3 +112,25 @@ class ReadCost:
     # whatever else the machine is doing.
     time_read_decode_shard.timer = time.process_time  # type: ignore[attr-defined]
     time_read_decode_shard.repeat = (2, 5, 10.0)  # type: ignore[attr-defined]
+
+
+class ExactCost:
+    """CPU instructions per sample of loading each export definition, counted by the exact pass
+    under valgrind (dsbench/loader/exact.py): the same on every run, so a commit that adds 2%
+    of CPU shows as a step. Skipped where valgrind is not installed."""
+
+    params: ClassVar[list[str]] = EXPORTS
+    param_names: ClassVar[list[str]] = ["export"]
+    timeout = 300
+    setup_cache = make_exports
+
+    def setup(self, exports: dict[str, str], export: str) -> None:
+        asv_suite.exact_available()
+        self.path = exports[export]
+
+    def track_instructions_per_sample(self, exports: dict[str, str], export: str) -> float:
+        return asv_suite.instructions_per_sample({"path": self.path, "samples": SAMPLES,
+                                                  "made_by": export})
+
+    track_instructions_per_sample.unit = "instructions/sample"  # type: ignore[attr-defined]
+    track_instructions_per_sample.processes = 1  # type: ignore[attr-defined]  # exact: one is enough

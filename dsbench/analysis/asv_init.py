@@ -181,6 +181,8 @@ def render_suite(definition: str | None, command: str | None, samples: int,
     track_cpu_ms_per_sample   ms/sample     CPU of the loader (its main process and worker)
     track_bytes_per_sample    bytes/sample  bytes read, counted over whole shards or samples
     track_files_per_sample    files/sample  files opened, counted the same way
+    track_instructions_per_sample  instructions/sample  CPU instructions of the loader's
+                              stages, counted under valgrind: exact (skipped without valgrind)
 
 {usage}
 """
@@ -195,13 +197,19 @@ COMMAND = {command!r}  # or the command that writes the export
 SAMPLES = {samples!r}
 
 
+def make_export(self):
+    """Both classes' setup_cache: asv makes the export once per commit for the two."""
+    return asv_suite.make_export(ROOT, DEFINITION, COMMAND, SAMPLES)
+
+
+make_export.timeout = {TIMEOUT_S}  # seconds, for making the export
+
+
 class ExportCost:
     """Per-sample cost of loading the export, as a training job's loader does."""
 
-    timeout = {TIMEOUT_S}  # seconds, for making the export and for each measurement
-
-    def setup_cache(self):
-        return asv_suite.make_export(ROOT, DEFINITION, COMMAND, SAMPLES)
+    timeout = {TIMEOUT_S}  # seconds, for each measurement
+    setup_cache = make_export
 
     def track_cpu_ms_per_sample(self, export):
         return asv_suite.cpu_ms_per_sample(export)
@@ -217,6 +225,22 @@ class ExportCost:
         return asv_suite.files_per_sample(export)
 
     track_files_per_sample.unit = "files/sample"
+
+
+class ExactCost:
+    """CPU instructions per sample: counted, so one process and one value are exact."""
+
+    timeout = {TIMEOUT_S}
+    setup_cache = make_export
+
+    def setup(self, export):
+        asv_suite.exact_available()  # asv skips the benchmark where valgrind is missing
+
+    def track_instructions_per_sample(self, export):
+        return asv_suite.instructions_per_sample(export)
+
+    track_instructions_per_sample.unit = "instructions/sample"
+    track_instructions_per_sample.processes = 1
 '''
 
 

@@ -8,8 +8,9 @@ that leaves it unset, the commit extracted with `git archive`. Without ASV_COMMI
 --python=same`) the working tree is measured.
 
 The figures are those of dsbench's suite (benchmarks/asv/formats.py): the loader benchmark with
-one worker over whole passes of the export, CPU ms, bytes and files per sample, three
-significant digits. asv takes every figure as lower-is-better.
+one worker over whole passes of the export, CPU ms, bytes and files per sample, and the exact
+pass's CPU instructions per sample, three significant digits. asv takes every figure as
+lower-is-better.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any, TypedDict
 from dsbench import adapters
 from dsbench.errors import DsbenchError
 from dsbench.export.spec import parse_spec
+from dsbench.loader import counter, exact
 from dsbench.loader.options import BenchOptions
 from dsbench.loader.runner import run_bench
 
@@ -140,13 +142,29 @@ def three_digits(x: float) -> float:
 
 def measure(export: Export) -> dict[str, Any]:
     """One round of the loader benchmark with one worker, its window the export's whole passes
-    (one pass when the sample count is a multiple of the batch), after a pass of warm-up."""
+    (one pass when the sample count is a multiple of the batch), after a pass of warm-up. The
+    exact pass has a benchmark of its own (`instructions_per_sample`)."""
     batch = min(BATCH, export["samples"])
     batches = math.ceil(export["samples"] / batch)
     opts = BenchOptions(workers=(1,), batch_size=batch, batches=batches, rounds=1,
-                        warmup_batches=batches)
+                        warmup_batches=batches, exact=False)
     run: dict[str, Any] = dict(run_bench(export["path"], opts)["runs"][0])
     return run
+
+
+def exact_available() -> None:
+    """For a benchmark's setup: asv skips the benchmark where valgrind is not installed."""
+    if counter.version() is None:
+        raise NotImplementedError(counter.INSTALL)
+
+
+def instructions_per_sample(export: Export) -> float:
+    """CPU instructions per sample, counted by the exact pass (loader/exact.py): the same for the
+    same export on any machine of the same CPU, so a commit that adds 2% shows as a step. Three
+    significant digits, as the other figures."""
+    opts = BenchOptions(batch_size=min(BATCH, export["samples"]), exact=True)
+    x = exact.count([export["path"]], [opts], lambda _m: None)[0]
+    return three_digits(float(x.get("instructions_per_sample", 0.0)))
 
 
 def cpu_ms_per_sample(export: Export) -> float:

@@ -323,7 +323,9 @@ def moved_text(rows: list[dict[str, Any]]) -> str:
     parts = moved or ["nothing distinguishable from noise: no count, and no stage on its own "
                       "(stage intervals 99% each, 95% for the five together)"]
     if unclear and moved:
-        parts.append(f"not distinguishable: {', '.join(unclear)}")
+        # Beside stages' instructions, which are counted, say which figures these are.
+        timed = "in CPU time " if any(r["unit"] == "instructions/sample" for r in rows) else ""
+        parts.append(f"{timed}not distinguishable: {', '.join(unclear)}")
     return "; ".join(parts)
 
 

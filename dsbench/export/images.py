@@ -124,7 +124,8 @@ def encode(pixels: np.ndarray | Image.Image, spec: ImageSpec) -> bytes:
     im = pixels if isinstance(pixels, Image.Image) else Image.fromarray(pixels, mode="RGB")
     buf = io.BytesIO()
     if spec.codec == "jpeg":
-        im.save(buf, format="JPEG", quality=spec.quality, subsampling="4:2:0")
+        im.save(buf, format="JPEG", quality=spec.quality, subsampling="4:2:0",
+                progressive=spec.progressive)
     else:
         (im if im.mode == "RGB" else im.convert("RGB")).save(buf, format="PNG", compress_level=6)
     return buf.getvalue()

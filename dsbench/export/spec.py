@@ -51,6 +51,9 @@ class ImageSpec:
     # generate --from: decode the source's images and encode them with codec and quality
     # (which changes the data), instead of copying them as stored
     reencode: bool = False
+    # JPEG: encoded progressively (the scans a browser shows coarse to fine), which costs a
+    # decoder more than a baseline JPEG of the same pixels
+    progressive: bool = False
 
     @property
     def ext(self) -> str:
@@ -92,11 +95,13 @@ class ExportSpec:
     compression: str | None = None  # mds, litdata, arrow: how their shards are compressed
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data for manifests and result documents. `image.reencode` only when set: a
-        manifest written before it existed still describes the same export."""
+        """Plain data for manifests and result documents. `image.reencode` and
+        `image.progressive` only when set: a manifest written before they existed still
+        describes the same export."""
         out = dataclasses.asdict(self)
-        if not self.image.reencode:
-            del out["image"]["reencode"]
+        for key in ("reencode", "progressive"):
+            if not getattr(self.image, key):
+                del out["image"][key]
         return out
 
     def field(self, name: str) -> FieldSpec:
@@ -110,7 +115,7 @@ _TOP_KEYS = {
     "name", "description", "layout", "samples", "shard_samples", "fields_as", "files_per_dir",
     "image", "fields", "form", "compression",
 }
-_IMAGE_KEYS = {"codec", "quality", "sizes", "width", "height", "reencode"}
+_IMAGE_KEYS = {"codec", "quality", "sizes", "width", "height", "reencode", "progressive"}
 _FIELD_KEYS = {
     "int": {"type", "classes", "ext"},
     "string": {"type", "words", "ext"},
@@ -154,8 +159,14 @@ def _image(src: str, raw: Any) -> ImageSpec:
     if reencode and codec not in REENCODE_CODECS:
         raise _fail(src, "image.reencode", f"re-encodes as {' or '.join(REENCODE_CODECS)}, "
                     f"not {codec}")
+    progressive = raw.get("progressive", False)
+    if not isinstance(progressive, bool):
+        raise _fail(src, "image.progressive", f"expected true or false, got {progressive!r}")
+    if progressive and codec != "jpeg":
+        raise _fail(src, "image.progressive", f"a JPEG's encoding, not {codec}'s")
     return ImageSpec(
         reencode=reencode,
+        progressive=progressive,
         codec=codec,
         quality=_take_int(src, "image.quality", raw.get("quality", 90), 1, 100),
         sizes=_take_choice(src, "image.sizes", raw.get("sizes", "imagenet"), SIZE_DISTRIBUTIONS),

@@ -93,7 +93,7 @@ def why_not(opts: BenchOptions) -> str | None:
 class _Pass:
     """One export's two processes: the counted one and the one the kernel's counts come from."""
 
-    path: Loc
+    path: str | Loc
     root: Path
     procs: list[subprocess.Popen[bytes]]
     started: float
@@ -104,7 +104,7 @@ class Passes:
     rounds (they must not run beside them). Every process and file of theirs is gone when the
     block ends, however it ends."""
 
-    def __init__(self, paths: Sequence[Loc], opts: Sequence[BenchOptions]) -> None:
+    def __init__(self, paths: Sequence[str | Loc], opts: Sequence[BenchOptions]) -> None:
         self.opts = list(opts)
         self.reasons = [why_not(o) for o in self.opts]
         self.passes: list[_Pass | None] = []
@@ -123,7 +123,7 @@ class Passes:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _start(self, path: Loc, opts: BenchOptions) -> _Pass:
+    def _start(self, path: str | Loc, opts: BenchOptions) -> _Pass:
         if self.tmp is None:
             orphans.clear_once(fmt.progress)
             self.tmp = Path(tempfile.mkdtemp(prefix=f"dsbench-exact-{orphans.owner()}-"))
@@ -216,12 +216,15 @@ def per_stage(snaps: Sequence[tuple[str, dict[str, int]]], keys: Sequence[str]
     return out
 
 
-def count(paths: Sequence[Loc], opts: Sequence[BenchOptions],
+def count(paths: Sequence[str | Loc], opts: Sequence[BenchOptions],
           say: Callable[[str], None]) -> list[Exact]:
     """The exact passes of a run's exports, all at once, before any timed round."""
+    started = time.perf_counter()
     with Passes(paths, opts) as passes:
-        counted = sum(why is None for why in passes.reasons)
-        if counted:
-            say(f"exact pass: counting the instructions of {fmt.plural(counted, 'export')} "
-                f"under {counter.TOOL} (seconds each)")
-        return passes.results()
+        out = passes.results()
+    counted = sum(why is None for why in passes.reasons)
+    if counted:
+        # Said when done, as rounds are: a bad sample it met is then the run's one line.
+        say(f"exact pass: the instructions of {fmt.plural(counted, 'export')} counted under "
+            f"{counter.TOOL} in {fmt.seconds(time.perf_counter() - started)}")
+    return out

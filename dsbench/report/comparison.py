@@ -264,6 +264,6 @@ def render_gate(gate: dict[str, Any], markdown: bool = False) -> str:
     table = fmt.table(["", "check", "base", "candidate", "ratio", "95% CI", "limit", "kind"],
                       rows, markdown=markdown)
     notes = [f"{icon[c['status']]} {c['label']}: {c['why']}" for c in gate["checks"] if c["why"]]
-    body = "\n".join([table, *([""] if markdown else []), exact_cpu_line(gate), GATE_LEGEND,
+    body = "\n".join([table, *([""] if markdown else []), GATE_LEGEND, exact_cpu_line(gate),
                       *notes])
     return f"### {head}\n\n{body}" if markdown else f"{head}\n{body}"

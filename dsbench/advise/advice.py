@@ -30,6 +30,7 @@ import numpy as np
 from dsbench import fmt, stats
 from dsbench.advise.grid import Candidate
 from dsbench.advise.search import kept_pairs, level_for, ratio
+from dsbench.analysis import instructions
 from dsbench.model.cluster import extrapolate, simulate
 from dsbench.model.costs import LoaderCost
 from dsbench.model.node import ClusterSpec
@@ -107,7 +108,18 @@ def measured(doc: BenchResult, disk_bytes: float) -> dict[str, Any]:
             "requests_per_sample": r.get("requests_per_sample"),
             "peak_memory_bytes": r.get("peak_pss_anon_bytes", r["peak_pss_bytes"]),
             "first_batch_s": stats.median(first) if first else None,
-            "disk_bytes_per_sample": disk_bytes}
+            "disk_bytes_per_sample": disk_bytes,
+            # Counted by the exact pass (None where it did not run): beside the timed CPU.
+            "instructions_per_sample": doc.get("exact", {}).get("instructions_per_sample")}
+
+
+def exact_change(base: BenchResult, doc: BenchResult) -> dict[str, Any] | None:
+    """The candidate's instructions per sample against the baseline's: a ratio of counts, with
+    no interval (analysis.instructions), or None where they were not both counted alike."""
+    if instructions.why_not(base, doc, paired=True) is not None:
+        return None
+    m = instructions.metric(base, doc)
+    return {"ratio": m["ratio"], "change": m["change"], "exact": True}
 
 
 def at_target(c: Candidate, export_samples: int, cluster: ClusterSpec) -> dict[str, Any]:
@@ -173,7 +185,8 @@ def rows(cands: Sequence[Candidate], docs: Sequence[BenchResult], disk: Sequence
                         "cpu_s_per_sample": _interval(cpu, lower_is_better=True),
                         "samples_per_s": _interval(rate, lower_is_better=False),
                         "gpu_util": _util_ratio(base_utils, round_utils(modelled, cluster),
-                                                keep, level)},
+                                                keep, level),
+                        "instructions_per_sample": exact_change(base, doc)},
                     "at_target": at_target(c, export_samples, cluster),
                     "definition": c.spec.to_dict()})
     front = pareto([(r["measured"]["cpu_s_per_sample"], r["measured"]["bytes_per_sample"])
@@ -259,11 +272,24 @@ def _files(per_sample: float) -> str:
     return f"{fmt.plural(per_sample, 'file')} per sample"
 
 
+def exact_text(x: dict[str, Any]) -> str:
+    """A change of CPU instructions per sample, counted: no interval, 'the same' within the
+    count's tolerance (analysis.instructions)."""
+    r = x["ratio"]
+    if x["change"] == "not distinguishable" or r is None:
+        return "the same CPU instructions per sample (exact)"
+    more = "more" if r > 1 else "fewer"
+    return f"{fmt.percent(abs(r - 1))} {more} CPU instructions per sample (exact)"
+
+
 def reason(base: dict[str, Any], best: dict[str, Any]) -> str:
     mb, mc = base["measured"], best["measured"]
     cpu = best["vs_baseline"]["cpu_s_per_sample"]
-    parts = [_pct(cpu) if cpu and cpu["change"] == "better" else
-             "CPU per sample not distinguishable from the current export's"]
+    exact = best["vs_baseline"].get("instructions_per_sample")
+    # The count first where there is one: it tells a change from noise; the time estimates it.
+    parts = [exact_text(exact)] if exact else []
+    parts.append(_pct(cpu) if cpu and cpu["change"] == "better" else
+                 "CPU per sample not distinguishable from the current export's")
     b0, b1 = mb["bytes_per_sample"], mc["bytes_per_sample"]
     parts.append("same bytes" if b1 == b0 else
                  f"{fmt.nbytes(b1, 'sample')} read against {fmt.nbytes(b0, 'sample')}")

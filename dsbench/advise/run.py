@@ -21,7 +21,7 @@ from dsbench.advise.search import level_for, search
 from dsbench.errors import DsbenchError
 from dsbench.export.reexport import count_units, first_samples, reexport
 from dsbench.export.spec import ExportSpec, FieldSpec, ImageSpec
-from dsbench.loader import orphans, summary
+from dsbench.loader import exact, orphans, summary
 from dsbench.loader.options import BenchOptions
 from dsbench.loader.sampling import RANDOM_ACCESS, RANDOM_ACCESS_LAYOUTS, check_random_access
 from dsbench.model.node import ClusterSpec
@@ -129,8 +129,9 @@ def advise(source: str, opts: AdviseOptions, bench: BenchOptions, cluster: Clust
                            f"{', '.join(RANDOM_ACCESS_LAYOUTS)} so)", path=source)
     if not cands:
         raise DsbenchError("no layout of --layouts can hold this export's fields", path=source)
-    base_opts = dataclasses.replace(bench, layout=opts.layout)
-    cand_opts = dataclasses.replace(bench, layout=None)
+    # The passes time the candidates; the exact pass counts those of the last one, after.
+    base_opts = dataclasses.replace(bench, layout=opts.layout, exact=False)
+    cand_opts = dataclasses.replace(bench, layout=None, exact=False)
     with work_dir(opts.work_dir) as root, \
             staging.stage(in_store, opts.stage_url, progress) as prefix:
         paths, written = [source], []
@@ -149,7 +150,12 @@ def advise(source: str, opts: AdviseOptions, bench: BenchOptions, cluster: Clust
                     -doc["runs"][0]["cpu_s_per_sample"])
 
         passes = search(paths, cand_opts, base_opts, left, rank, in_advise_terms(progress))
-    last = passes[-1]
+        last = passes[-1]
+        counted = exact.count([paths[i + 1] for i in last.sides],
+                              [dataclasses.replace(o, exact=bench.exact) for o in
+                               [base_opts] + [cand_opts] * (len(last.sides) - 1)], progress)
+        for doc, x in zip(last.docs, counted, strict=True):
+            doc["exact"] = x
     final = [cands[i] for i in last.sides[1:]]
     docs = last.docs
     own = int(docs[0]["export"].get("samples") or total)

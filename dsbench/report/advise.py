@@ -11,7 +11,8 @@ from typing import Any
 from dsbench import fmt
 
 ADVISED = "advised.toml"  # the winner's definition, in the demo's --out DIR
-HEADERS = ("candidate", "CPU/sample", "vs baseline (interval)", "samples/s", "bytes read/sample",
+HEADERS = ("candidate", "CPU/sample", "vs baseline (interval)", "instructions/sample (exact)",
+           "samples/s", "bytes read/sample",
            "files/sample", "on disk/sample", "shards per loader worker", "predicted GPU util",
            "step mean / p99", "first batch", "")
 
@@ -31,6 +32,16 @@ def _ratio(iv: dict[str, Any] | None) -> str:
     return f"{iv['ratio']:.3f}x ({lo:.3f}x to {hi:.3f}x) {word}"
 
 
+def _instructions(r: dict[str, Any]) -> str:
+    """Instructions per sample where the exact pass counted them, with the ratio to the
+    baseline's (a count: no interval)."""
+    n = r["measured"].get("instructions_per_sample")
+    if n is None:
+        return "-"
+    x = (r["vs_baseline"] or {}).get("instructions_per_sample")
+    return fmt.instructions(n) + (f" ({x['ratio']:.3f}x)" if x and x["ratio"] else "")
+
+
 def _row(r: dict[str, Any]) -> list[str]:
     m, p = r["measured"], r["predicted"]
     t = r.get("at_target") or {}
@@ -44,6 +55,7 @@ def _row(r: dict[str, Any]) -> list[str]:
     return [r["name"] + (" *" if r.get("pareto") else ""),
             fmt.seconds(m["cpu_s_per_sample"], "sample"),
             "-" if r["baseline"] else _ratio(r["vs_baseline"]["cpu_s_per_sample"]),
+            _instructions(r),
             fmt.rate(m["samples_per_s"]), fmt.nbytes(m["bytes_per_sample"]),
             fmt.sig(m["files_per_sample"]), fmt.nbytes(m["disk_bytes_per_sample"]),
             "-" if spw is None else fmt.sig(spw), util,

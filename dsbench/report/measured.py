@@ -1,9 +1,10 @@
 """The measured half of the demo's verdict, in the order of how much each figure can be trusted.
 
-Counts come first: files and bytes per sample, counted over whole exports, are the same on
-every run and need no interval. Then CPU per sample and throughput, each with its 95% interval
-from the interleaved rounds; a ratio whose interval holds 1 is said to be not distinguishable
-("can't tell yet: run longer"), never printed as a finding.
+Counts come first: files and bytes per sample, counted over whole exports, and CPU instructions
+per sample, counted under valgrind where it is installed, are the same on every run and need no
+interval. Then CPU per sample and throughput, each with its 95% interval from the interleaved
+rounds; a ratio whose interval holds 1 is said to be not distinguishable ("can't tell yet: run
+longer"), never printed as a finding.
 """
 
 from __future__ import annotations
@@ -85,6 +86,27 @@ def counts_text(comparison: dict[str, Any], base: str, cand: str) -> str:
            "window estimates of schema 1 results, with no interval")
     listed = ", ".join(parts[:-1]) + " and " + parts[-1]
     return f"{cand} {listed} [{how}]"
+
+
+def exact_text(comparison: dict[str, Any], base: str, cand: str) -> str | None:
+    """CPU instructions per sample, counted (analysis.instructions): the exact figure, and the
+    stages whose count moved; why not where they were not counted; None for a comparison
+    from before the exact pass."""
+    x = comparison.get("exact")
+    run = first_run(comparison)
+    if x is None or run is None:
+        return None
+    if not x["compared"]:
+        return f"not counted exactly: {x['why_not']}"
+    m = metric(run, "instructions_per_sample")
+    change = "the same" if m["change"] == SAME else change_of(m).factor()
+    c = x["counter"]
+    moved = [r["text"].removesuffix(" (exact)") for r in run["attribution"]
+             if r["unit"] == "instructions/sample" and r["distinguishable"]]
+    return (f"{cand} {format_value(m['metric'], m['cand'])} vs {base} "
+            f"{format_value(m['metric'], m['base'])}: {change} [exact: counted by {c['name']} "
+            f"{c['version']}, the same on every run]"
+            + (f"; by stage: {', '.join(moved)}" if moved else ""))
 
 
 def cpu_text(comparison: dict[str, Any], base: str, cand: str,

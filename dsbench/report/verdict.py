@@ -21,6 +21,7 @@ from dsbench.report.measured import (
     counts_text,
     cpu_moves_text,
     cpu_text,
+    exact_text,
     first_run,
     measured_rows,
     metric,
@@ -199,14 +200,19 @@ def _fields_text(doc: dict[str, Any]) -> str | None:
 
 def verdict_lines(doc: dict[str, Any]) -> list[str]:
     comp, cl, spec = doc["comparisons"], doc["cluster"], doc["cluster_spec"]
+    exact = [f"  CPU instructions per sample: {text}"
+             for text in [exact_text(comp["after"], "before", "after")] if text]
     lines = ["Verdict (measured on this machine; counts first, then timings with their 95% "
              "intervals)",
              f"  {counts_text(comp['after'], 'before', 'after')}",
+             *exact,
              f"  CPU per sample: {cpu_text(comp['after'], 'before', 'after')}",
              f"  where the CPU went: {cpu_moves_text(comp['after'])}",
              f"  throughput: {speed_text(comp['after'], 'before', 'after')}",
              f"  the candidate: {counts_text(comp['arrow'], 'before', 'arrow')}; "
-             f"{speed_text(comp['arrow'], 'before', 'arrow')}",
+             + "".join(f"CPU instructions per sample: {text}; " for text in
+                       [exact_text(comp["arrow"], "before", "arrow")] if text)
+             + speed_text(comp["arrow"], "before", "arrow"),
              "",
              f"On {spec['nodes']} nodes x {spec['gpus_per_node']} GPUs (a model, not a "
              f"measurement; assumptions below{model_confidence(doc)})"]

@@ -10,7 +10,7 @@ layout (zstd Arrow, per-sample files, shards of ten samples); an unchanged copy 
 is the control. Each is measured against the base in one interleaved run (`compare BASE
 VARIANT --exact`), and the table is printed as Markdown: the instructions' ratio, the timed CPU
 ratio with its 95% interval, and what the kernel counts beside the instructions (read calls and
-page faults per sample). Every comparison is kept in OUT.
+page faults per sample). Every result and comparison is kept in OUT.
 """
 
 from __future__ import annotations
@@ -19,15 +19,17 @@ import argparse
 import gzip
 import json
 import shutil
-import sys
 import tomllib
 from pathlib import Path
 from typing import Any
 
 from dsbench import fmt
-from dsbench.cli import main
+from dsbench.analysis.compare import compare
 from dsbench.export.generate import generate
 from dsbench.export.spec import FORMATS_DIR, parse_spec
+from dsbench.loader.options import BenchOptions
+from dsbench.loader.runner import run_benches
+from dsbench.results.document import write_result
 
 # name -> what changes in before.toml's definition (None: made from the base's files)
 VARIANTS: dict[str, dict[str, Any] | None] = {
@@ -100,16 +102,13 @@ def main_(argv: list[str] | None = None) -> None:
                 _made_from_base(name, base, path)
             else:
                 generate(parse_spec(_definition(change), name), path, samples=args.samples)
-        result = args.out / f"variant-{i}.json"
-        saved = [args.out / f"variant-{i}-base.json", args.out / f"variant-{i}-cand.json"]
-        code = main(["compare", str(base), str(path), "--exact", "--rounds", str(args.rounds),
-                     "--seconds", str(args.seconds), "--json", str(result),
-                     "--save", *map(str, saved)])
-        if code not in (0, 1):
-            sys.exit(f"compare of {name}: exit {code}")
-        docs = [json.loads(s.read_text()) for s in saved]
-        rows.append(_row(name, json.loads(result.read_text()), docs))
-        print(f"{name}: done", file=sys.stderr)
+        opts = BenchOptions(rounds=args.rounds, seconds=args.seconds, exact=True)
+        docs = run_benches([base, path], opts, fmt.progress)
+        comparison = compare(*docs)
+        for doc, side in zip(docs, ("base", "cand"), strict=True):
+            write_result(args.out / f"variant-{i}-{side}.json", doc)
+        (args.out / f"variant-{i}.json").write_text(json.dumps(comparison, indent=1))
+        rows.append(_row(name, comparison, list(docs)))
     print(fmt.table(["variant", "instructions", "instructions' ratio",
                      "CPU time ratio (95% interval)", "read calls/sample",
                      "page faults/sample"], rows, markdown=True))

@@ -70,13 +70,17 @@ def parse_nbytes(text: str) -> float:
 _COUNT_STEPS = ((1e9, "G"), (1e6, "M"), (1e3, "k"))
 
 
-def instructions(x: float, per: str = "sample") -> str:
-    """24.8e6 -> '24.8 M instructions/sample' (decimal prefixes, as counts are quoted)."""
-    suffix = f"/{per}" if per else ""
+def count(x: float) -> str:
+    """24.8e6 -> '24.8 M' (decimal prefixes, as counts are quoted), for a unit said beside it."""
     for scale, prefix in _COUNT_STEPS:
         if abs(x) >= scale * 0.9995:
-            return f"{sig(x / scale)} {prefix} instructions{suffix}"
-    return f"{sig(x)} instructions{suffix}"
+            return f"{sig(x / scale)} {prefix}"
+    return sig(x)
+
+
+def instructions(x: float, per: str = "sample") -> str:
+    """24.8e6 -> '24.8 M instructions/sample'."""
+    return f"{count(x)} instructions{f'/{per}' if per else ''}"
 
 
 def rate(x: float, unit: str = "samples/s") -> str:

@@ -88,14 +88,9 @@ def test_the_count_is_the_same_whatever_the_window_workers_or_a_busy_neighbour(
     assert quiet.get("write_calls_per_sample") == 0
 
 
-# Inflating these small images' shards adds about 3% to the count (the demo's, 6%, past the
-# default limit: docs/exact-cpu.md); a limit of 1% fails them, and never a copy.
-STRICT = ["--max-instructions-ratio", "1.01"]
-
-
 def _gate(capsys: pytest.CaptureFixture[str], base: Path, cand: Path, out: Path
           ) -> tuple[int, str, dict[str, Any]]:
-    code = main(["gate", str(base), str(cand), "--exact", *STRICT, *QUICK, "--json", str(out)])
+    code = main(["gate", str(base), str(cand), "--exact", *QUICK, "--json", str(out)])
     return code, capsys.readouterr().out, json.loads(out.read_text())
 
 
@@ -105,7 +100,8 @@ def test_gzipped_shards_fail_the_gate_on_exact_cpu_and_a_copy_passes(
     assert code == 1
     check = next(c for c in doc["gate"]["checks"] if c["metric"] == "instructions_per_sample")
     assert check["status"] == "fail" and check["exact"] and check["ratio_ci95"] is None
-    assert check["ratio"] > 1.01 and check["limit"] == "ratio <= 1.01"
+    # Inflating these small images' shards adds about 3% to the count: past the default.
+    assert check["ratio"] > 1.02 and check["limit"] == "ratio <= 1.02"
     assert doc["gate"]["exact_cpu"]["checked"]
     assert "CPU checked exactly: instructions per sample counted by valgrind cachegrind" in text
     # Inflating the shards is read's: the other stages run the same code on the same samples.

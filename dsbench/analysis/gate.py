@@ -35,10 +35,12 @@ class Thresholds:
     max_bytes_ratio: float = 1.05
     max_files_ratio: float = 1.05
     # Instructions per sample are counted, as bytes and files are: the same export repeats its
-    # count to 0.01% (analysis/instructions.py), so the limit is what is worth failing a build
-    # for, as theirs: 5% more CPU per sample is 5% more cores on every node of the job. The
-    # timed limit below needs its whole interval past it, and sees nothing under ~10%.
-    max_instructions_ratio: float = 1.05
+    # count to the instruction, and within 0.01% at another path (analysis/instructions.py), so
+    # the limit is only what is worth failing a build for, and a hundred times the count's
+    # spread: 2% more CPU per sample is 2% more loader cores on every node of the job. Shards
+    # gzipped add 3.4% to 6% (docs/exact-cpu.md), which the timed limit below, needing its
+    # whole interval past 10%, never sees.
+    max_instructions_ratio: float = 1.02
     max_cpu_ratio: float = 1.10
     max_memory_ratio: float = 1.50
     # Memory per worker past its ratio still passes when it grew by at most this much: the

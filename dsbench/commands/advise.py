@@ -8,6 +8,7 @@ from pathlib import Path
 from dsbench import atomic, fmt
 from dsbench.commands.options import (
     add_cluster_arguments,
+    add_exact_arguments,
     add_json_argument,
     cluster_from_args,
     emit,
@@ -96,6 +97,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="your own per-sample step, run on every side (docs/pipeline.md)")
     m.add_argument("--layout", choices=sorted(FORMATS), default=None,
                    help="read the export as this layout instead of detecting it")
+    add_exact_arguments(m, BenchOptions(), "after the last pass, count the CPU instructions "
+                        "per sample of the export and its candidates, exactly")
     add_cluster_arguments(p, DEMO_CLUSTER, "the cluster each candidate is carried to (a "
                           "model; defaults: the incident's 16 x 8 GPUs at 256 samples per GPU "
                           "in 0.15 s of compute)", measured_batch=False)
@@ -130,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
                          export_samples=args.export_samples, stage_url=args.stage_url)
     bench = BenchOptions(workers=(args.workers,), batch_size=args.batch_size,
                          decoder=args.decoder, order=args.order, step=args.pipeline,
-                         block=args.block)
+                         block=args.block, exact=args.exact, exact_samples=args.exact_samples)
     cluster, sources = cluster_from_args(args, DEMO_CLUSTER)
     if sources["storage"] == "default" and args.path.lower().startswith("s3://"):
         # The demo's shared filesystem is not where this job reads from: S3's published

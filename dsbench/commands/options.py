@@ -186,18 +186,25 @@ def add_window_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup,
     p.add_argument("--request-deadline", type=float, default=r.deadline_s, metavar="S",
                    help="object stores: a request's time, all attempts together, after which "
                         f"it is an error (default {r.deadline_s:g})")
-    p.add_argument("--exact", action=argparse.BooleanOptionalAction, default=None,
-                   help="count CPU instructions per sample by stage, exactly, beside the timed "
-                        "CPU (under valgrind; default: where valgrind is installed; --exact "
-                        "fails without it, --no-exact skips it; docs/exact-cpu.md)")
-    p.add_argument("--exact-samples", type=int, default=d.exact_samples, metavar="N",
-                   help="the exact pass counts decode, fields, transform and collate over the "
-                        f"export's first N samples, read over whole units (default "
-                        f"{d.exact_samples})")
+    add_exact_arguments(p, d, "count CPU instructions per sample by stage, exactly, beside "
+                              "the timed CPU")
     p.add_argument("--count-samples", type=int, default=None, metavar="N",
                    help="files, bytes and requests per sample are counted over whole units up "
                         f"to N samples; 0 counts every unit (default {DEFAULT_MAX_SAMPLES}, "
                         f"{REMOTE_MAX_SAMPLES} in an object store)")
+
+
+def add_exact_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup, d: BenchOptions,
+                        what: str) -> None:
+    """--exact/--no-exact and --exact-samples: the exact pass (loader/exact.py)."""
+    p.add_argument("--exact", action=argparse.BooleanOptionalAction, default=None,
+                   help=f"{what} (under valgrind; default: where valgrind is installed, or as "
+                        f"{exact.ENV} says; --exact fails without it, --no-exact skips it; "
+                        "docs/exact-cpu.md)")
+    p.add_argument("--exact-samples", type=int, default=d.exact_samples, metavar="N",
+                   help="the exact pass counts decode, fields, transform and collate over the "
+                        f"export's first N samples, read over whole units (default "
+                        f"{d.exact_samples})")
 
 
 def add_image_field_argument(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:

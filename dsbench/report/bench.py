@@ -127,8 +127,9 @@ def exact_text(doc: BenchResult) -> str:
         return f"\n\nCPU per sample, exact: not counted: {x['why_not']}"
     c = x.get("counter") or {}
     names = {"transform": "your step"} if doc["config"].get("pipeline") else {}
-    stages = ", ".join(f"{names.get(s, s)} {fmt.instructions(v, '')}"
-                       for s, v in (x.get("stages") or {}).items())
+    # The unit once, after the list: "read 835 k, decode 11.1 M, ... instructions/sample".
+    stages = ", ".join(f"{names.get(s, s)} {fmt.count(v)}"
+                       for s, v in (x.get("stages") or {}).items()) + " instructions/sample"
     units = fmt.plural(x.get("units_read", 0), "whole unit") if x.get("whole_units") else \
         "part of the first unit"
     kernel = x.get("kernel_stages") or {}

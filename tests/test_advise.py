@@ -477,3 +477,47 @@ def test_advise_recommends_shards_with_a_float32_embedding_and_its_definition_re
                                      if p.is_file() and p.name != "_dsbench.json")
     for f in files:
         assert (measured / f).read_bytes() == (remade / f).read_bytes(), f
+
+
+def test_counted_instructions_stand_beside_the_timed_cpu_and_lead_the_advice() -> None:
+    """advise's table and recommendation where the exact pass counted the last pass's sides:
+    the candidate's instructions per sample with their ratio to the export's (no interval),
+    and the count said first; a side without a count shows none."""
+    import resultdocs as rd
+
+    from dsbench.advise import advice
+    from dsbench.report import advise as report
+    from dsbench.report.demo import DEMO_CLUSTER
+
+    counter = {"name": "valgrind cachegrind", "version": "3.19.0", "kind": "simulated",
+               "event": "instructions", "options": "--tool=cachegrind"}
+
+    def side(cpu: float, files: float, instructions: float | None) -> dict[str, Any]:
+        doc = rd.document([rd.run(cpu=[cpu * f for f in (0.99, 1.0, 1.01)],
+                                  files_per_sample=files)], run_id="one")
+        if instructions is not None:
+            stages = dict.fromkeys(("read", "decode", "fields", "transform", "collate"), 0.0)
+            stages["decode"] = instructions
+            doc["exact"] = {"counted": True, "why_not": None, "counter": counter,
+                            "samples": 64, "instructions_per_sample": instructions,
+                            "stages": stages}
+        return doc
+
+    spec = tiny_spec("arrow")
+    cand = grid.Candidate("arrow-64MB", spec, 64 << 20, "list", "Arrow shards")
+    plain = grid.Candidate("arrow-plain", spec, 64 << 20, "list", "Arrow shards, uncounted")
+    docs = [side(0.0025, 2.0, 25.0e6), side(0.0020, 0.002, 21.8e6), side(0.0020, 0.002, None)]
+    rows = advice.rows([cand, plain], docs, [1e5, 1e5, 1e5], DEMO_CLUSTER, 10_000_000)
+    x = rows[1]["vs_baseline"]["instructions_per_sample"]
+    assert x == {"ratio": pytest.approx(21.8 / 25.0), "change": "better", "exact": True}
+    assert rows[1]["measured"]["instructions_per_sample"] == 21.8e6
+    assert rows[2]["vs_baseline"]["instructions_per_sample"] is None
+    assert rows[2]["measured"]["instructions_per_sample"] is None
+    said = advice.reason(rows[0], rows[1])
+    assert said.startswith("roll out arrow-64MB: 12.8% fewer CPU instructions per sample "
+                           "(exact), "), said
+    doc = {"table": rows, "recommendation": {"winner": "arrow-64MB"}}
+    cells = [dict(zip(report.headers(doc), r, strict=True)) for r in report.table_rows(doc)]
+    column = "instructions/sample (exact)"
+    assert [c[column] for c in cells] == ["25.0 M instructions/sample",
+                                          "21.8 M instructions/sample (0.872x)", "-"]

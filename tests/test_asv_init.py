@@ -80,7 +80,9 @@ def test_continuous_fails_the_commit_that_reexports_to_per_sample_files(
     (repo / "formats" / "train.toml").write_text(definition("after"), encoding="utf-8")
     git(env, repo, "commit", "-q", "-am", "train: re-export as per-sample JPEG + JSON")
     # Both commits measured, in the dsbench environment.
-    cont = asv(env, repo, "continuous", "--factor", "1.1", "main~1", "main")
+    # The two figures checked below: files per sample and the instructions, counted.
+    cont = asv(env, repo, "continuous", "--factor", "1.1", "--bench",
+               "track_(files|instructions)", "main~1", "main")
     assert cont.returncode == 1, cont.stdout + cont.stderr
     assert "dsbench-py" in cont.stdout, cont.stdout
     assert "PERFORMANCE DECREASED" in cont.stdout, cont.stdout

@@ -132,6 +132,45 @@ def test_without_a_regression_the_advice_does_not_invent_one(
     assert "nothing: after holds up" in "\n".join(verdict.verdict_lines(doc))
 
 
+COUNTER = {"name": "valgrind cachegrind", "version": "3.19.0", "kind": "simulated",
+           "event": "instructions", "options": "--tool=cachegrind --cache-sim=no"}
+
+
+def counted(read: float, fields: float) -> dict[str, Any]:
+    """An exact pass's section: instructions per sample by stage (decode and transform alike)."""
+    stages = {"read": read, "decode": 11e6, "fields": fields, "transform": 10.4e6,
+              "collate": 1.6e5}
+    return {"counted": True, "why_not": None, "counter": COUNTER, "samples": 64,
+            "read_samples": 1000, "units_read": 1, "whole_units": True,
+            "instructions_per_sample": sum(stages.values()), "stages": stages}
+
+
+def test_the_verdict_gives_the_counted_cpu_first_where_it_has_one() -> None:
+    d = docs()
+    for name, read, fields in (("before", 8.35e5, 3e4), ("after", 3.3e5, 2.7e6),
+                               ("arrow", 1.3e5, 9e4)):
+        d[name]["exact"] = counted(read, fields)
+    text = "\n".join(verdict.verdict_lines(
+        demo.model(d, {n: n for n in d}, QUICK, lambda _m: None)))
+    # after: 24.59 M against 22.43 M instructions, fields +2.67 M and read -505 k: counted,
+    # so said before the timed CPU, without an interval.
+    said = ("CPU instructions per sample: after 24.6 M instructions/sample vs before 22.4 M "
+            "instructions/sample: 1.10x more [exact: counted by valgrind cachegrind 3.19.0, the "
+            "same on every run]; by stage: fields +2.67 M instructions/sample, read -505 k "
+            "instructions/sample")
+    assert said in text
+    assert text.index(said) < text.index("CPU per sample: after")
+    assert ("CPU instructions per sample: arrow 21.8 M instructions/sample vs before 22.4 M "
+            "instructions/sample: 1.03x fewer [exact") in text
+    # Where the instructions were not counted, the verdict says why in one line.
+    for doc in d.values():
+        doc["exact"] = {"counted": False, "why_not": "valgrind is not installed"}
+    text = "\n".join(verdict.verdict_lines(
+        demo.model(d, {n: n for n in d}, QUICK, lambda _m: None)))
+    assert ("CPU instructions per sample: not counted exactly: the base's instructions were "
+            "not counted: valgrind is not installed") in text
+
+
 def test_one_round_gives_no_verdict_on_speed() -> None:
     d = docs()
     for doc in d.values():

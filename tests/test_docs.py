@@ -29,6 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 DOCS = sorted([REPO / "README.md", *(REPO / "docs").glob("*.md")])
 NOT_HERE = {
     "pip": "installs the project; .ci/run installs it the same way",
+    "sudo apt-get install": "installs a system package (valgrind); .ci/run installs it so",
     "python -m pytest": "is this test suite",
     "asv": ".ci/run runs asv machine, check and run --quick (docs/asv.md)",
     "torchrun": "tests/test_job.py runs a job as two torchrun nodes on localhost",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from dsbench.errors import DsbenchError
@@ -62,6 +63,8 @@ BASE = 'name = "x"\nlayout = "wds"\n'
     ('name = "x"\nlayout = "arrow"\ncompression = "gz"\n', "compression"),
     (BASE + "[image]\nreencode = 'yes'\n", "image.reencode"),
     (BASE + "[image]\ncodec = 'raw'\nreencode = true\n", "image.reencode"),
+    (BASE + "[image]\nprogressive = 1\n", "image.progressive"),
+    (BASE + "[image]\ncodec = 'png'\nprogressive = true\n", "image.progressive"),
 ])
 def test_bad_definition_names_file_and_key(tmp_path: Path, text: str, key: str) -> None:
     path = _write(tmp_path, text)
@@ -71,6 +74,23 @@ def test_bad_definition_names_file_and_key(tmp_path: Path, text: str, key: str) 
     assert str(path) in message
     assert key in message
     assert "\n" not in message
+
+
+def test_a_progressive_jpeg_definition_writes_progressive_jpegs(tmp_path: Path) -> None:
+    import io
+
+    from PIL import Image
+
+    from dsbench.export.images import make_image
+
+    spec = load_spec(_write(tmp_path, BASE + "[image]\nprogressive = true\n"))
+    assert spec.image.progressive and spec.to_dict()["image"]["progressive"] is True
+    rng = np.random.default_rng(0)
+    assert Image.open(io.BytesIO(make_image(spec.image, rng))).info.get("progressive")
+    plain = load_spec(_write(tmp_path, BASE))
+    # Not set, not written: a manifest from before the key existed describes the same export.
+    assert "progressive" not in plain.to_dict()["image"]
+    assert not Image.open(io.BytesIO(make_image(plain.image, rng))).info.get("progressive")
 
 
 def test_arrow_buffers_may_be_compressed(tmp_path: Path) -> None:

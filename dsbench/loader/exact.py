@@ -45,6 +45,7 @@ from dsbench.results import machine
 from dsbench.results.stages import STAGES
 from dsbench.results.types import Exact
 from dsbench.storage.files import Loc
+from dsbench.storage.remote import is_url
 
 # Thread pools at one thread, the system allocator (jemalloc's and mimalloc's background threads
 # run when they like), and str hashes the same in every run: the count then repeats.
@@ -113,7 +114,7 @@ class Passes:
     def __init__(self, paths: Sequence[str | Loc], opts: Sequence[BenchOptions]) -> None:
         self.paths, self.opts = list(paths), list(opts)
         self.reasons = [why_not(o) for o in self.opts]
-        self.running: list[_Pass] = []
+        self.launched: list[_Pass] = []
         self.tmp: Path | None = None
 
     def __enter__(self) -> Passes:
@@ -129,19 +130,23 @@ class Passes:
         root = Path(tempfile.mkdtemp(dir=self.tmp))
         (root / "logs").mkdir()
         started = _Pass(path, root, [], time.perf_counter())
-        self.running.append(started)
+        self.launched.append(started)
+        # Run in its own directory with the same relative arguments every time: their length,
+        # as the environment's, moves where the process's stack starts, and so the alignment
+        # of buffers on it, which some copying code takes other paths by.
+        where = str(path) if is_url(str(path)) else os.path.abspath(str(path))
         for mode in ("instructions", "kernel"):
-            plan = Plan(str(path), opts.export_opener(), opts.pipeline(), opts.exact_samples,
+            plan = Plan(where, opts.export_opener(), opts.pipeline(), opts.exact_samples,
                         opts.batch_size, opts.seed, mode, tuple(sys.path))
             (root / f"{mode}.plan").write_bytes(pickle.dumps(plan))
-            argv = [sys.executable, "-m", "dsbench.loader.exact_pass", str(root / f"{mode}.plan"),
-                    str(root / f"{mode}.json")]
+            argv = [sys.executable, "-m", "dsbench.loader.exact_pass", f"{mode}.plan",
+                    f"{mode}.json"]
             if mode == "instructions":
-                argv = counter.command(argv, root / "logs")
+                argv = counter.command(argv, Path("logs"))
             with open(root / f"{mode}.err", "wb") as err, procs.spawning():
                 started.procs.append(subprocess.Popen(
-                    argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
-                    env={**os.environ, **ENVIRONMENT}))
+                    argv, cwd=root, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                    stderr=err, env={**os.environ, **ENVIRONMENT}))
         return started
 
     def results(self) -> list[Exact]:
@@ -167,7 +172,7 @@ class Passes:
         return [cast(Exact, out[i]) for i in range(len(self.reasons))]
 
     def close(self) -> None:
-        for p in self.running:
+        for p in self.launched:
             for proc in p.procs:
                 if proc.poll() is None:
                     proc.kill()

@@ -81,6 +81,8 @@ def _limit_threads() -> None:
 
 
 def run(plan: Plan) -> dict[str, Any]:
+    # Imported here, in the pass's own process: the main process imports this module for its
+    # Plan and defaults alone.
     import numpy as np
 
     from dsbench import adapters, procs

@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from dsbench import fmt
-from dsbench.analysis.asv_init import CONFIG, SUITE, InitOptions, init
+from dsbench.analysis.asv_init import CONFIG, COUNTS, SUITE, InitOptions, init
 
 HELP = ("track your own export over your repository's commits with asv: `dsbench asv init` "
         "writes asv.conf.json and a suite (CPU ms, bytes and files per sample)")
@@ -44,9 +44,11 @@ def run(args: argparse.Namespace) -> int:
              + (f" (kept the existing {', '.join(done.kept)})" if done.kept else "")]
     steps = [(f"git add {CONFIG} benchmarks && git commit -m 'Track the export with asv'", ""),
              ("asv machine --yes", "once per machine"),
-             ("asv run --quick", f"{done.branch}'s head: 3 figures, lower is better"),
+             ("asv run --quick", f"{done.branch}'s head: 4 figures, lower is better"),
              (f"asv continuous --factor 1.1 {done.branch} HEAD",
-              "on another branch: exit 1 when one got worse")]
+              "on another branch: exit 1 when one got worse"),
+             (f"asv continuous --factor 1.02 -b '{COUNTS}' {done.branch} HEAD",
+              "the counts alone, exact: a 2% step is real")]
     width = max(len(cmd) for cmd, why in steps if why) + 2
     lines += ["next, in the repository:"]
     lines += [f"  {cmd.ljust(width)}# {why}" if why else f"  {cmd}" for cmd, why in steps]

@@ -18,7 +18,8 @@ from dsbench.report import claims
 MARKS = {"worse": "+", "better": "-", "not distinguishable": " ", "unknown": "?"}
 LEGEND = ("marks: + worse, - better, blank: not distinguishable from noise (or a count that "
           "did not change), ? no interval (one round per side); ratio = candidate / base, its "
-          "95% CI from the rounds; exact: counted over every unit of both exports")
+          "95% CI from the rounds; exact: counted over every unit of both exports (files, bytes) "
+          "or under the same counter (instructions)")
 
 # Words for a ratio above and below 1, per metric: a rate is faster or slower, a cost more or
 # less, a count more or fewer.

@@ -119,7 +119,7 @@ def add_window_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup,
                          d: BenchOptions | None = None, exact_rounds: int | None = None) -> None:
     """What to measure and for how long: shared by `bench`, `compare`, `gate` and `demo`.
     `exact_rounds`: the rounds by default where CPU is counted exactly (--rounds is then None
-    until `rounds_for` settles it)."""
+    until `side_options` settles it)."""
     d = d or BenchOptions()
     p.add_argument("--workers", default=",".join(map(str, d.workers)),
                    help=f"worker counts to run, comma-separated, e.g. 1,2,4 (default "

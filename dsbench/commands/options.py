@@ -258,15 +258,16 @@ def side_options(args: argparse.Namespace, exact_rounds: int | None = None
                  ) -> tuple[BenchOptions, BenchOptions | None]:
     """The base's options and, with --cand-backend, the candidate's. `exact_rounds`: the
     rounds where --rounds was not given and both sides' CPU is counted exactly."""
-    if args.rounds is None:
+    given = args.rounds
+    if given is None:
         args.rounds = COMPARE_WINDOW.rounds
-        if exact_rounds:
-            sides = [o for o in side_options(args) if o is not None]
-            if all(exact.why_not(o) is None for o in sides):
-                args.rounds = exact_rounds
     opts = window_options(args, backend=args.backend)
-    return opts, (dataclasses.replace(opts, backend=args.cand_backend)
-                  if args.cand_backend else None)
+    cand = dataclasses.replace(opts, backend=args.cand_backend) if args.cand_backend else None
+    sides = [o for o in (opts, cand) if o is not None]
+    if given is None and exact_rounds and all(exact.why_not(o) is None for o in sides):
+        opts = dataclasses.replace(opts, rounds=exact_rounds)
+        cand = cand and dataclasses.replace(cand, rounds=exact_rounds)
+    return opts, cand
 
 
 # --- the predicted cluster ------------------------------------------------------------------------

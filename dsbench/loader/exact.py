@@ -240,7 +240,8 @@ def per_stage(snaps: Sequence[tuple[str, dict[str, int]]], keys: Sequence[str]
 
 def count(paths: Sequence[str | Loc], opts: Sequence[BenchOptions],
           say: Callable[[str], None]) -> list[Exact]:
-    """The exact passes of a run's exports, all at once, before any timed round."""
+    """The exact passes of a run's exports (one per usable core at a time), before any timed
+    round."""
     started = time.perf_counter()
     with Passes(paths, opts) as passes:
         out = passes.results()

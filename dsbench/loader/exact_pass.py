@@ -38,6 +38,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+# Light (no third-party import), and imported here rather than in _ok: an import statement run
+# for every sample in every stage would be counted as the pipeline's work.
+from dsbench.errors import DsbenchError, SampleError
+
 DEFAULT_SAMPLES = 64  # the samples whose decode, fields, transform and collate are counted
 WARMUP = 4
 READ_CAP = 5000  # samples: a first unit larger than this is read only this far
@@ -68,7 +72,7 @@ class Kernel:
         fields = dict(line.split(b":") for line in os.pread(self.fd, 4096, 0).splitlines())
         ru = resource.getrusage(resource.RUSAGE_SELF)
         return {"read_calls": int(fields[b"syscr"]), "write_calls": int(fields[b"syscw"]),
-                "minor_faults": ru.ru_minflt, "major_faults": ru.ru_majflt}
+                "minor_faults": ru.ru_minflt}
 
 
 def _limit_threads() -> None:
@@ -85,14 +89,13 @@ def run(plan: Plan) -> dict[str, Any]:
     # Plan and defaults alone.
     import numpy as np
 
-    from dsbench import adapters, procs
+    from dsbench import procs
     from dsbench.loader import counter
     from dsbench.loader.pipeline import BatchBuilder, collate_fields, parse_fields
     from dsbench.loader.user import collate
-    from dsbench.loader.worker import pack_fields
+    from dsbench.loader.worker import open_export, pack_fields
 
-    export = plan.opener(plan.path) if plan.opener is not None else \
-        adapters.open_export(plan.path)
+    export = open_export(plan.path, plan.opener)
     units = export.units()
     _limit_threads()
     pipeline, user = plan.pipeline, plan.pipeline.user
@@ -185,7 +188,7 @@ def run(plan: Plan) -> dict[str, Any]:
             break
     snap("read")
     return {"snapshots": snaps, "samples": staged, "read_samples": read, "units_read": done,
-            "units": len(units), "whole_units": whole, "skipped": len(skipped)}
+            "whole_units": whole}
 
 
 _END = object()  # where a unit ends, in the stream of samples
@@ -200,8 +203,6 @@ def _whole_units(export: Any, units: list[str], skip: Any) -> Iterator[Any]:
 
 def _ok(step: Any, raw: Any, skip: Any) -> Any:
     """`step(raw)`, or None for a bad sample under --on-error skip (the error goes to `skip`)."""
-    from dsbench.errors import SampleError
-
     try:
         return step(raw)
     except SampleError as err:
@@ -213,7 +214,6 @@ def _ok(step: Any, raw: Any, skip: Any) -> Any:
 
 def main(argv: list[str]) -> int:
     from dsbench import procs
-    from dsbench.errors import DsbenchError
 
     # Started by the main process under procs.spawning(): the main process handles a Ctrl-C
     # and ends this one; and it ends with the main process, however that ends.

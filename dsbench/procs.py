@@ -13,6 +13,7 @@
   its start-up objects is not charged to whichever batch happens to trigger it.
 * `reap(processes)` ends processes that were asked to stop: a grace period, then SIGTERM, then
   SIGKILL.
+* `fork_safe()` says whether a child may be forked from this process as it is now.
 """
 
 from __future__ import annotations
@@ -169,3 +170,15 @@ def reap(processes: Sequence[BaseProcess], grace_s: float = 5.0) -> None:
         if proc.exitcode is None:
             proc.kill()
             proc.join()
+
+
+# Libraries whose runtime is not fork-safe once loaded: a forked child gets a copy of its state
+# with its threads gone and their locks held (Lance says so on import; obstore, like Lance, runs
+# a Tokio runtime). The threads numpy's BLAS and Arrow's allocator start are not among them:
+# both libraries reset their state in a forked child.
+NOT_FORK_SAFE = ("lance", "obstore")
+
+
+def fork_safe() -> bool:
+    """Whether a child may be forked from this process as it is now."""
+    return not any(name in sys.modules for name in NOT_FORK_SAFE)

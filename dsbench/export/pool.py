@@ -170,7 +170,11 @@ def worker_pool(out: Path, workers: int, start: str = "fork",
     written are gone. `setup(*args)` runs first in each worker."""
     # fork by default: workers inherit the imported modules, which makes start-up cheap on
     # Linux. Callers whose process has used an object store pass "spawn": its client is not
-    # fork-safe (a forked child hangs on its first request).
+    # fork-safe (a forked child hangs on its first request). Nor is a process that loaded a
+    # library that is not fork-safe (a Lance source opened for a re-export: its forked writers
+    # crashed with signal 11 or hung): spawned then.
+    if start == "fork" and not procs.fork_safe():
+        start = "spawn"
     pool = WriterPool()
     try:
         pool.start(workers, start, setup, args)

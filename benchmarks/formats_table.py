@@ -3,7 +3,7 @@ and by its own library, and counted in an object store.
 
     python -P benchmarks/formats_table.py SOURCE OUT [--rounds 6] [--seconds 2]
 
-SOURCE is an export dsbench reads (the table in the docs: `dsbench generate formats/before.toml
+SOURCE is an export dsbench reads (the table in the docs: `dsbench generate before
 /tmp/dsbench/before`, 2000 samples). Every definition in dsbench/export/formats/ that has a
 library writer, and the Arrow and Parquet candidates, is re-laid from SOURCE into OUT with
 `generate --from`; each export is measured with one loader worker by both readers, the two

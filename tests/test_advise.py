@@ -237,7 +237,7 @@ def test_a_field_no_definition_can_hold_is_refused_in_one_line(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], members: dict[str, bytes],
         says: str) -> None:
     src = _shard(tmp_path / "src", {"cls": b"1", **members})
-    assert main(["advise", str(src), "--definition", str(tmp_path / "d.toml")]) == 2
+    assert main(["advise", str(src), "--write-definition", str(tmp_path / "d.toml")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "shard-000000.tar" in err[0] and says in err[0], err
     assert not (tmp_path / "d.toml").exists()
@@ -265,7 +265,7 @@ def test_bad_options_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[
         Path(value).write_text("x")
     assert main(["advise", str(after_like), option, value, "--budget" if option != "--budget"
                  else "--samples", "1s" if option != "--budget" else "10",
-                 "--definition", str(tmp_path / "d.toml")]) == 2
+                 "--write-definition", str(tmp_path / "d.toml")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and says in err[0], err
 
@@ -276,7 +276,7 @@ def test_a_job_reading_by_index_is_advised_among_layouts_read_by_index(
     assert main(["advise", str(after_like), "--order", "random", "--samples", "60",
                  "--layouts", "wds,arrow", "--shard-sizes", "50kB", "--compressions", "none",
                  "--budget", "4s", "--batch-size", "8", "--json", str(out),
-                 "--definition", str(tmp_path / "advised.toml")]) == 0
+                 "--write-definition", str(tmp_path / "advised.toml")]) == 0
     doc = json.loads(out.read_text())
     schema.validate(doc, "advice")
     assert doc["settings"]["order"] == "random"
@@ -293,7 +293,7 @@ def test_a_job_reading_by_index_is_advised_among_layouts_read_by_index(
                  str(shards), "--samples", "20"]) == 0
     capsys.readouterr()
     assert main(["advise", str(shards), "--order", "random", "--budget", "4s",
-                 "--definition", str(tmp_path / "refused.toml")]) == 2
+                 "--write-definition", str(tmp_path / "refused.toml")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and str(shards) in err[0] and "--order shuffle" in err[0], err
 
@@ -309,7 +309,7 @@ def test_an_export_in_an_object_store_is_advised_from_the_same_store(
     out = tmp_path / "advice.json"
     # Batches of 8: a warm-up batch of 64 would read the 40 samples again, two GETs each.
     assert main(["advise", url, "--samples", "40", "--layouts", "wds", "--shard-sizes", "64MB",
-                 "--budget", "1s", "--batch-size", "8", "--definition", str(tmp_path / "d.toml"),
+                 "--budget", "1s", "--batch-size", "8", "--write-definition", str(tmp_path / "d.toml"),
                  "--json", str(out)]) == 0
     doc = json.loads(out.read_text())
     staged = doc["staged_in"]
@@ -385,7 +385,7 @@ def test_bad_object_store_settings_are_one_line(
     subst = {"URL": url, "URL/inside": url + "/inside", "BUCKET": "s3://refusals",
              "LOCAL": str(after_like)}
     argv = [subst.get(a, a) for a in args]
-    assert main(["advise", *argv, "--definition", str(tmp_path / "d.toml")]) == 2
+    assert main(["advise", *argv, "--write-definition", str(tmp_path / "d.toml")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and says in err[0], err
     assert not (tmp_path / "d.toml").exists()
@@ -453,7 +453,7 @@ def test_advise_recommends_shards_with_a_float32_embedding_and_its_definition_re
     assert main(["advise", str(after_like), "--samples", "200", "--layouts", "arrow",
                  "--shard-sizes", "100kB", "--compressions", "none", "--budget", "25s",
                  "--batch-size", "16",
-                 "--work-dir", str(work), "--definition", str(toml), "--json", str(out),
+                 "--work-dir", str(work), "--write-definition", str(toml), "--json", str(out),
                  "--export-samples", "10000000", "--compute", "0.02"]) == 0
     text = capsys.readouterr().out
     doc = json.loads(out.read_text())

@@ -98,7 +98,7 @@ def test_cli_prints_every_figure_it_was_fed_and_calls_itself_a_model(
 
 
 def test_cli_json(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["budget", *INCIDENT, "--batch-size", "32", "--cores-per-node", "96",
+    assert main(["budget", *INCIDENT, "--gpu-batch", "32", "--cores-per-node", "96",
                  "--compute", "0.6", "--cpu-per-sample", "0.4", "--json", "-"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["inputs"]["gpu_util"] == pytest.approx(0.61)

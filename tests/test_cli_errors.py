@@ -95,7 +95,7 @@ CASES: list[tuple[Any, ...]] = [
      "--gpus must be an integer >= 1"),
     ("budget", ["--gpus", "128"], "nothing to compute"),
     ("budget", ["--gpus", "128", "--compute", "0.25"],
-     "needs --batch-size, --cores-per-node, --cpu-per-sample"),
+     "needs --gpu-batch, --cores-per-node, --cpu-per-sample"),
     # compare
     ("compare", ["{result}", "{result}", "--gpu-batch", "0"],
      "--gpu-batch must be an integer >= 1"),

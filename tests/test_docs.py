@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -71,7 +72,7 @@ BUCKETS, IN_BUCKET = ("exports", "calm", "hot"), ("before", "after")
 SAMPLES, SECONDS, ROUNDS, STEPS, BATCH = 40, 0.3, 1, 400, 8
 # `python export.py` in the CI example is a project's own export pipeline: an export written by
 # dsbench stands in for it.
-STAND_INS = {"python export.py": ["generate", "formats/after.toml"]}
+STAND_INS = {"python export.py": ["generate", "after"]}
 
 _FENCE = re.compile(r"^[ \t]*```(\w*)\n(.*?)^[ \t]*```", re.S | re.M)
 
@@ -117,9 +118,9 @@ def equivalent(argv: list[str], tmp: Path) -> list[str]:
     """The same dsbench command, on small data under `tmp`."""
     argv = [a.replace("/tmp/", f"{tmp}/").replace("$GITHUB_STEP_SUMMARY", f"{tmp}/summary.md")
             for a in argv]
-    if argv[0] == "advise" and "--definition" not in argv:  # not into the checkout
-        argv = [*argv, "--definition", "advised.toml"]
-    for option in ("--json", "--save", "--definition", "--html"):
+    if argv[0] == "advise" and "--write-definition" not in argv:  # not into the checkout
+        argv = [*argv, "--write-definition", "advised.toml"]
+    for option in ("--json", "--save", "--write-definition", "--html"):
         # Outputs named relative to where the docs run them land in `tmp`, not the checkout.
         if option in argv and (i := argv.index(option) + 1) < len(argv) and \
                 not Path(argv[i]).is_absolute() and argv[i] != "-":
@@ -190,7 +191,8 @@ def test_every_command_in_the_doc_runs(doc: Path, tmp_path: Path,
                                        request: pytest.FixtureRequest) -> None:
     if "s3://" in doc.read_text():
         _fill_bucket(request.getfixturevalue("s3_env"), tmp_path)
-    monkeypatch.chdir(REPO)  # the docs name formats/*.toml relative to the checkout
+    monkeypatch.chdir(tmp_path)  # as a user runs them: outside the checkout, their own
+    shutil.copytree(REPO / "docs" / "examples", tmp_path / "docs" / "examples")  # step files
     # docs/examples/wds_dataset.py reads the shards the docs write under /tmp/dsbench/before.
     monkeypatch.setenv("SHARDS", f"{tmp_path}/dsbench/before")
     # docs/model.md's Python sketch reads a result named after.json from where it runs.

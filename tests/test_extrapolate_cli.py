@@ -109,7 +109,7 @@ def test_same_seed_same_json(result: Path, capsys: pytest.CaptureFixture[str]) -
 
 def test_text_report(result: Path, capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["extrapolate", str(result), *FAST, "--storage", "s3", "--cores-per-node", "24",
-            "--batch-size", "32"]
+            "--gpu-batch", "32"]
     assert main(argv) == 0
     out = capsys.readouterr().out
     for part in ("a model, not a measurement", "Inputs", "Per node", "verdict  input-bound",

@@ -74,7 +74,7 @@ def test_a_two_rank_job_with_torch_loaders_writes_a_valid_document_and_extrapola
     (tmp_path / "dsbench").mkdir()
     monkeypatch.chdir(tmp_path)
     handlers = [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)]
-    assert main(["job", str(shards), "--ranks", "2", "--workers", "1", "--batch-size", "8",
+    assert main(["job", str(shards), "--ranks", "2", "--workers", "1", "--gpu-batch", "8",
                  "--compute", "0.01", "--steps", "30", "--backend", "torch",
                  "--json", str(out)]) == 0
     # torch's launcher sets handlers of its own and leaves them; the job puts these back (a
@@ -101,7 +101,7 @@ def test_a_four_rank_job_sees_every_drawn_stall_in_its_step_times(
         shards: Path, tmp_path: Path) -> None:
     out = tmp_path / "job.json"
     steps = 80
-    assert main(["job", str(shards), "--ranks", "4", "--workers", "1", "--batch-size", "4",
+    assert main(["job", str(shards), "--ranks", "4", "--workers", "1", "--gpu-batch", "4",
                  "--compute", "0.01", "--stall-prob", "0.2", "--stall-time", "0.15",
                  "--steps", str(steps), "--json", str(out)]) == 0
     doc = result.read(out)
@@ -126,7 +126,7 @@ def test_two_nodes_on_localhost_under_torchrun_make_one_job(shards: Path, tmp_pa
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
            "--nproc-per-node", "1", "--max-restarts", "0", "--rdzv-backend", "c10d",
            "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"test-{port}",
-           "-m", "dsbench", "job", str(shards), "--workers", "1", "--batch-size", "4",
+           "-m", "dsbench", "job", str(shards), "--workers", "1", "--gpu-batch", "4",
            "--compute", "0.01", "--steps", "20", "--json", str(out)]
     nodes = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(2)]
@@ -172,7 +172,7 @@ def test_a_killed_rank_fails_the_job_at_once_with_one_line_and_leaves_nothing(
         shards: Path) -> None:
     shm_before, dirs_before = _shm(), _job_dirs()
     proc = subprocess.Popen([sys.executable, "-m", "dsbench", "job", str(shards), "--ranks",
-                             "2", "--workers", "1", "--batch-size", "4", "--compute", "0.01",
+                             "2", "--workers", "1", "--gpu-batch", "4", "--compute", "0.01",
                              "--steps", "100000"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     launcher = psutil.Process(proc.pid)

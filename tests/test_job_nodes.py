@@ -23,7 +23,7 @@ from dsbench.job import launch, predict, result
 
 pytest.importorskip("torch")
 
-JOB = ["--ranks", "1", "--workers", "1", "--batch-size", "4"]
+JOB = ["--ranks", "1", "--workers", "1", "--gpu-batch", "4"]
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +130,7 @@ def test_two_srun_tasks_make_one_job(shards: Path, tmp_path: Path) -> None:
                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
         tasks.append(subprocess.Popen(
             [sys.executable, "-m", "dsbench", "job", str(shards), "--workers", "1",
-             "--batch-size", "4", "--compute", "0.01", "--steps", str(steps), "--json",
+             "--gpu-batch", "4", "--compute", "0.01", "--steps", str(steps), "--json",
              str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
     said = [p.communicate(timeout=240) for p in tasks]
     assert [p.returncode for p in tasks] == [0, 0], said

@@ -54,7 +54,7 @@ def _argv(command: str, exports: dict[str, Path], tmp: Path) -> list[str]:
         "gate": ["gate", str(exports["wds"]), str(exports["files"]), *window],
         "generate": ["generate", "formats/after.toml", str(tmp / "gen"), "--samples", "300"],
         "probe": ["probe", str(exports["files"]), "--seconds", "0.5"],
-        "job": ["job", str(exports["wds"]), "--ranks", "2", "--workers", "1", "--batch-size",
+        "job": ["job", str(exports["wds"]), "--ranks", "2", "--workers", "1", "--gpu-batch",
                 "2", "--compute", "0.01", "--steps", "200", "--json", str(tmp / "a.json")],
         "resume": resume,
         # torch's StatefulDataLoader: its workers spawn and import torch, seconds each
@@ -62,7 +62,7 @@ def _argv(command: str, exports: dict[str, Path], tmp: Path) -> list[str]:
         # the demo runs the others in turn, and a local S3 server of its own
         # writes its candidates through a pool, then measures them as compare does
         "advise": ["advise", str(exports["files"]), "--layouts", "wds,arrow", "--shard-sizes",
-                   "2kB", "--budget", "8s", "--batch-size", "2", "--definition",
+                   "2kB", "--budget", "8s", "--batch-size", "2", "--write-definition",
                    str(tmp / "a.toml"), "--json", str(tmp / "a.json")],
         "demo": ["demo", "--cache", str(tmp / "cache"), "--samples", "40", "--workers", "1",
                  "--seconds", "0.3", "--rounds", "1", "--steps", "300", "--nodes", "2",

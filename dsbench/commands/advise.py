@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from dsbench import atomic, fmt
+from dsbench.commands import vocabulary
 from dsbench.commands.options import (
     add_cluster_arguments,
     add_exact_arguments,
@@ -49,8 +50,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "URL in an object store (its candidates are then measured from the same "
                    "store)")
     p.add_argument("--samples", type=int, default=None, metavar="N",
-                   help=f"the first N samples in the export's unit order are re-laid and "
-                        f"measured (default {DEFAULT_SAMPLES}, or all of a smaller export)")
+                   help=f"samples in each export made: the first N in the export's unit "
+                        f"order, re-laid into each candidate and measured (default "
+                        f"{DEFAULT_SAMPLES}, or all of a smaller export)")
     p.add_argument("--export-samples", type=int, default=None, metavar="N",
                    help="samples of the export the job trains on, where EXPORT is a part of "
                         "it: what the shard sizes mean for the cluster's loader workers "
@@ -76,17 +78,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--work-dir", type=Path, default=None, metavar="DIR",
                    help="write the candidates here and keep them (default: a temporary "
                         "directory, removed at the end)")
-    p.add_argument("--definition", type=Path, default=Path(DEFAULT_DEFINITION), metavar="FILE",
+    p.add_argument("--write-definition", type=Path, default=Path(DEFAULT_DEFINITION),
+                   metavar="FILE", dest="definition",
                    help=f"where the winner's definition goes (default {DEFAULT_DEFINITION}); "
                         "nothing is written when no candidate wins")
+    vocabulary.refuse(p, "--definition", "--definition names a definition to read; where "
+                      "advise writes the winner's is --write-definition FILE")
     p.add_argument("--html", type=Path, default=None, metavar="FILE",
                    help="also write the table and the Pareto plot as one HTML page")
     m = p.add_argument_group("how to read (each side alike)")
     m.add_argument("--workers", type=int, default=1, help="loader workers (default 1)")
-    m.add_argument("--batch-size", type=int, default=64, help="samples per batch (default 64)")
+    m.add_argument("--batch-size", type=int, default=64,
+                   help="samples per loader batch (default 64)")
     m.add_argument("--decoder", choices=DECODERS, default="pillow", help="JPEG decoder")
     m.add_argument("--order", choices=ORDERS, default=SEQUENTIAL,
-                   help="how the workers read: sequential, shuffle (units permuted, a "
+                   help="how the workers read the export: sequential, shuffle (units "
+                        "permuted, a "
                         "shuffle buffer on shards), random (samples permuted, each read where "
                         "it lies: only candidates of layouts read by random access are tried) "
                         "or block (blocks of --block samples) (default sequential)")
@@ -94,11 +101,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --order block: consecutive samples per block (default "
                         f"{BenchOptions().block})")
     m.add_argument("--pipeline", default=None, metavar="MODULE:CALLABLE",
-                   help="your own per-sample step, run on every side (docs/pipeline.md)")
+                   help="your own per-sample step in place of dsbench's decode, fields and "
+                        "transform: run on every side (docs/pipeline.md)")
     m.add_argument("--layout", choices=sorted(FORMATS), default=None,
-                   help="read the export as this layout instead of detecting it")
-    add_exact_arguments(m, BenchOptions(), "after the last pass, count the CPU instructions "
-                        "per sample of the export and its candidates, exactly")
+                   help="read as this layout instead of detecting it")
+    add_exact_arguments(m, BenchOptions(), "count CPU instructions per sample by stage, "
+                        "exactly: after the last pass, of the export and its candidates")
     add_cluster_arguments(p, DEMO_CLUSTER, "the cluster each candidate is carried to (a "
                           "model; defaults: the incident's 16 x 8 GPUs at 256 samples per GPU "
                           "in 0.15 s of compute)", measured_batch=False)

@@ -21,15 +21,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the git repository (default: the current directory's)")
     # One of the two, checked by init(), which says it as every other bad option.
     q.add_argument("--definition", metavar="PATH",
-                   help="a dsbench export definition (TOML) in the repository, relative to its "
-                        "top level, e.g. formats/train.toml: read from each commit")
+                   help="the export definition to read: a TOML file in the repository, "
+                        "relative to its top level, e.g. formats/train.toml, read from each "
+                        "commit")
     # dest: `command` is the subcommand's name, which the one-line errors start with.
     q.add_argument("--command", dest="export_command", metavar="CMD",
                    help="or your export command, run by the shell in each commit's files: "
                         "{out} is replaced by the directory to write a sample export into, "
                         "{samples} by --samples")
     q.add_argument("--samples", type=int, default=d.samples,
-                   help=f"samples in the export the suite makes (default {d.samples})")
+                   help=f"samples in each export made: the suite's (default {d.samples})")
     q.add_argument("--branch", default=None,
                    help="the branch asv follows (default: the repository's current branch)")
     q.add_argument("--force", action="store_true",

@@ -31,12 +31,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--normalize", action="store_true",
                    help="end the transform with float32 mean/std normalisation")
     p.add_argument("--prefetch", type=int, default=d.prefetch,
-                   help=f"ready batches each worker may hold (default {d.prefetch})")
+                   help=f"batches each loader worker may hold ready (default {d.prefetch})")
     p.add_argument("--on-error", choices=("raise", "skip"), default=d.on_error,
                    help="a sample that cannot be read: fail (default) or skip and count it")
     p.add_argument("--backend", choices=BACKENDS, default=d.backend,
-                   help="dsbench's own loader, or torch.utils.data.DataLoader "
-                        "(pip install 'dsbench[torch]')")
+                   help="the loader that reads the export: dsbench's own, torch's DataLoader "
+                        "around dsbench's reader (pip install 'dsbench[torch]'), or the "
+                        "format's own library (native: docs/formats.md)")
     p.add_argument("--dataset", default=None, metavar="MODULE:FACTORY",
                    help="your own torch Dataset or IterableDataset, built by FACTORY(), "
                         "measured as a black box through torch's DataLoader "
@@ -46,7 +47,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(no reading, decoding or transforms), rounds interleaved, and report "
                         "the throughput as a fraction of that ceiling: how much of the time is "
                         "the export's and how much the loader's (docs/access-patterns.md)")
-    p.add_argument("--seed", type=int, default=d.seed, help="transform seed (default 0)")
+    p.add_argument("--seed", type=int, default=d.seed,
+                   help="random seed: of the transform (default 0)")
     p.add_argument("--stall-timeout", type=float, default=None, metavar="S",
                    help="a worker silent this long fails the run (default: 20 times its usual "
                         "time between batches, 5 to 300 s, and 60 s before its first)")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from dsbench.commands.options import add_json_argument, emit
+from dsbench.commands import vocabulary
+from dsbench.commands.options import GPU_BATCH, add_json_argument, emit
 from dsbench.model.budget import Job, budget
 from dsbench.report.budget import render
 
@@ -38,13 +39,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpus", type=int, required=True, help="GPUs in the job (one rank each)")
     p.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node (default 8)")
     p.add_argument("--trainer-cores-per-gpu", type=float, default=1.0,
-                   help="cores each training process keeps busy (default 1)")
-    p.add_argument("--batch-size", type=int, help="samples per GPU per step")
+                   help="cores each training process itself keeps busy (default 1)")
+    p.add_argument("--gpu-batch", type=int, dest="batch_size", help="samples per GPU per step")
+    vocabulary.refuse(p, "--batch-size", GPU_BATCH)
     p.add_argument("--cores-per-node", type=float, help="CPU cores per node")
     cap = p.add_argument_group("capacity")
     cap.add_argument("--compute", type=float, metavar="S", help="GPU seconds per step")
     cap.add_argument("--cpu-per-sample", type=float, metavar="S",
-                     help="CPU seconds to prepare one sample")
+                     help="CPU seconds per sample of one loader worker")
     obs = p.add_argument_group("an observed job")
     obs.add_argument("--mean-step", type=float, metavar="S", help="mean step time, seconds")
     obs.add_argument("--p99-step", type=float, metavar="S", help="p99 step time, seconds")

@@ -27,7 +27,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_cluster_arguments(p, ClusterSpec(), "predicted cluster (a model; defaults: the "
                           "incident's 16 x 8 GPUs)")
     p.add_argument("--no-cluster", action="store_true", help="skip the cluster prediction")
-    p.add_argument("--markdown", action="store_true", help="GitHub-markdown tables")
+    p.add_argument("--markdown", action="store_true", help="print GitHub markdown instead of text")
     add_json_argument(p, "the comparison document")
 
 

@@ -33,7 +33,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"where the generated exports are kept and reused (default {_D.cache})")
     m = p.add_argument_group("measuring (smaller is quicker and rougher)")
     m.add_argument("--samples", type=int, default=_D.samples,
-                   help=f"samples per export (default {_D.samples}: 2 shards, so 2 workers)")
+                   help=f"samples in each export made (default {_D.samples}: 2 shards, so 2 "
+                        "workers)")
     add_window_arguments(m, _B)
     m.add_argument("--no-object-store", dest="object_store", action="store_false",
                    help="skip measuring before and after on a local S3 server (moto)")
@@ -52,7 +53,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_cluster_arguments(p, _C, "the predicted cluster (a model; the demo's stated "
                           "assumptions)", measured_batch=False)
     p.add_argument("--steps", type=int, default=_D.steps,
-                   help=f"simulated steps (default {_D.steps})")
+                   help=f"steps of the job: simulated (default {_D.steps})")
     add_json_argument(p, "the demo document")
 
 

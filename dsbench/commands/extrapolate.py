@@ -12,8 +12,10 @@ from typing import Any
 
 import numpy as np
 
+from dsbench.commands import vocabulary
 from dsbench.commands.options import (
     _CLUSTER_OPTIONS,
+    GPU_BATCH,
     add_cluster_arguments,
     add_json_argument,
     cluster_from_args,
@@ -47,8 +49,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help="files opened per sample (default: measured, or 0)")
     src.add_argument("--bytes-per-sample", type=float, metavar="B",
                      help="bytes read per sample (default: measured, or 0)")
-    add_cluster_arguments(p, _D, "the job (unset options are assumed and marked 'default')",
-                          batch_aliases=("--batch-size",))
+    add_cluster_arguments(p, _D, "the job (unset options are assumed and marked 'default')")
+    vocabulary.refuse(p, "--batch-size", GPU_BATCH)
     st = p.add_argument_group("an object store's load and bill (with a store profile, or a "
                               "result measured in a store)")
     st.add_argument("--prefixes", type=int, default=1, metavar="N",
@@ -59,8 +61,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                          "measured export's)")
     m = p.add_argument_group("the simulation")
     m.add_argument("--steps", type=int, default=DEFAULT_STEPS,
-                   help=f"steps to simulate (default {DEFAULT_STEPS})")
-    m.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+                   help=f"steps of the job: simulated (default {DEFAULT_STEPS})")
+    m.add_argument("--seed", type=int, default=0, help="random seed: of the simulation (default 0)")
     m.add_argument("--scaling", default=",".join(map(str, DEFAULT_SCALING)),
                    help="rank counts for the scaling table (default %(default)s)")
     add_json_argument(m, "the extrapolation document")

@@ -27,13 +27,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_side_arguments(p, EXACT_ROUNDS)
     t = p.add_argument_group("thresholds (override [tool.dsbench.gate] in pyproject.toml)")
     d = gate.Thresholds()
-    t.add_argument("--max-bytes-ratio", type=float, help=f"(default {d.max_bytes_ratio:g})")
-    t.add_argument("--max-files-ratio", type=float, help=f"(default {d.max_files_ratio:g})")
+    t.add_argument("--max-bytes-ratio", type=float,
+                   help=f"bytes read per sample, candidate over base (default "
+                        f"{d.max_bytes_ratio:g})")
+    t.add_argument("--max-files-ratio", type=float,
+                   help=f"files opened per sample, candidate over base (default "
+                        f"{d.max_files_ratio:g})")
     t.add_argument("--max-instructions-ratio", type=float,
                    help="CPU instructions per sample, counted exactly where valgrind is "
                         f"installed (default {d.max_instructions_ratio:g})")
     t.add_argument("--max-cpu-ratio", type=float,
-                   help=f"fails only when significant too (default {d.max_cpu_ratio:g})")
+                   help=f"timed CPU per sample: fails only when significant too (default "
+                        f"{d.max_cpu_ratio:g})")
     t.add_argument("--max-memory-ratio", type=float,
                    help="peak anonymous memory per loader worker (PSS for results without "
                         "the kernel's split); fails only when significant too "
@@ -51,7 +56,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="pyproject.toml to read thresholds from (default: the nearest one "
                         "above the current directory)")
     o = p.add_argument_group("output")
-    o.add_argument("--markdown", action="store_true", help="print markdown instead of text")
+    o.add_argument("--markdown", action="store_true", help="print GitHub markdown instead of text")
     o.add_argument("--summary", type=Path, metavar="FILE",
                    help="append the markdown summary here (e.g. $GITHUB_STEP_SUMMARY)")
     add_json_argument(o, "{\"gate\": the checks, \"comparison\": the comparison}")

@@ -12,29 +12,35 @@ from dsbench.errors import DsbenchError
 from dsbench.export.generate import GenerateReport, generate
 from dsbench.export.parts import parse_part
 from dsbench.export.reexport import ReexportReport, reexport
-from dsbench.export.spec import MAX_SAMPLES, load_spec
+from dsbench.export.spec import FORMATS_DIR, MAX_SAMPLES, load_spec, shipped
 from dsbench.export.synth import GENERATOR, GENERATORS
 
-HELP = ("write an export from a definition in formats/, with synthetic samples or an existing "
-        "export's (--from) (resumable: re-run to complete it)")
+HELP = ("write an export from a definition (a shipped one by name, or a TOML file), with "
+        "synthetic samples or an existing export's (--from) (resumable: re-run to complete it)")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("definition", help="export definition (TOML), e.g. formats/before.toml")
-    p.add_argument("out_dir", help="directory to write the export into")
+    p.add_argument("definition", nargs="?",
+                   help="the export definition to read: a shipped one by name (before, after, "
+                        "...: see --list) or a TOML file")
+    p.add_argument("out_dir", nargs="?", help="directory to write the export into")
+    p.add_argument("--list", action="store_true",
+                   help="list the shipped definitions, a line each, and exit")
     p.add_argument("--from", dest="source", default=None, metavar="EXPORT",
                    help="re-lay the samples of this export (any layout dsbench reads, a path "
                         "or a URL) as the definition says: images copied byte for byte, the "
                         "fields it has carried, the others synthesised (docs/reexport.md)")
     p.add_argument("--layout", choices=sorted(FORMATS), default=None,
-                   help="with --from: read the source as this layout instead of detecting it "
-                        "(a directory holding two layouts); the export written has the "
-                        "definition's")
+                   help="read as this layout instead of detecting it (with --from: the "
+                        "source, in a directory holding two layouts; the export written has "
+                        "the definition's)")
     p.add_argument("--samples", type=int, default=None,
-                   help="number of samples (default: the definition's `samples`; with --from, "
-                        "all of the source's, and N takes the first N in its unit order)")
+                   help="samples in each export made (default: the definition's `samples`; "
+                        "with --from, all of the source's, and N takes the first N in its unit "
+                        "order)")
     p.add_argument("--seed", type=int, default=0,
-                   help="generator seed (default 0); with --from, for synthesised fields")
+                   help="random seed: of the generator; with --from, of synthesised fields "
+                        "(default 0)")
     p.add_argument("--jobs", type=int, default=None,
                    help="processes to use (default: every core this process may run on)")
     p.add_argument("--generator", type=int, choices=GENERATORS, default=None,
@@ -48,6 +54,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "last part to end finishes the export, byte for byte a single run's. "
                         "`auto` takes I and N from SLURM_ARRAY_TASK_ID/COUNT or RANK/"
                         "WORLD_SIZE")
+
+
+def _listing() -> list[str]:
+    """A line per shipped definition: its name, layout, samples and description."""
+    specs = [load_spec(name) for name in shipped()]
+    width = max(len(s.name) for s in specs)
+    return [f"{s.name:<{width}}  {s.description}" for s in specs] + [
+        "", f"shipped in {FORMATS_DIR}", "give a name (dsbench generate before OUT_DIR) or a "
+        "definition file of your own (docs/formats.md)"]
 
 
 def _per_core(samples: int, cpu_s: float) -> str:
@@ -95,6 +110,12 @@ def _summary(name: str, r: ReexportReport) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     # The options first: a bad one is said before the definition is read or a file written.
+    if args.list:
+        fmt.out("\n".join(_listing()))
+        return 0
+    if args.definition is None or args.out_dir is None:
+        raise DsbenchError("give a DEFINITION and an OUT_DIR (dsbench generate --list shows "
+                           "the shipped definitions)")
     if args.samples is not None and args.samples < 1:
         raise DsbenchError(f"--samples must be at least 1, got {args.samples}")
     if args.samples is not None and args.samples > MAX_SAMPLES:

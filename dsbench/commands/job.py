@@ -11,8 +11,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from dsbench import fmt
+from dsbench import fmt, installed
+from dsbench.commands import vocabulary
 from dsbench.commands.options import (
+    GPU_BATCH,
     add_cluster_subset,
     add_json_argument,
     emit,
@@ -38,11 +40,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("path", help="the export each rank reads its share of")
     g = p.add_argument_group("the job")
     g.add_argument("--ranks", type=int, default=None,
-                   help=f"ranks to start on this machine (default {_D.ranks}; under torchrun "
-                        "or srun the launcher's world size)")
+                   help=f"ranks (one per GPU): those to start on this machine (default "
+                        f"{_D.ranks}; under torchrun or srun the launcher's world size)")
     g.add_argument("--nodes", type=int, default=1,
-                   help="machines the job spans, each running this same command (default 1); "
-                        "with more than 1, give --rdzv")
+                   help="nodes in the job: machines it spans, each running this same command "
+                        "(default 1); with more than 1, give --rdzv")
     g.add_argument("--rdzv", default=None, metavar="HOST:PORT",
                    help="with --nodes: the first node's address and a free port, the same on "
                         "every node (torch's c10d rendezvous, as torchrun's --rdzv-endpoint)")
@@ -50,23 +52,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="run the same job at each of these rank counts and report the tail "
                         "per count beside the model's (e.g. 1,2,4,8)")
     g.add_argument("--workers", type=int, default=_D.workers,
-                   help=f"loader workers per rank (default {_D.workers})")
-    g.add_argument("--batch-size", type=int, default=_D.batch_size,
-                   help=f"samples per rank per step (default {_D.batch_size})")
+                   help=f"loader workers: per rank (default {_D.workers})")
+    g.add_argument("--gpu-batch", type=int, default=_D.batch_size, dest="batch_size",
+                   help=f"samples per GPU per step: each rank's loader batch (default "
+                        f"{_D.batch_size})")
+    vocabulary.refuse(g, "--batch-size", GPU_BATCH)
     g.add_argument("--steps", type=int, default=_D.steps,
-                   help=f"steps to run; the first workers x prefetch are not counted "
+                   help=f"steps of the job: run, the first workers x prefetch not counted "
                         f"(default {_D.steps})")
     add_cluster_subset(g, ClusterSpec(compute=_D.compute),
                        ("compute", "stall_prob", "stall_s", "prefetch"))
     g.add_argument("--backend", choices=BACKENDS, default=_D.backend,
-                   help="each rank's loader: dsbench's own or torch.utils.data.DataLoader")
+                   help="the loader that reads the export: each rank's, dsbench's own or "
+                        "torch's DataLoader around dsbench's reader")
     g.add_argument("--decoder", choices=DECODERS, default=_D.decoder, help="JPEG decoder")
     g.add_argument("--layout", default=None, help="read as this layout instead of detecting it")
     g.add_argument("--device", choices=DEVICES, default=_D.device,
                    help="where the all-reduce runs: cuda (nccl) when every rank of a node has "
                         "a GPU under auto, else cpu (gloo)")
     g.add_argument("--seed", type=int, default=_D.seed,
-                   help="seed of the compute and stall draws and of the model (default 0)")
+                   help="random seed: of the compute and stall draws and of the model "
+                        "(default 0)")
     add_json_argument(p, "the job result document")
 
 
@@ -86,6 +92,7 @@ def options(args: argparse.Namespace, ranks: int) -> JobOptions:
 
 
 def run(args: argparse.Namespace) -> int:
+    installed.require("torch", "dsbench job")
     ident = identity.detect()
     if ident is not None:
         if args.nodes != 1 or args.rdzv is not None:

@@ -18,6 +18,7 @@ from typing import Any
 
 from dsbench import atomic, fmt
 from dsbench.adapters import FORMATS
+from dsbench.commands import vocabulary
 from dsbench.errors import DsbenchError
 from dsbench.loader import exact
 from dsbench.loader.counts import DEFAULT_MAX_SAMPLES, REMOTE_MAX_SAMPLES
@@ -42,8 +43,8 @@ _BARE = "\0bare"  # what a bare --json stands for: standard output, deprecated s
 
 def add_json_argument(p: argparse.ArgumentParser | argparse._ArgumentGroup, what: str) -> None:
     p.add_argument("--json", nargs="?", const=_BARE, default=None, metavar="OUT",
-                   help=f"write {what} to OUT as JSON ('-': to standard output, instead of the "
-                        "report)")
+                   help=f"write the command's document to OUT as JSON: {what} ('-': to "
+                        "standard output, instead of the report)")
 
 
 def json_target(args: argparse.Namespace) -> str | None:
@@ -122,10 +123,10 @@ def add_window_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup,
     until `side_options` settles it)."""
     d = d or BenchOptions()
     p.add_argument("--workers", default=",".join(map(str, d.workers)),
-                   help=f"worker counts to run, comma-separated, e.g. 1,2,4 (default "
-                        f"{','.join(map(str, d.workers))})")
+                   help=f"loader workers: the counts to run, comma-separated, e.g. 1,2,4 "
+                        f"(default {','.join(map(str, d.workers))})")
     p.add_argument("--batch-size", type=int, default=d.batch_size,
-                   help=f"samples per batch (default {d.batch_size})")
+                   help=f"samples per loader batch (default {d.batch_size})")
     p.add_argument("--seconds", type=float, default=d.seconds,
                    help=f"length of each measured window in s (default {d.seconds:g})")
     p.add_argument("--rounds", type=int, default=None if exact_rounds else d.rounds,
@@ -172,21 +173,21 @@ def add_window_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup,
                    help="with --order block: consecutive samples per block, read together "
                         f"(default {d.block})")
     p.add_argument("--inflight", type=int, default=d.inflight, metavar="K",
-                   help="object stores: each worker keeps the next K units (per-sample "
-                        "objects, or WebDataset and TFRecord shards) requested while it works, "
-                        "as a loader that prefetches does (default "
+                   help="units each worker keeps requested ahead in an object store: the "
+                        "next K per-sample objects, or WebDataset and TFRecord shards, while "
+                        "it works, as a loader that prefetches does (default "
                         f"{d.inflight}: one request at a time)")
     r = RetryPolicy()
     p.add_argument("--retries", type=int, default=r.retries, metavar="N",
-                   help="object stores: retries of a request answered 5xx or 429 or cut off, "
-                        f"each counted in the result (default {r.retries})")
+                   help="retries of an object store's request answered 5xx or 429 or cut "
+                        f"off, each counted in the result (default {r.retries})")
     p.add_argument("--backoff", type=float, default=r.backoff_s, metavar="S",
-                   help="object stores: the wait before the first retry, doubling after each "
-                        f"up to {r.max_backoff_s:g} s (default {r.backoff_s:g})")
+                   help="the wait before an object store's first retry, doubling after "
+                        f"each up to {r.max_backoff_s:g} s (default {r.backoff_s:g})")
     p.add_argument("--request-deadline", type=float, default=r.deadline_s, metavar="S",
-                   help="object stores: a request's time, all attempts together, after which "
-                        f"it is an error (default {r.deadline_s:g})")
-    add_exact_arguments(p, d, "count CPU instructions per sample by stage, exactly, beside "
+                   help="an object store request's time, all attempts together, after "
+                        f"which it is an error (default {r.deadline_s:g})")
+    add_exact_arguments(p, d, "count CPU instructions per sample by stage, exactly: beside "
                               "the timed CPU")
     p.add_argument("--count-samples", type=int, default=None, metavar="N",
                    help="files, bytes and requests per sample are counted over whole units up "
@@ -241,8 +242,9 @@ def add_side_arguments(p: argparse.ArgumentParser, exact_rounds: int | None = No
     m = p.add_argument_group("measuring export paths (both in one run, rounds interleaved)")
     add_window_arguments(m, COMPARE_WINDOW, exact_rounds)
     m.add_argument("--backend", choices=BACKENDS, default=COMPARE_WINDOW.backend,
-                   help="how both sides are read: dsbench's reader, in torch's DataLoader, or "
-                        "through each format's own library (native)")
+                   help="the loader that reads the export: dsbench's own, torch's DataLoader "
+                        "around dsbench's reader, or each format's own library (native), "
+                        "for both sides")
     m.add_argument("--cand-backend", choices=BACKENDS, default=None, metavar="BACKEND",
                    help="read the candidate otherwise: `compare EXPORT EXPORT --cand-backend "
                         "native` puts dsbench's reader and the format's library side by side")
@@ -274,13 +276,13 @@ def side_options(args: argparse.Namespace, exact_rounds: int | None = None
 
 # ClusterSpec's field -> (option, help); ClusterSpec names its fields in errors.
 _CLUSTER_OPTIONS: dict[str, tuple[str, str]] = {
-    "nodes": ("--nodes", "nodes"),
+    "nodes": ("--nodes", "nodes in the job"),
     "gpus_per_node": ("--gpus-per-node", "GPUs per node"),
     "cores_per_node": ("--cores-per-node", "CPU cores per node"),
     "trainer_cores_per_gpu": ("--trainer-cores-per-gpu",
                               "cores each training process itself keeps busy"),
     "workers_per_gpu": ("--workers-per-gpu", "DataLoader workers per GPU"),
-    "prefetch": ("--prefetch", "batches in flight per worker"),
+    "prefetch": ("--job-prefetch", "batches in flight per DataLoader worker in the job"),
     "batch_size": ("--gpu-batch", "samples per GPU per step"),
     "compute": ("--compute", f"GPU seconds per step: {DIST_SYNTAX}"),
     "allreduce_s": ("--allreduce", "all-reduce seconds after the slowest rank"),
@@ -301,9 +303,14 @@ _TYPES: dict[str, Callable[[str], Any]] = {"trainer_cores_per_gpu": float, "allr
 _METAVARS = {"node_memory_bytes": "SIZE"}
 
 
+def _metavar(name: str, flag: str) -> str:
+    """What --help shows for the option's value: its name, not its cluster_ destination."""
+    return _METAVARS.get(name) or flag.lstrip("-").replace("-", "_").upper()
+
+
 def _default_text(name: str, d: ClusterSpec, measured_batch: bool) -> str:
     if name == "batch_size" and measured_batch:
-        return "the measured batch"
+        return "the measured loader batch"
     value = getattr(d, name)
     if name == "compute":
         return d.compute.describe()
@@ -314,17 +321,22 @@ def _default_text(name: str, d: ClusterSpec, measured_batch: bool) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
+# What the renamed options meant, said where they are refused (vocabulary.refuse).
+GPU_BATCH = ("--batch-size is the loader's batch; the GPU's batch per step is --gpu-batch")
+JOB_PREFETCH = ("--prefetch is the measured loader's (dsbench bench); the job's batches in "
+                "flight per DataLoader worker are --job-prefetch")
+
+
 def add_cluster_arguments(p: argparse.ArgumentParser, d: ClusterSpec, title: str, *,
-                          measured_batch: bool = True,
-                          batch_aliases: tuple[str, ...] = ()) -> None:
+                          measured_batch: bool = True) -> None:
     """The cluster's options, each defaulting to `d`'s value (unset options stay None, so a
     caller can tell an assumption from a stated figure)."""
     g = p.add_argument_group(title)
     for name, (flag, text) in _CLUSTER_OPTIONS.items():
-        flags = (flag, *batch_aliases) if name == "batch_size" else (flag,)
-        g.add_argument(*flags, dest=f"cluster_{name}", type=_TYPES.get(name, int), default=None,
-                       metavar=_METAVARS.get(name),
+        g.add_argument(flag, dest=f"cluster_{name}", type=_TYPES.get(name, int), default=None,
+                       metavar=_metavar(name, flag),
                        help=f"{text} (default {_default_text(name, d, measured_batch)})")
+    vocabulary.refuse(g, "--prefetch", JOB_PREFETCH)
 
 
 def add_cluster_subset(g: argparse.ArgumentParser | argparse._ArgumentGroup, d: ClusterSpec,
@@ -334,7 +346,9 @@ def add_cluster_subset(g: argparse.ArgumentParser | argparse._ArgumentGroup, d: 
     for name in names:
         flag, text = _CLUSTER_OPTIONS[name]
         g.add_argument(flag, dest=f"cluster_{name}", type=_TYPES.get(name, int),
-                       default=None, help=f"{text} (default {_default_text(name, d, False)})")
+                       default=None, metavar=_metavar(name, flag), help=f"{text} (default {_default_text(name, d, False)})")
+    if "prefetch" in names:
+        vocabulary.refuse(g, "--prefetch", JOB_PREFETCH)
 
 
 def cluster_from_args(args: argparse.Namespace, d: ClusterSpec, measured_batch: int | None = None

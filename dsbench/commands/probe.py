@@ -31,7 +31,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="concurrent readers to measure bandwidth with, comma-separated "
                         "(default %(default)s)")
     p.add_argument("--seconds", type=float, default=_D.seconds,
-                   help=f"window per reader count in s (default {_D.seconds:g})")
+                   help=f"length of each measured window in s (one per reader count; "
+                        f"default {_D.seconds:g})")
     p.add_argument("--find-limit", action="store_true",
                    help="an object store: also raise the request rate step by step (each "
                         "--seconds long) until the store throttles, and record the rate it "

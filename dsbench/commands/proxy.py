@@ -39,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds added to each read, lognormal when SD is given (default 0)")
     p.add_argument("--bucket", default="", metavar="NAME",
                    help="only this bucket's reads (default: every bucket's)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the faults (default 0)")
+    p.add_argument("--seed", type=int, default=0, help="random seed: of the faults (default 0)")
 
 
 def run(args: argparse.Namespace) -> int:

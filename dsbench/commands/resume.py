@@ -31,12 +31,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"how the job restarts, one or several comma-separated: "
                         f"{', '.join(POLICIES)}, or all (default %(default)s)")
     p.add_argument("--backend", choices=BACKENDS, default=_D.backend,
-                   help="dsbench's own loader, or torch's DataLoader (torchdata's "
-                        "StatefulDataLoader for --policy stateful) (default %(default)s)")
-    p.add_argument("--ranks", type=int, default=_D.ranks, help="ranks the epoch is sharded over "
-                   "(default %(default)s)")
+                   help="the loader that reads the export: dsbench's own, or torch's "
+                        "DataLoader (torchdata's StatefulDataLoader for --policy stateful) "
+                        "(default %(default)s)")
+    p.add_argument("--ranks", type=int, default=_D.ranks,
+                   help="ranks (one per GPU): those the epoch is sharded over (default "
+                        "%(default)s)")
     p.add_argument("--workers", type=int, default=_D.workers,
-                   help="loader worker processes per rank (default %(default)s)")
+                   help="loader workers: processes per rank (default %(default)s)")
     p.add_argument("--ranks-after", type=int, default=None, metavar="M",
                    help="restart on M ranks, as after a lost node (default: --ranks); the "
                         "ranks run together and replayed and skipped samples are counted over "
@@ -44,11 +46,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers-after", type=int, default=None, metavar="V",
                    help="restart with V loader workers per rank (default: --workers)")
     p.add_argument("--batch-size", type=int, default=_D.batch_size,
-                   help="samples per batch (default %(default)s)")
+                   help="samples per loader batch (default %(default)s)")
     p.add_argument("--buffer", type=int, default=_D.buffer,
                    help="shuffle-buffer samples per worker, for shard layouts "
                         "(default %(default)s)")
-    p.add_argument("--seed", type=int, default=_D.seed, help="shuffle seed (default %(default)s)")
+    p.add_argument("--seed", type=int, default=_D.seed,
+                   help="random seed: of the shuffle (default %(default)s)")
     p.add_argument("--epoch", type=int, default=_D.epoch,
                    help="the epoch to interrupt (default %(default)s)")
     p.add_argument("--window", type=int, default=_D.window,

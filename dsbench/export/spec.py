@@ -291,9 +291,29 @@ def parse_spec(data: dict[str, Any], source: str) -> ExportSpec:
     return spec
 
 
+def shipped() -> list[str]:
+    """The names of the definitions shipped with dsbench (dsbench/export/formats/NAME.toml)."""
+    return sorted(p.stem for p in FORMATS_DIR.glob("*.toml"))
+
+
+def find_definition(given: str | Path) -> Path:
+    """A definition file: `given` where it is a file, else the shipped definition it names
+    ("before", or "before.toml"), from any directory. A path that is neither is an error that
+    lists the shipped names."""
+    p = Path(given)
+    if p.exists() or len(p.parts) != 1:
+        return p
+    name = p.name.removesuffix(".toml")
+    if name in shipped():
+        return FORMATS_DIR / f"{name}.toml"
+    raise DsbenchError(f"no such definition file, nor a shipped definition of that name "
+                       f"(shipped: {', '.join(shipped())}; dsbench generate --list)", path=p)
+
+
 def load_spec(path: str | Path) -> ExportSpec:
-    """Read and validate a definition file; every problem is a DsbenchError naming file and key."""
-    p = Path(path)
+    """Read and validate a definition, a file or a shipped one by name (find_definition); every
+    problem is a DsbenchError naming file and key."""
+    p = find_definition(path)
     atomic.check_input(p)
     try:
         text = p.read_bytes().decode("utf-8")

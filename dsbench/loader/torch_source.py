@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from dsbench import procs
+from dsbench import installed, procs
 from dsbench.adapters import base
 from dsbench.errors import DsbenchError
 from dsbench.loader.batch_order import where_of
@@ -135,11 +135,9 @@ class TorchSource:
 
     def __init__(self, path: Loc, pipeline: Pipeline, n_workers: int, opts: Any,
                  opener: Callable[[str], Any] | None = None, context: Any = "spawn") -> None:
-        try:
-            from torch.utils.data import DataLoader
-        except ImportError:
-            raise DsbenchError("--backend torch needs torch: pip install 'dsbench[torch]'"
-                               ) from None
+        installed.require("torch", "--backend torch")
+        from torch.utils.data import DataLoader
+
         dataset = __getattr__("TorchSamples")(str(path), pipeline, opts.seed,
                                                opener or opts.export_opener(),
                                                opts.reading_order())

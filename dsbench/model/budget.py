@@ -84,7 +84,7 @@ class Job:
 
 CAPACITY_NEEDS = ("batch_size", "compute_s", "cores_per_node", "cpu_s_per_sample")
 # The option that states each (the field names are the model's, not the command line's).
-CAPACITY_OPTIONS = {"batch_size": "--batch-size", "compute_s": "--compute",
+CAPACITY_OPTIONS = {"batch_size": "--gpu-batch", "compute_s": "--compute",
                     "cores_per_node": "--cores-per-node", "cpu_s_per_sample": "--cpu-per-sample"}
 OBSERVED_NEEDS = ("mean_step_s", "gpu_util")
 
@@ -158,13 +158,13 @@ def implications(job: Job) -> dict[str, float | bool | None]:
 
 def budget(job: Job) -> dict[str, object]:
     """Both parts where their inputs were given; at least one must be."""
-    # --batch-size and --cores-per-node serve both parts; --compute and --cpu-per-sample ask for
+    # --gpu-batch and --cores-per-node serve both parts; --compute and --cpu-per-sample ask for
     # the capacity part, the observed figures for the other.
     wants_cap = job.compute_s is not None or job.cpu_s_per_sample is not None
     has_obs = any(getattr(job, n) is not None for n in
                   ("mean_step_s", "p99_step_s", "gpu_util", "host_cpu", "slowdown"))
     if not wants_cap and not has_obs:
-        raise DsbenchError("nothing to compute: give --batch-size, --compute, --cores-per-node "
+        raise DsbenchError("nothing to compute: give --gpu-batch, --compute, --cores-per-node "
                            "and --cpu-per-sample, or an observed job's --mean-step and --gpu-util")
     return {
         "kind": "dsbench-budget", "schema_version": 1,

@@ -15,7 +15,6 @@ document: `results` and `comparisons` are measurements, `cluster` and `tails` ar
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import math
 import os
 from collections.abc import Callable
@@ -25,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from dsbench import fmt
+from dsbench import fmt, installed
 from dsbench.advise.run import AdviseOptions, advise
 from dsbench.analysis.compare import compare
 from dsbench.errors import DsbenchError
@@ -222,8 +221,10 @@ def probed_storage(probed: dict[str, Any], network_s: float) -> StorageProfile:
 def job_check(path: Path, opts: DemoOptions, progress: Progress) -> dict[str, Any]:
     """The cluster model checked against a measured job on this machine: 2 ranks reading
     after, each with its own loader, the demo's compute per step, an all-reduce every step."""
-    if importlib.util.find_spec("torch") is None:
-        return {"skipped": "torch is not installed (pip install 'dsbench[torch]')"}
+    try:
+        installed.require("torch", "the job check")
+    except DsbenchError as exc:
+        return {"skipped": str(exc)}
     jo = JobOptions(ranks=2, workers=1, batch_size=JOB_BATCH, steps=opts.job_steps,
                     compute=opts.cluster.compute, seed=opts.seed)
     try:

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
-from dsbench import __version__, adapters
+from dsbench import __version__, adapters, installed
 from dsbench.errors import DsbenchError
 from dsbench.loader.order import Plan, batches_per_rank, shuffle_of
 from dsbench.loader.pipeline import Pipeline
@@ -82,15 +82,9 @@ class ResumeOptions:
         if self.restart_at < 1:
             raise DsbenchError(f"--restart-at must be at least 1 step, got {self.restart_at}")
         if self.backend == "torch":
-            try:
-                import torch  # noqa: F401
-            except ImportError:
-                raise DsbenchError("--backend torch needs torch: pip install torch") from None
-            from dsbench.resume.torch_loader import stateful_available
-
-            if "stateful" in self.policies and not stateful_available():
-                raise DsbenchError("--policy stateful --backend torch needs torchdata "
-                                   "(StatefulDataLoader): pip install torchdata")
+            installed.require("torch", "--backend torch")
+            if "stateful" in self.policies:
+                installed.require("torchdata", "--policy stateful (StatefulDataLoader)")
 
 
 class Loader(Protocol):

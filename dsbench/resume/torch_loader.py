@@ -87,14 +87,6 @@ def collate_items(batch: list[tuple[Item, np.ndarray]]) -> dict[str, Any]:
     return {"items": [item for item, _ in batch], "images": images}
 
 
-def stateful_available() -> bool:
-    try:
-        import torchdata.stateful_dataloader  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 class TorchLoader:
     """One rank's epoch through DataLoader (stateful=False) or StatefulDataLoader."""
 

@@ -131,3 +131,14 @@ def s3_env(s3_server: LocalS3, monkeypatch: pytest.MonkeyPatch) -> Iterator[Loca
     remote.clear_caches()
     yield s3_server
     remote.clear_caches()
+
+
+@pytest.fixture()
+def forked_writers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Writers forked whatever else this test process has loaded: a test that plants a fault or
+    a setting in this process for the writers to inherit. (Another test may have loaded Lance
+    here, which would otherwise have the writers spawned, without the plant; the writers these
+    tests start never reach Lance.)"""
+    from dsbench import procs
+
+    monkeypatch.setattr(procs, "fork_safe", lambda: True)

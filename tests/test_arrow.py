@@ -46,7 +46,7 @@ def export(tmp_path: Path, samples: int = 13, seed: int = 0, name: str = "ex",
 
 
 @pytest.fixture()
-def small_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+def small_batches(monkeypatch: pytest.MonkeyPatch, forked_writers: None) -> None:
     # Several record batches per shard, so that batch boundaries are crossed.
     monkeypatch.setattr(write, "ARROW_BATCH_ROWS", 2)
 

@@ -265,3 +265,19 @@ def test_what_a_snapshot_costs_is_taken_off_every_stage() -> None:
     stages = exact.per_stage(snaps, ("n",))
     assert stages["read"]["n"] == 1000 + 7 and stages["decode"]["n"] == 50
     assert stages["transform"]["n"] == 0
+
+
+@pytest.mark.parametrize("value", ["", "x", "x" * 17, "x" * 5000])
+def test_the_pass_sees_the_same_environment_size_whatever_the_callers_holds(
+        value: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The count moved by up to 0.05% with the environment's length (pytest's own variable
+    # changes between a test's setup and its call): what varies between runs is left out, and
+    # the rest padded to whole pages.
+    monkeypatch.setenv("PYTEST_CURRENT_TEST", value)
+    monkeypatch.setenv("A_VARIABLE_OF_THE_CALLERS", value)
+    argv = ["python", "-m", "dsbench.loader.exact_pass", "instructions.plan"]
+    env = exact.child_environment(argv)
+    assert "PYTEST_CURRENT_TEST" not in env and env["PYTHONHASHSEED"] == "0"
+    assert env["A_VARIABLE_OF_THE_CALLERS"] == value  # a pipeline step may read its own
+    size = sum(len(k) + len(v) + 2 for k, v in env.items()) + sum(len(a) + 1 for a in argv)
+    assert size % exact.PAGE == 0

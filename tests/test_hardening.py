@@ -123,6 +123,7 @@ def _generate_with_a_failing_unit(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     return sorted(p.name for p in out.iterdir())
 
 
+@pytest.mark.usefixtures("forked_writers")
 def test_a_full_disk_during_generate_is_one_line_and_leaves_whole_units(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
@@ -135,6 +136,7 @@ def test_a_full_disk_during_generate_is_one_line_and_leaves_whole_units(
     assert "shard-000001.tar" not in names
 
 
+@pytest.mark.usefixtures("forked_writers")
 def test_a_writing_process_killed_mid_unit_is_one_line_and_leaves_whole_units(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,11 +10,11 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "dsbench"
 # The stages in the order data flows; the foundation modules (errors, fmt, atomic, stats,
-# procs) come before all of them, the command line after.
+# procs, installed) come before all of them, the command line after.
 STAGES = ["storage", "adapters", "export", "results", "loader", "resume", "model", "job",
           "analysis", "advise", "report", "commands"]
 FOUNDATION = {"dsbench", "dsbench.errors", "dsbench.fmt", "dsbench.atomic", "dsbench.stats",
-              "dsbench.procs"}
+              "dsbench.procs", "dsbench.installed"}
 TOP = {"dsbench.cli", "dsbench.__main__"}
 MAX_LINES = 400
 

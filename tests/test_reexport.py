@@ -305,6 +305,7 @@ def test_a_different_source_is_refused_where_a_re_export_was_written(
     _refused([d, out, "--samples", "3"], capsys, "holds a different export")
 
 
+@pytest.mark.usefixtures("forked_writers")
 def test_a_worker_that_cannot_open_the_source_stops_the_run(
         sources: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:

@@ -309,7 +309,8 @@ def test_an_export_in_an_object_store_is_advised_from_the_same_store(
     out = tmp_path / "advice.json"
     # Batches of 8: a warm-up batch of 64 would read the 40 samples again, two GETs each.
     assert main(["advise", url, "--samples", "40", "--layouts", "wds", "--shard-sizes", "64MB",
-                 "--budget", "1s", "--batch-size", "8", "--write-definition", str(tmp_path / "d.toml"),
+                 "--budget", "1s", "--batch-size", "8",
+                 "--write-definition", str(tmp_path / "d.toml"),
                  "--json", str(out)]) == 0
     doc = json.loads(out.read_text())
     staged = doc["staged_in"]

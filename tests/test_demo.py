@@ -239,8 +239,12 @@ def run_demo_cli(tmp_path: Path, *extra: str) -> list[str]:
 
 def test_demo_end_to_end_reuses_its_cache(tmp_path: Path, capsys: pytest.CaptureFixture[str]
                                           ) -> None:
-    assert main(run_demo_cli(tmp_path, "--out", str(tmp_path / "out"))) == 0
+    # The advice within 10 s rather than 25: its pick lifts the modelled utilization several
+    # times over (3.8x in the README's run), an interval that a shorter search still clears.
+    assert main(run_demo_cli(tmp_path, "--out", str(tmp_path / "out"),
+                             "--advice-budget", "10s")) == 0
     first = capsys.readouterr()
+    assert "measured within 10.0 s (dsbench advise)" in first.err
     assert "generating before" in first.err and "Verdict (measured on this machine" in first.out
     assert "On 16 nodes x 8 GPUs" in first.out and "What to do" in first.out
     # The object-store section: a local S3 server started, measured, and stopped.

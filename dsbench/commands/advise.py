@@ -26,7 +26,7 @@ HELP = ("which layout to roll out: re-lay a sample of the export into candidate 
 DEFAULT_DEFINITION = "advised.toml"
 
 
-def parse_budget(text: str) -> float:
+def parse_budget(text: str, option: str = "--budget") -> float:
     """'10m', '90s', '1h', '600' -> seconds."""
     scale = {"s": 1.0, "m": 60.0, "h": 3600.0}
     t = text.strip().lower()
@@ -35,7 +35,7 @@ def parse_budget(text: str) -> float:
     except ValueError:
         value = -1.0
     if not value > 0 or value != value or value == float("inf"):
-        raise DsbenchError(f"--budget {text!r}: expected a duration like 10m, 90s or 600")
+        raise DsbenchError(f"{option} {text!r}: expected a duration like 10m, 90s or 600")
     return value
 
 

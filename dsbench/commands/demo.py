@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from dsbench import fmt
+from dsbench.commands.advise import parse_budget
 from dsbench.commands.options import (
     add_cluster_arguments,
     add_json_argument,
@@ -50,6 +51,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="skip restarting after's loader by each policy (dsbench resume)")
     m.add_argument("--no-advice", dest="advise", action="store_false",
                    help="skip the search for the export to roll out (dsbench advise on after)")
+    m.add_argument("--advice-budget", default=f"{demo.ADVISE.budget_s:g}s", metavar="DURATION",
+                   help="about how long the advice's measuring may take (default "
+                        f"{demo.ADVISE.budget_s:g}s; 10s, 1m)")
     add_cluster_arguments(p, _C, "the predicted cluster (a model; the demo's stated "
                           "assumptions)", measured_batch=False)
     p.add_argument("--steps", type=int, default=_D.steps,
@@ -75,7 +79,8 @@ def options(args: argparse.Namespace) -> demo.DemoOptions:
                             steps=args.steps, object_store=args.object_store,
                             network_latency_s=args.network_latency,
                             storage_stated=sources["storage"] == "stated", job=args.job,
-                            resume=args.resume, advise=args.advise)
+                            resume=args.resume, advise=args.advise,
+                            advice_budget_s=parse_budget(args.advice_budget, "--advice-budget"))
 
 
 def run(args: argparse.Namespace) -> int:

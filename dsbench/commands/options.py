@@ -346,7 +346,8 @@ def add_cluster_subset(g: argparse.ArgumentParser | argparse._ArgumentGroup, d: 
     for name in names:
         flag, text = _CLUSTER_OPTIONS[name]
         g.add_argument(flag, dest=f"cluster_{name}", type=_TYPES.get(name, int),
-                       default=None, metavar=_metavar(name, flag), help=f"{text} (default {_default_text(name, d, False)})")
+                       default=None, metavar=_metavar(name, flag),
+                       help=f"{text} (default {_default_text(name, d, False)})")
     if "prefetch" in names:
         vocabulary.refuse(g, "--prefetch", JOB_PREFETCH)
 

@@ -97,6 +97,7 @@ class DemoOptions:
     job_steps: int = 40
     resume: bool = True  # also restart after's loader by each policy (dsbench resume)
     advise: bool = True  # end with dsbench advise's recommendation for after
+    advice_budget_s: float = 25.0  # how long the advice's measuring may take (ADVISE's)
 
 
 # The advice for after (dsbench advise), sized to the demo: its first 500 samples re-laid as
@@ -189,12 +190,13 @@ def advice_run(path: Path, opts: DemoOptions, progress: Progress) -> dict[str, A
     """dsbench advise on after, as the demo sizes it (ADVISE), to the demo's cluster."""
     samples = min(ADVISE.samples or opts.samples, opts.samples)
     progress(f"demo: advising on after: its first {samples} samples re-laid into candidates, "
-             f"measured within {fmt.seconds(ADVISE.budget_s)} (dsbench advise)")
+             f"measured within {fmt.seconds(opts.advice_budget_s)} (dsbench advise)")
     # advise's own single worker, in the demo's batches (--batch-size: 64 unless asked otherwise)
     # Timed only: the verdict above has the exports' counted CPU, arrow's among them, and
     # counting the candidates too would take the demo past its three minutes.
     bench = BenchOptions(workers=(1,), batch_size=opts.bench.batch_size, exact=False)
-    return advise(str(path), dataclasses.replace(ADVISE, samples=samples), bench,
+    return advise(str(path), dataclasses.replace(ADVISE, samples=samples,
+                                                 budget_s=opts.advice_budget_s), bench,
                   opts.cluster, progress)
 
 

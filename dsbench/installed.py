@@ -45,7 +45,7 @@ def require(module: str, purpose: str) -> Any:
     except ImportError as exc:
         raise DsbenchError(f"{purpose} needs {module} >= {minimum}, which is not installed "
                            f"({exc}): pip install 'dsbench[{extra}]'") from None
-    found = version_of(module) or getattr(lib, "__version__", "")
+    found = str(version_of(module) or getattr(lib, "__version__", ""))
     if release(found) < release(minimum):
         raise DsbenchError(f"{purpose} needs {module} >= {minimum}; this environment has "
                            f"{module} {found}: upgrade it (pip install '{module}>={minimum}')")

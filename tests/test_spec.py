@@ -111,3 +111,35 @@ def test_member_extensions_follow_webdataset_conventions() -> None:
     assert member_ext(spec, spec.field("caption")) == "txt"
     assert member_ext(spec, spec.field("embedding")) == "embedding.f32"
     assert member_ext(spec, spec.field("boxes")) == "boxes.json"
+
+
+def test_a_shipped_definition_is_found_by_name_from_any_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from dsbench.cli import main
+    from dsbench.export.spec import FORMATS_DIR, find_definition, shipped
+
+    monkeypatch.chdir(tmp_path)  # outside the checkout
+    assert shipped() == sorted(p.stem for p in FORMATS_DIR.glob("*.toml"))
+    assert {"before", "after", "arrow", "thumbnails"} <= set(shipped())
+    assert load_spec("before") == load_spec(FORMATS_DIR / "before.toml")
+    assert find_definition("after.toml") == FORMATS_DIR / "after.toml"
+    # An export directory called `before` does not hide the definition; a file does.
+    (tmp_path / "before").mkdir()
+    assert find_definition("before") == FORMATS_DIR / "before.toml"
+    (tmp_path / "mine.toml").write_text((FORMATS / "thumbnails.toml").read_text())
+    assert find_definition("mine.toml") == Path("mine.toml")
+    with pytest.raises(DsbenchError, match=r"nope: no such definition file, nor a shipped "
+                                           r"definition of that name \(shipped: after, "):
+        load_spec("nope")
+    # generate --list: a line per shipped definition, with its description.
+    assert main(["generate", "--list"]) == 0
+    listing = capsys.readouterr().out.splitlines()
+    for name in shipped():
+        line = next(ln for ln in listing if ln.startswith(f"{name} "))
+        assert load_spec(name).description in line
+    # --show prints the file, to start one's own from; the shipped name writes an export.
+    assert main(["generate", "--show", "thumbnails"]) == 0
+    assert capsys.readouterr().out == (FORMATS / "thumbnails.toml").read_text()
+    assert main(["generate", "thumbnails", "out", "--samples", "4"]) == 0
+    assert load_spec("thumbnails").layout == "wds" and list(Path("out").glob("*.tar"))

@@ -12,7 +12,7 @@ from dsbench.errors import DsbenchError
 from dsbench.export.generate import GenerateReport, generate
 from dsbench.export.parts import parse_part
 from dsbench.export.reexport import ReexportReport, reexport
-from dsbench.export.spec import FORMATS_DIR, MAX_SAMPLES, load_spec, shipped
+from dsbench.export.spec import FORMATS_DIR, MAX_SAMPLES, find_definition, load_spec, shipped
 from dsbench.export.synth import GENERATOR, GENERATORS
 
 HELP = ("write an export from a definition (a shipped one by name, or a TOML file), with "
@@ -26,6 +26,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("out_dir", nargs="?", help="directory to write the export into")
     p.add_argument("--list", action="store_true",
                    help="list the shipped definitions, a line each, and exit")
+    p.add_argument("--show", action="store_true",
+                   help="print DEFINITION's TOML (to start one of your own from it) and exit")
     p.add_argument("--from", dest="source", default=None, metavar="EXPORT",
                    help="re-lay the samples of this export (any layout dsbench reads, a path "
                         "or a URL) as the definition says: images copied byte for byte, the "
@@ -46,8 +48,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--generator", type=int, choices=GENERATORS, default=None,
                    help=f"how synthetic images are made (default {GENERATOR}): 2 from crops "
                         "of a few precomputed fields, about 3.5x faster; 1 a fresh field per "
-                        "image, as dsbench made them before (to complete or remake such an "
-                        "export byte for byte)")
+                        "image (to complete or remake an export made with it byte for byte)")
     p.add_argument("--part", default=None, metavar="I/N",
                    help="write only part I of N (0 <= I < N) of the export, as one of N "
                         "processes sharing OUT_DIR (Slurm array tasks, torchrun ranks); the "
@@ -112,6 +113,12 @@ def run(args: argparse.Namespace) -> int:
     # The options first: a bad one is said before the definition is read or a file written.
     if args.list:
         fmt.out("\n".join(_listing()))
+        return 0
+    if args.show:
+        if args.definition is None:
+            raise DsbenchError("--show needs a DEFINITION: dsbench generate --show before")
+        load_spec(args.definition)  # a bad or unknown one is said, not printed
+        fmt.out(find_definition(args.definition).read_text(encoding="utf-8").rstrip("\n"))
         return 0
     if args.definition is None or args.out_dir is None:
         raise DsbenchError("give a DEFINITION and an OUT_DIR (dsbench generate --list shows "

@@ -148,6 +148,26 @@ class WriterPool:
             conn.close()
 
 
+class InlinePool:
+    """One writer: this process itself, the pool's interface without a second process (nothing
+    to fork or spawn, and no start-up to pay). A failure or a signal unwinds through the
+    caller's worker_pool, which removes the unit's temporaries as for a killed writer."""
+
+    def start(self, setup: Callable[..., None] | None, args: tuple[Any, ...]) -> None:
+        if setup is not None:
+            setup(*args)
+
+    def imap(self, fn: Callable[[Any], Any], tasks: Iterable[Any]) -> Iterator[Any]:
+        for task in tasks:
+            yield fn(task)
+
+    def close(self) -> None:
+        pass
+
+    def kill(self) -> None:
+        pass
+
+
 def remove_temporaries(out_dir: Path, only: set[Path] | None = None) -> None:
     """What a killed writer left: its temporaries, files or directories (a finished write
     leaves none); with `only`, those of these final paths alone."""
@@ -163,11 +183,11 @@ def remove_temporaries(out_dir: Path, only: set[Path] | None = None) -> None:
 @contextmanager
 def worker_pool(out: Path, workers: int, start: str = "fork",
                 setup: Callable[..., None] | None = None, args: tuple[Any, ...] = (),
-                only: set[Path] | None = None) -> Iterator[WriterPool]:
-    """A pool of `workers` processes writing into `out`. On any failure or interruption the
-    workers are ended and their temporaries removed (of the final paths `only`, when given):
-    the units written so far stay whole (a re-run completes the export), the ones being
-    written are gone. `setup(*args)` runs first in each worker."""
+                only: set[Path] | None = None) -> Iterator[WriterPool | InlinePool]:
+    """A pool of `workers` processes writing into `out` (one: this process, InlinePool). On any
+    failure or interruption the workers are ended and their temporaries removed (of the final
+    paths `only`, when given): the units written so far stay whole (a re-run completes the
+    export), the ones being written are gone. `setup(*args)` runs first in each worker."""
     # fork by default: workers inherit the imported modules, which makes start-up cheap on
     # Linux. Callers whose process has used an object store pass "spawn": its client is not
     # fork-safe (a forked child hangs on its first request). Nor is a process that loaded a
@@ -175,9 +195,12 @@ def worker_pool(out: Path, workers: int, start: str = "fork",
     # crashed with signal 11 or hung): spawned then.
     if start == "fork" and not procs.fork_safe():
         start = "spawn"
-    pool = WriterPool()
+    pool = InlinePool() if workers == 1 else WriterPool()
     try:
-        pool.start(workers, start, setup, args)
+        if isinstance(pool, InlinePool):
+            pool.start(setup, args)
+        else:
+            pool.start(workers, start, setup, args)
         yield pool
     except BaseException as exc:
         with procs.uninterrupted():

@@ -106,6 +106,12 @@ def _open_source(path: str, layout: str) -> None:
         _SOURCE = exc
 
 
+def _close_source() -> None:
+    """Forget the source a one-writer pool opened in this process (a pool's workers end)."""
+    global _SOURCE
+    _SOURCE = None
+
+
 def reencoded(data: bytes, image: ImageSpec, source: str, key: str) -> bytes:
     """`data` decoded and encoded as `image` says: JPEG at its quality, or PNG (lossless). The
     colour profile and EXIF (orientation) go along; a mode the codec cannot hold (CMYK, LAB,
@@ -320,6 +326,7 @@ def reexport(spec: ExportSpec, out_dir: str | Path, source: str, samples: int | 
         finish(spec, out, n)
     finally:
         bar.close()
+        _close_source()
     write_manifest(out, manifest(spec, n, seed, complete=True, source=provenance))
     return ReexportReport(out, n, bar.total, len(todo), len(unit_ranges(spec, n)) - len(todo),
                           time.perf_counter() - t0, cpu_with_children() - cpu0, source=where,

@@ -298,10 +298,11 @@ def shipped() -> list[str]:
 
 def find_definition(given: str | Path) -> Path:
     """A definition file: `given` where it is a file, else the shipped definition it names
-    ("before", or "before.toml"), from any directory. A path that is neither is an error that
-    lists the shipped names."""
+    ("before", or "before.toml"), from any directory (a directory of that name, an export
+    called `before`, does not hide it). A path that is neither is an error that lists the
+    shipped names."""
     p = Path(given)
-    if p.exists() or len(p.parts) != 1:
+    if p.is_file() or len(p.parts) != 1:
         return p
     name = p.name.removesuffix(".toml")
     if name in shipped():

@@ -153,6 +153,10 @@ def demo_lines(doc: dict[str, Any] | None) -> list[str]:
                  f"{fmt.seconds(last['seconds'])} per side, intervals "
                  f"{fmt.percent(st['level_each'])} each ({st['correction']}); "
                  f"{fmt.seconds(doc['wall_s'])} in all")
+    # The baseline here is after measured again, on its first samples and beside the
+    # candidates: its modelled figures differ from the verdict's by what these rounds saw.
+    lines.append("  its baseline is after measured again beside the candidates: its figures "
+                 "differ from those above by what these shorter rounds saw (docs/glossary.md)")
     if doc.get("definition_path"):
         lines.append(f"  its definition: {doc['definition_path']} (dsbench generate "
                      f"{doc['definition_path']} OUT --from {s['path']} makes the full export)")

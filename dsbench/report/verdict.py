@@ -12,11 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from dsbench import fmt
-from dsbench.analysis.compare import SAME
 from dsbench.report import claims
 from dsbench.report.advise import demo_lines as advice_lines
-from dsbench.report.comparison import change_of
 from dsbench.report.demo import EXPORTS
+from dsbench.report.headline import headline
 from dsbench.report.measured import (
     MEASURED_HEADERS,
     base_run,
@@ -200,38 +199,11 @@ def _fields_text(doc: dict[str, Any]) -> str | None:
     return text
 
 
-def headline(doc: dict[str, Any]) -> list[str]:
-    """Three lines before the details: what changed, what it costs the job, what to do."""
-    comp, cl, spec = doc["comparisons"]["after"], doc["cluster"], doc["cluster_spec"]
-    run = first_run(comp)
-    if run is None:
-        changed = "after and before were not measured alike: no ratio (below)"
-    else:
-        files, cpu = metric(run, "files_per_sample"), metric(run, "cpu_s_per_sample")
-        opens = ("as many files per sample as before" if files["base"] <= 0 or
-                 files["change"] == SAME else f"{change_of(files).factor()} files per sample "
-                 "than before")
-        x = next((m for m in run["metrics"] if m["metric"] == "instructions_per_sample"), None)
-        if x is not None and (comp.get("exact") or {}).get("compared"):
-            spent = ("CPU instructions per sample the same (exact)" if x["change"] == SAME
-                     else f"CPU instructions per sample {change_of(x).factor()} (exact)")
-        else:
-            spent = f"CPU per sample {change_of(cpu).parts()[0]}"
-        changed = f"after opens {opens}; {spent}"
-    ranks = spec["nodes"] * spec["gpus_per_node"]
-    costs = (f"{ranks} GPUs would run at {fmt.percent(cl['after']['gpu_util'])} GPU utilization "
-             f"against before's {fmt.percent(cl['before']['gpu_util'])} (a model)")
-    steps = advice(doc)
-    todo = steps[0].split(": ", 1)[0] if steps else "nothing: after holds up against before"
-    return ["In short", f"  what changed: {changed}", f"  what it costs: {costs}",
-            f"  what to do: {todo} (details below)", ""]
-
-
 def verdict_lines(doc: dict[str, Any]) -> list[str]:
     comp, cl, spec = doc["comparisons"], doc["cluster"], doc["cluster_spec"]
     exact = [f"  CPU instructions per sample: {text}"
              for text in [exact_text(comp["after"], "before", "after")] if text]
-    lines = [*headline(doc),
+    lines = [*headline(doc, advice(doc)),
              "Verdict (measured on this machine; counts first, then timings with their 95% "
              "intervals)",
              f"  {counts_text(comp['after'], 'before', 'after')}",

@@ -76,16 +76,15 @@ def test_the_verdict_opens_with_three_lines_of_what_changed_costs_and_to_do() ->
     util = {n: fmt.percent(doc["cluster"][n]["gpu_util"]) for n in ("after", "before")}
     assert lines[:5] == [
         "In short",
-        "  what changed: after opens 2000x more files per sample than before; CPU per sample "
-        "1.10x more",
+        "  what changed: after opens 2000x more files and takes 1.10x more CPU time per sample",
         f"  what it costs: 16 GPUs would run at {util['after']} GPU utilization against "
         f"before's {util['before']} (a model)",
         "  what to do: roll out the arrow candidate instead of after (details below)", ""]
     assert all(len(line) <= 100 for line in lines[:4]), lines[:4]
     # Where nothing changed beyond noise, nothing is invented.
     same = verdict.verdict_lines(modelled(after_cpu=0.0021, after_files=0.001))
-    assert same[1] == ("  what changed: after opens as many files per sample as before; CPU "
-                       "per sample not distinguishable")
+    assert same[1] == ("  what changed: after opens as many files per sample; its CPU time is "
+                       "not distinguishable")
     assert same[3] == "  what to do: nothing: after holds up against before (details below)"
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from dsbench import fmt
-from dsbench.analysis.compare import SAME
+from dsbench.analysis.compare import SAME, UNKNOWN
 from dsbench.report.comparison import change_of
 from dsbench.report.measured import first_run, metric
 
@@ -23,16 +23,17 @@ def headline(doc: dict[str, Any], steps: list[str]) -> list[str]:
         changed = "after and before were not measured alike: no ratio (below)"
     else:
         files, cpu = metric(run, "files_per_sample"), metric(run, "cpu_s_per_sample")
-        opens = ("as many files per sample as before" if files["base"] <= 0 or
-                 files["change"] == SAME else f"{change_of(files).factor()} files per sample "
-                 "than before")
+        opens = ("as many files" if files["base"] <= 0 or files["change"] == SAME
+                 else f"{change_of(files).factor()} files")
         x = next((m for m in run["metrics"] if m["metric"] == "instructions_per_sample"), None)
         if x is not None and (comp.get("exact") or {}).get("compared"):
-            spent = ("CPU instructions per sample the same (exact)" if x["change"] == SAME
-                     else f"CPU instructions per sample {change_of(x).factor()} (exact)")
+            spent = ("runs as many instructions" if x["change"] == SAME
+                     else f"runs {change_of(x).factor()} instructions")
+            changed = f"after opens {opens} and {spent} per sample (exact)"
+        elif cpu["change"] in (SAME, UNKNOWN) or cpu["ratio_ci95"] is None:
+            changed = f"after opens {opens} per sample; its CPU time is not distinguishable"
         else:
-            spent = f"CPU per sample {change_of(cpu).parts()[0]}"
-        changed = f"after opens {opens}; {spent}"
+            changed = f"after opens {opens} and takes {change_of(cpu).factor()} CPU time per sample"
     ranks = spec["nodes"] * spec["gpus_per_node"]
     costs = (f"{ranks} GPUs would run at {fmt.percent(cl['after']['gpu_util'])} GPU utilization "
              f"against before's {fmt.percent(cl['before']['gpu_util'])} (a model)")

@@ -3,9 +3,9 @@ hang (Lance is not fork-safe; dsbench's writers are spawned where it is loaded).
 
     python -P benchmarks/fork_safety.py OUT [--runs 30] [--samples 120] [--timeout 120]
 
-Each run is `dsbench generate formats/before.toml OUT/run --from OUT/lance --jobs 2` as a fresh
-process, ended if it takes longer than --timeout seconds; the script prints each failed run's
-last line and a count, and exits 1 if any run failed or hung.
+Each run is `dsbench generate thumbnails OUT/run --from OUT/lance --jobs 2` (shards of 25
+samples: two writers) as a fresh process, ended if it takes longer than --timeout seconds; the
+script prints each failed run's last line and a count, and exits 1 if any run failed or hung.
 """
 
 from __future__ import annotations
@@ -20,8 +20,6 @@ from pathlib import Path
 
 import numpy as np
 from PIL import Image
-
-from dsbench.export.spec import FORMATS_DIR
 
 
 def write_lance(out: Path, samples: int) -> None:
@@ -55,8 +53,7 @@ def main() -> int:
     for run in range(1, args.runs + 1):
         out = args.out / "run"
         shutil.rmtree(out, ignore_errors=True)
-        cmd = [sys.executable, "-m", "dsbench", "generate", str(FORMATS_DIR / "before.toml"),
-               str(out), "--from",
+        cmd = [sys.executable, "-m", "dsbench", "generate", "thumbnails", str(out), "--from",
                str(source), "--jobs", "2"]
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)

@@ -248,10 +248,11 @@ def test_no_writer_is_forked_from_a_process_that_loaded_lance(
 
     with worker_pool(tmp_path / "pool", 2, "fork") as pool:
         assert list(pool.imap(_not_fork_safe_loaded, [0, 1])) == [[], []]
-    # A re-export from the Lance export, twice with two writers each: whole, byte for byte.
+    # A re-export from the Lance export, twice with two writers each (shards of 25 samples:
+    # five units): whole, byte for byte.
     for run in range(2):
         out = tmp_path / f"again-{run}"
-        assert main(["generate", str(FORMATS_DIR / "before.toml"), str(out), "--from",
-                     str(exports["lance"]), "--jobs", "2"]) == 0
+        assert main(["generate", "thumbnails", str(out), "--from", str(exports["lance"]),
+                     "--jobs", "2"]) == 0
         assert [r.image for r in _ours(out)] == formatlibs.library_bytes("lance",
                                                                          exports["lance"])

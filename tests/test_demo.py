@@ -21,6 +21,7 @@ from dsbench.export.generate import generate
 from dsbench.export.spec import load_spec
 from dsbench.model.costs import Distribution
 from dsbench.report import demo, verdict
+from dsbench.report.headline import headline
 
 QUICK = demo.DemoOptions(steps=400, cluster=demo.DEMO_CLUSTER.replace(nodes=2))
 
@@ -86,6 +87,12 @@ def test_the_verdict_opens_with_three_lines_of_what_changed_costs_and_to_do() ->
     assert same[1] == ("  what changed: after opens as many files per sample; its CPU time is "
                        "not distinguishable")
     assert same[3] == "  what to do: nothing: after holds up against before (details below)"
+    # Before opened no file: there is no ratio, and "as many" would not be true.
+    doc = modelled()
+    run = doc["comparisons"]["after"]["runs"][0]
+    next(m for m in run["metrics"] if m["metric"] == "files_per_sample")["base"] = 0.0
+    assert headline(doc, [])[1].startswith("  what changed: after opens files where before "
+                                           "opened none and takes 1.10x more CPU time")
 
 
 def stalled_share(tail: dict[str, Any]) -> float:

@@ -58,7 +58,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _listing() -> list[str]:
-    """A line per shipped definition: its name, layout, samples and description."""
+    """A line per shipped definition, its name and description; then where they are."""
     specs = [load_spec(name) for name in shipped()]
     width = max(len(s.name) for s in specs)
     return [f"{s.name:<{width}}  {s.description}" for s in specs] + [
@@ -117,8 +117,9 @@ def run(args: argparse.Namespace) -> int:
     if args.show:
         if args.definition is None:
             raise DsbenchError("--show needs a DEFINITION: dsbench generate --show before")
-        load_spec(args.definition)  # a bad or unknown one is said, not printed
-        fmt.out(find_definition(args.definition).read_text(encoding="utf-8").rstrip("\n"))
+        path = find_definition(args.definition)
+        load_spec(path)  # a bad one is said, not printed
+        fmt.out(path.read_text(encoding="utf-8").rstrip("\n"))
         return 0
     if args.definition is None or args.out_dir is None:
         raise DsbenchError("give a DEFINITION and an OUT_DIR (dsbench generate --list shows "

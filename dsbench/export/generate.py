@@ -151,14 +151,9 @@ def finish(spec: ExportSpec, out: Path, samples: int) -> None:
             writer.finish(spec, out, len(unit_ranges(spec, samples)))
 
 
-def start_method(spec: ExportSpec, default: str = "fork") -> str:
-    """How the writing processes start: a library that is not fork-safe (Lance: its runtime's
-    threads) is written from spawned processes."""
-    return "spawn" if writer_of(spec).sequential else default
-
-
 def pool_jobs(spec: ExportSpec, jobs: int | None, todo: int) -> int:
-    """Processes to write with: one for a format whose units go in one after another."""
+    """Writers: one, this process (export.pool.InlinePool), for a format whose units go in one
+    after another."""
     if writer_of(spec).sequential:
         return 1
     return max(1, min(jobs or len(os.sched_getaffinity(0)), todo))
@@ -224,7 +219,7 @@ def generate(spec: ExportSpec, out_dir: str | Path, samples: int | None = None, 
     try:
         if todo:
             warm(generator)
-            with worker_pool(out, workers, start_method(spec), only=only) as pool:
+            with worker_pool(out, workers, only=only) as pool:
                 # In order: a sequential format's units must be written one after another.
                 for done in pool.imap(_write_unit, todo):
                     bar.advance(done)

@@ -153,7 +153,9 @@ class InlinePool:
     to fork or spawn, and no start-up to pay). A failure or a signal unwinds through the
     caller's worker_pool, which removes the unit's temporaries as for a killed writer."""
 
-    def start(self, setup: Callable[..., None] | None, args: tuple[Any, ...]) -> None:
+    def start(self, workers: int, start: str, setup: Callable[..., None] | None,
+              args: tuple[Any, ...]) -> None:
+        """WriterPool.start's signature: the one writer is this process, set up now."""
         if setup is not None:
             setup(*args)
 
@@ -197,10 +199,7 @@ def worker_pool(out: Path, workers: int, start: str = "fork",
         start = "spawn"
     pool = InlinePool() if workers == 1 else WriterPool()
     try:
-        if isinstance(pool, InlinePool):
-            pool.start(setup, args)
-        else:
-            pool.start(workers, start, setup, args)
+        pool.start(workers, start, setup, args)
         yield pool
     except BaseException as exc:
         with procs.uninterrupted():

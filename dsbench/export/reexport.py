@@ -51,7 +51,6 @@ from dsbench.export.generate import (
     missing_units,
     pool_jobs,
     prepare,
-    start_method,
     unit_ranges,
     write_manifest,
 )
@@ -318,7 +317,7 @@ def reexport(spec: ExportSpec, out_dir: str | Path, source: str, samples: int | 
         # A process that has used an object store's client must not fork (see worker_pool);
         # spawned workers start slower, so none is started when nothing is left to write.
         if tasks:
-            with worker_pool(out, workers, start_method(spec, "spawn" if remote else "fork"),
+            with worker_pool(out, workers, "spawn" if remote else "fork",
                              _open_source,
                              (source, export.layout)) as pool:
                 for done in pool.imap(_write_job, tasks):

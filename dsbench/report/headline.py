@@ -23,8 +23,11 @@ def headline(doc: dict[str, Any], steps: list[str]) -> list[str]:
         changed = "after and before were not measured alike: no ratio (below)"
     else:
         files, cpu = metric(run, "files_per_sample"), metric(run, "cpu_s_per_sample")
-        opens = ("as many files" if files["base"] <= 0 or files["change"] == SAME
-                 else f"{change_of(files).factor()} files")
+        if files["base"] <= 0:  # no ratio: whether after opens any
+            opens = "as many files" if files["cand"] <= 0 else "files where before opened none"
+        else:
+            opens = ("as many files" if files["change"] == SAME
+                     else f"{change_of(files).factor()} files")
         x = next((m for m in run["metrics"] if m["metric"] == "instructions_per_sample"), None)
         if x is not None and (comp.get("exact") or {}).get("compared"):
             spent = ("runs as many instructions" if x["change"] == SAME

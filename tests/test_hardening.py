@@ -13,6 +13,7 @@ import sys
 import tarfile
 import time
 from collections.abc import Callable
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 import psutil
@@ -359,6 +360,13 @@ def test_a_stopped_worker_or_sigterm_ends_the_run_cleanly(long_export: Path, how
     assert left_behind(proc.pid) == []
 
 
+def _fails_then_lingers(ctrl_recv: Connection, data_send: Connection) -> None:
+    """A worker that failed on a sample: closes its control pipe, says why, exits late."""
+    ctrl_recv.close()
+    data_send.send(("error", "usersteps:fails_at_5 failed on sample 5", True))
+    time.sleep(0.5)  # the exit that lags behind the closed pipe
+
+
 def test_a_failed_worker_is_reported_even_while_it_is_still_exiting() -> None:
     """A worker that failed on a sample closes its pipes and says why, then takes a moment to
     exit: freeing its slot meanwhile meets a closed pipe, and the run must report the worker's
@@ -368,16 +376,11 @@ def test_a_failed_worker_is_reported_even_while_it_is_still_exiting() -> None:
     from dsbench.loader.sources import ShmSource
     from dsbench.loader.worker import BatchReport
 
-    ctx = multiprocessing.get_context("fork")
+    # Spawned, not forked: this test process may hold another test's library threads (Lance).
+    ctx = multiprocessing.get_context("spawn")
     data_recv, data_send = ctx.Pipe(duplex=False)
     ctrl_recv, ctrl_send = ctx.Pipe(duplex=False)
-
-    def failing() -> None:
-        ctrl_recv.close()
-        data_send.send(("error", "usersteps:fails_at_5 failed on sample 5", True))
-        time.sleep(0.5)  # the exit that lags behind the closed pipe
-
-    proc = ctx.Process(target=failing)
+    proc = ctx.Process(target=_fails_then_lingers, args=(ctrl_recv, data_send))
     proc.start()
     data_send.close()
     ctrl_recv.close()

@@ -13,13 +13,14 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 
 from dsbench import __version__
 from dsbench.errors import DsbenchError, Interrupted
 
 # Module names under dsbench.commands; each has HELP, add_arguments(parser) and run(args) -> int.
 COMMANDS = ["demo", "generate", "inspect", "bench", "compare", "gate", "advise", "extrapolate",
-            "budget", "probe", "proxy", "job", "resume", "asv"]
+            "budget", "probe", "proxy", "job", "resume", "asv", "config"]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -46,8 +47,31 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         module = importlib.import_module(f"dsbench.commands.{name}")
         p = sub.add_parser(name, help=module.HELP, description=module.HELP)
         module.add_arguments(p)
+        p.add_argument("--config", type=Path, default=None, metavar="FILE",
+                       help="settings file to take options from: a dsbench.toml or a "
+                            "pyproject.toml's [tool.dsbench] (default: the nearest at or above "
+                            "the current directory; docs/settings.md)")
         p.set_defaults(run=module.run)
     return parser
+
+
+def apply_settings(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
+    """The settings file's values become the named command's defaults, so that its command
+    line still wins over them (commands/settings.py)."""
+    from dsbench.commands import settings
+
+    command = _command_in(argv)
+    if command is None:
+        return
+    found = settings.settings_for(argv)
+    if found.path is None:
+        return
+    settings.check_tables(found, COMMANDS)
+    sub = dict(settings.subparsers(parser))[command]
+    applied = settings.apply(sub, command, found, None)
+    if applied.elsewhere:  # keys this command lacks: another command's, or misspelt?
+        settings.resolve(sub, command, found, settings.every_option(build_parser()))
+    sub.set_defaults(settings_origin={d: where for d, (_, where) in applied.values.items()})
 
 
 def _command_in(argv: Sequence[str]) -> str | None:
@@ -92,8 +116,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         with procs.uninterrupted():
             from dsbench.commands.options import check_outputs
 
-            parser = build_parser(sys.argv[1:] if argv is None else argv)
-        args = parser.parse_args(argv)
+            line = sys.argv[1:] if argv is None else list(argv)
+            named = _command_in(line)
+            name = f"dsbench {named}" if named else name  # for a bad settings file's line
+            parser = build_parser(line)
+            apply_settings(parser, line)
+        args = parser.parse_args(line)
         name = f"dsbench {args.command}"
         check_outputs(args)
         return int(args.run(args))

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import sys
+import textwrap
 from collections.abc import Sequence
 
 from dsbench.errors import DsbenchError
@@ -115,6 +117,27 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]], markdown: bool 
         return "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
                          for i, (c, w) in enumerate(zip(cells, widths, strict=True))).rstrip()
     return "\n".join([line(headers), line(["-" * w for w in widths]), *map(line, rows)])
+
+
+WIDTH = 100  # a report's lines: a terminal's width beside another, read without scrolling
+
+
+def wrap(text: str, width: int = WIDTH) -> str:
+    """`text` with every line longer than `width` broken at spaces, its continuation indented
+    under the line's own text (a "1. " or "- " item's text too). Words are not split: a path
+    or URL longer than the width stays whole on its line."""
+    lines = []
+    for line in text.split("\n"):
+        if len(line) <= width:
+            lines.append(line)
+            continue
+        body = line.lstrip(" ")
+        indent = " " * (len(line) - len(body))
+        item = re.match(r"(\d+\. |- )", body)
+        hang = indent + " " * (len(item.group(1)) if item else 2)
+        lines.extend(textwrap.wrap(line, width, subsequent_indent=hang, break_long_words=False,
+                                   break_on_hyphens=False, drop_whitespace=True))
+    return "\n".join(lines)
 
 
 def out(text: str) -> None:

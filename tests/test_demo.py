@@ -269,12 +269,16 @@ def test_demo_end_to_end_reuses_its_cache(tmp_path: Path, capsys: pytest.Capture
     assert main(run_demo_cli(tmp_path, "--out", str(tmp_path / "out"),
                              "--advice-budget", "10s")) == 0
     first = capsys.readouterr()
+    # No line of the verdict past 100 characters, but a word longer than that (a path) alone.
+    assert [line for line in first.out.splitlines()
+            if len(line) > fmt.WIDTH and len(line.split()) > 1] == []
+    said = " ".join(first.out.split())  # the verdict's words in order, its lines unwrapped
     assert "measured within 10.0 s (dsbench advise)" in first.err
-    assert "generating before" in first.err and "Verdict (measured on this machine" in first.out
-    assert "On 16 nodes x 8 GPUs" in first.out and "What to do" in first.out
+    assert "generating before" in first.err and "Verdict (measured on this machine" in said
+    assert "On 16 nodes x 8 GPUs" in said and "What to do" in said
     # The object-store section: a local S3 server started, measured, and stopped.
-    assert "On object storage (measured: before's first shard" in first.out
-    assert "makes 2.00 requests/sample" in first.out and "host CPU per sample" in first.out
+    assert "On object storage (measured: before's first shard" in said
+    assert "makes 2.00 requests/sample" in said and "host CPU per sample" in said
     # The model reads from the server as probed, plus the stated round trip, and says so.
     doc = json.loads((tmp_path / "demo.json").read_text())
     probed = doc["object_store"]["probe"]["latency"]["p50_s"]
@@ -282,7 +286,7 @@ def test_demo_end_to_end_reuses_its_cache(tmp_path: Path, capsys: pytest.Capture
     assert storage["origin"] == "measured + stated"
     assert storage["per_file_s"] == pytest.approx(probed + 0.004)
     assert "measured (p50 first byte of the local S3 server, dsbench probe) + 4.00 ms stated" \
-        in first.out
+        in said
     # Through a store that pushes back at each loader worker's share of S3's 5,500 GETs/s per
     # prefix (1,024 workers: 5.4 GETs/s), after's 2 GETs per sample are throttled and
     # before's one GET per shard is not; the model says the same of the job.
@@ -291,20 +295,20 @@ def test_demo_end_to_end_reuses_its_cache(tmp_path: Path, capsys: pytest.Capture
     assert pushed["counts"]["after"]["throttled_per_sample"] > 0
     assert pushed["counts"]["after"]["retry_s_per_sample"] > 0
     assert pushed["counts"]["before"]["throttled_per_sample"] == 0
-    assert "through a store that pushes back (503 SlowDown past 5.4 GETs/s" in first.out
-    assert "before never throttled" in first.out
+    assert "through a store that pushes back (503 SlowDown past 5.4 GETs/s" in said
+    assert "before never throttled" in said
     assert doc["cluster"]["after"]["store"]["limit_per_prefix_s"] == 5500
-    assert "the store: after asks" in first.out
+    assert "the store: after asks" in said
     # The model checked against a 2-rank job the demo measured: each figure within its
     # tolerance or missed by how much, and a miss said in the heading of the model's figures.
     checked = re.search(r"the model against a measured job: (within its tolerances|missed on "
                         r"[^:]+): the model behind step time, GPU utilization and p99 above, "
                         r"run on a 2-rank job measured here .*: mean step (?:within|missed by) "
                         r".*model/measured (\d+\.\d+).* GPU utilization (?:within|missed by) "
-                        r".*p99 step (?:within|missed by) ", first.out)
+                        r".*p99 step (?:within|missed by) ", said)
     assert checked and float(checked[2]) > 0
     assert (checked[1] != "within its tolerances") == ("rough: its check against a measured "
-                                                       "job missed on" in first.out)
+                                                       "job missed on" in said)
     # It ends with dsbench advise's pick for after: Arrow shards, whose one file per shard
     # lifts the modelled utilization past after's two requests per sample by an interval.
     advice = doc["advice"]
@@ -312,27 +316,28 @@ def test_demo_end_to_end_reuses_its_cache(tmp_path: Path, capsys: pytest.Capture
     assert advice["recommendation"]["winner"] == "arrow-64MB"
     row = next(r for r in advice["table"] if r["name"] == "arrow-64MB")
     assert row["vs_baseline"]["gpu_util"]["interval"][0] > 1.0
-    assert "Which export to roll out (dsbench advise on after's first 40 samples" in first.out
-    assert "  roll out arrow-64MB: " in first.out
+    assert "Which export to roll out (dsbench advise on after's first 40 samples" in said
+    assert "\n  roll out arrow-64MB: " in first.out
     # --out keeps the advice, the winner's definition (named where it is) and its page section.
     out = tmp_path / "out"
     assert advice["definition_path"] == str(out / "advised.toml")
     assert load_spec(out / "advised.toml").layout == "arrow"
-    assert f"dsbench generate {out / 'advised.toml'} OUT --from" in first.out
+    assert f"dsbench generate {out / 'advised.toml'} OUT --from" in said
     assert json.loads((out / "results" / "advice.json").read_text()) == advice
     page = (out / "report.html").read_text(encoding="utf-8")
     assert "<h2>Which export to roll out" in page and 'alt="Pareto front' in page
     assert main(run_demo_cli(tmp_path, "--no-object-store", "--no-job", "--no-advice")) == 0
     second = capsys.readouterr()
+    said = " ".join(second.out.split())
     assert "generating" not in second.err and second.err.count("reusing") == 3
-    assert "On object storage" not in second.out
-    assert "the model against a measured job: none run (--no-job)" in second.out
-    assert "Which export to roll out" not in second.out
+    assert "On object storage" not in said
+    assert "the model against a measured job: none run (--no-job)" in said
+    assert "Which export to roll out" not in said
     # Without the server there is nothing probed: the model falls back to its stated profile.
     doc = json.loads((tmp_path / "demo.json").read_text())
     assert "advice" not in doc
     assert doc["cluster"]["after"]["storage"]["name"] == demo.DEMO_CLUSTER.storage.name
-    assert "per file assumed by the efs profile" in second.out
+    assert "per file assumed by the efs profile" in said
 
 
 def test_a_cache_holding_another_export_is_refused(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ exercised.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import shlex
 import shutil
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 import resultdocs as rd
@@ -290,3 +292,35 @@ def test_model_outputs_in_the_docs_are_what_the_commands_print(
 
 def test_the_docs_show_model_outputs_to_check() -> None:
     assert len(PURE) >= 4
+
+
+def _transcripts_module() -> Any:
+    spec = importlib.util.spec_from_file_location("transcripts", REPO / "docs" / "transcripts.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["transcripts"] = module  # its dataclass looks its module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_transcript_script_replaces_each_shown_output_and_nothing_else(
+        tmp_path: Path) -> None:
+    tool = _transcripts_module()
+    budget = ("dsbench budget --gpus 16 --gpus-per-node 8 --mean-step 1.4 --p99-step 6.8 "
+              "--gpu-util 61% --host-cpu 95% --slowdown 2.1x")
+    doc = tmp_path / "guide.md"
+    doc.write_text(f"Prose.\n\n```console\n$ echo one\nstale\n$ {budget}\nstale too\n```\n\n"
+                   "More prose.\n\n<!-- output of: printf 'a\\nb\\n' -->\n\n```\nold\n```\n")
+    assert [s.command for s in tool.transcripts(doc.read_text())] == [
+        "echo one", budget, "printf 'a\\nb\\n'"]
+    assert tool.main([str(doc)]) == 0
+    text = doc.read_text()
+    printed = subprocess.run([sys.executable, "-m", *shlex.split(budget)],
+                             capture_output=True, text=True).stdout
+    assert text == (f"Prose.\n\n```console\n$ echo one\none\n$ {budget}\n{printed}```\n\n"
+                    "More prose.\n\n<!-- output of: printf 'a\\nb\\n' -->\n\n```\na\nb\n```\n")
+    # A command that fails as the doc does not show leaves the doc as it was, whole.
+    doc.write_text("```console\n$ echo fine\nx\n$ exit 3\ny\n```\n")
+    assert tool.main([str(doc)]) == 1
+    assert doc.read_text() == "```console\n$ echo fine\nx\n$ exit 3\ny\n```\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["guide.md"]

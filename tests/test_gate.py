@@ -96,18 +96,17 @@ def test_not_comparable_results_are_an_input_error() -> None:
         _gate(document([run()]), other)
 
 
-def test_thresholds_from_pyproject_and_options(tmp_path: Path) -> None:
-    pp = tmp_path / "pyproject.toml"
-    pp.write_text("[tool.dsbench.gate]\nmax_bytes_ratio = 1.5\nstrict-throughput = true\n")
-    t = gate.load_thresholds(pp, {"max_cpu_ratio": 1.2, "max_files_ratio": None})
-    assert (t.max_bytes_ratio, t.strict_throughput, t.max_cpu_ratio) == (1.5, True, 1.2)
+def test_thresholds_are_the_defaults_with_the_values_set_over_them() -> None:
+    t = gate.load_thresholds({"max_cpu_ratio": 1.2, "max_files_ratio": None,
+                              "strict_throughput": True, "workers": "1"})
+    assert (t.max_cpu_ratio, t.strict_throughput) == (1.2, True)
     assert t.max_files_ratio == gate.Thresholds().max_files_ratio
-    pp.write_text("[tool.dsbench.gate]\nmax_byte_ratio = 1.5\n")
-    with pytest.raises(DsbenchError, match="max_byte_ratio"):
-        gate.load_thresholds(pp, {})
-    pp.write_text("[tool.dsbench.gate]\nmax_bytes_ratio = -1\n")
-    with pytest.raises(DsbenchError, match=str(pp)):
-        gate.load_thresholds(pp, {})
+    with pytest.raises(DsbenchError, match=r"^--max-bytes-ratio must be a positive number"):
+        gate.load_thresholds({"max_bytes_ratio": -1.0})
+    with pytest.raises(DsbenchError, match=r"^/x/pyproject.toml \[tool.dsbench.gate\]: "
+                                            r"max-bytes-ratio must be a positive number"):
+        gate.load_thresholds({"max_bytes_ratio": -1.0},
+                             {"max_bytes_ratio": "/x/pyproject.toml [tool.dsbench.gate]"})
 
 
 def test_gate_cli_exit_codes_and_markdown_summary(tmp_path: Path, capsys, monkeypatch) -> None:

@@ -66,3 +66,20 @@ def test_a_missing_library_is_one_line_naming_its_extra(monkeypatch: pytest.Monk
     with pytest.raises(DsbenchError, match=r"torchdata >= 0\.11, which is not installed .*"
                                            r"pip install 'dsbench\[torch\]'"):
         installed.require("torchdata", "--policy stateful")
+
+
+def test_the_demo_extra_leaves_torch_out_and_the_demo_says_what_it_skips_without_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dsbench.report import demo, verdict
+
+    demo_extra = {re.split(r"[\[<>=!~ ]", r)[0] for where, r in requirements()
+                  if where == "[demo]"}
+    # torch's wheels come with gigabytes of CUDA libraries: the demo runs without them.
+    assert demo_extra and not demo_extra & {"torch", "torchdata", "torchvision"}
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch: ImportError
+    said: list[str] = []
+    check = demo.job_check(tmp_path, demo.DemoOptions(cache=tmp_path), said.append)
+    assert said == [] and check["skipped"].startswith("the job check needs torch >= ")
+    line = verdict.job_check_text(check)
+    assert line.startswith("none run (the job check needs torch") and line.endswith(
+        "pip install 'dsbench[torch]')")

@@ -7,8 +7,11 @@ The demo document is built by the real demo model, from made-up bench results
 
 from __future__ import annotations
 
+import html
 import json
 import re
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -160,3 +163,46 @@ def test_out_must_be_a_new_empty_or_earlier_demo_directory(tmp_path: Path) -> No
         report.check_out_dir(tmp_path / "file" / "sub")
     report.check_out_dir(tmp_path / "new" / "deeper")  # creatable: fine, nothing made yet
     assert not (tmp_path / "new").exists()
+
+
+# Measures the page where a browser lays it out: appended to a copy of it, so the page itself
+# stays free of scripts.
+PROBE = """<script>
+window.addEventListener('load', () => {
+  const top = (sel) => {
+    const e = document.querySelector(sel);
+    return e ? e.getBoundingClientRect().top : null;
+  };
+  document.body.setAttribute('data-probe', JSON.stringify({
+    scroll_width: document.documentElement.scrollWidth,
+    client_width: document.documentElement.clientWidth,
+    headline_top: top('.headline'), figure_top: top('figure'),
+    first_pre: document.querySelectorAll('pre').length}));
+});
+</script></body>"""
+BROWSERS = ("chromium", "chromium-browser", "google-chrome")
+SCREEN = (1300, 900)  # a laptop's browser window, in CSS pixels
+
+
+def test_in_a_browser_the_first_screen_holds_the_answer_and_nothing_scrolls_sideways(
+        written: tuple[Path, list[Path]], tmp_path: Path) -> None:
+    browser = next((b for b in map(shutil.which, BROWSERS) if b), None)
+    if browser is None:  # .ci/run installs chromium, as it does valgrind
+        pytest.skip("no headless Chromium here (apt-get install chromium)")
+    out, _ = written
+    page = (out / "report.html").read_text(encoding="utf-8")
+    probe = tmp_path / "probe.html"
+    probe.write_text(page.replace("</body>", PROBE), encoding="utf-8")
+    dom = subprocess.run(
+        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+         f"--window-size={SCREEN[0]},{SCREEN[1]}", "--virtual-time-budget=5000",
+         f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", probe.as_uri()],
+        capture_output=True, text=True, timeout=120, check=True).stdout
+    found = re.search(r'data-probe="([^"]*)"', dom)
+    assert found, dom[-2000:]
+    laid = json.loads(html.unescape(found.group(1)))
+    assert laid["scroll_width"] <= laid["client_width"] <= SCREEN[0], laid
+    # The three-line headline, then the figure of the GPUs' time, start on the first screen.
+    assert None not in (laid["headline_top"], laid["figure_top"]), laid
+    assert laid["headline_top"] < laid["figure_top"] < SCREEN[1], laid
+    assert laid["first_pre"] == 0  # the verdict is sections and items, not a block of text

@@ -12,16 +12,15 @@ mapped shards are page cache the kernel drops, and do not count. Samples/s is wa
 noisy on shared CI machines: a soft limit that warns, unless `strict_throughput`
 makes it hard (and then it too fails only when its interval is past the limit).
 
-Thresholds come from, in increasing precedence: the defaults here, a `[tool.dsbench.gate]` table
-in the nearest pyproject.toml, and command-line options.
+Thresholds come from, in increasing precedence: the defaults here, a settings file's
+`[tool.dsbench.gate]` (or a dsbench.toml's `[gate]`: commands/settings.py), and command-line
+options.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import tomllib
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from dsbench import fmt
@@ -63,45 +62,23 @@ class Thresholds:
                 raise DsbenchError(f"gate threshold {f.name} must be {kind}, not {v!r}")
 
 
-def find_pyproject(start: Path) -> Path | None:
-    for d in (start, *start.parents):
-        if (d / "pyproject.toml").is_file():
-            return d / "pyproject.toml"
-    return None
-
-
-def load_thresholds(pyproject: Path | None, overrides: dict[str, Any]) -> Thresholds:
-    """Defaults, then pyproject's [tool.dsbench.gate], then the options that were given."""
-    values: dict[str, Any] = {}
-    if pyproject is not None:
-        try:
-            data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-            raise DsbenchError(f"cannot read gate thresholds: {exc}", path=pyproject) from None
-        table: Any = data
-        for depth, name in enumerate(("tool", "dsbench", "gate"), 1):
-            table = table.get(name, {})
-            if not isinstance(table, dict):
-                dotted = ".".join(("tool", "dsbench", "gate")[:depth])
-                raise DsbenchError(f"[{dotted}] must be a table, not {table!r}", path=pyproject)
-        known = {f.name for f in dataclasses.fields(Thresholds)}
-        for key, value in table.items():
-            name = key.replace("-", "_")
-            if name not in known:
-                raise DsbenchError(f"tool.dsbench.gate.{key}: unknown threshold (known: "
-                                   f"{', '.join(sorted(known))})", path=pyproject)
-            values[name] = value
-    try:  # the file's values alone first, so that an error there names the file
-        Thresholds(**values)
-    except DsbenchError as exc:
-        raise DsbenchError(str(exc), path=pyproject) from None
-    given = {k: v for k, v in overrides.items() if v is not None}
+def load_thresholds(values: dict[str, Any], origins: dict[str, str] | None = None
+                    ) -> Thresholds:
+    """The defaults, with `values`' thresholds that are set (not None) over them. `origins`:
+    where a value came from when not the command line (a settings file), for naming it when
+    the value is bad; a value without one was an option."""
+    known = [f.name for f in dataclasses.fields(Thresholds)]
+    given = {k: values[k] for k in known if values.get(k) is not None}
     try:
-        return Thresholds(**(values | given))
-    except DsbenchError as exc:  # an option's value: the option is at fault, not a file
+        return Thresholds(**given)
+    except DsbenchError as exc:
         name = str(exc).split()[2]
-        raise DsbenchError(str(exc).replace(f"gate threshold {name}",
-                                            "--" + name.replace("_", "-"), 1)) from None
+        where = (origins or {}).get(name)
+        said = name.replace("_", "-")
+        if where is not None:
+            raise DsbenchError(str(exc).replace(f"gate threshold {name}", said, 1),
+                               path=where) from None
+        raise DsbenchError(str(exc).replace(f"gate threshold {name}", "--" + said, 1)) from None
 
 
 def _check(metric: dict[str, Any], limit: float, hard: bool, lower_limit: bool = False,

@@ -58,7 +58,9 @@ def clashes(parser: argparse.ArgumentParser) -> list[str]:
     return found
 
 
-class _Refused(argparse.Action):
+class Refused(argparse.Action):
+    """An old spelling: using it is an error whose line names the option to use now."""
+
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
                  values: Any, option_string: str | None = None) -> NoReturn:
         raise argparse.ArgumentError(self, str(self.const))
@@ -67,5 +69,5 @@ class _Refused(argparse.Action):
 def refuse(p: argparse.ArgumentParser | argparse._ArgumentGroup, old: str, now: str) -> None:
     """`old` is not this command's any more: refused (out of --help) with `now`, a line that
     names the option that carries what `old` meant here."""
-    p.add_argument(old, action=_Refused, nargs="?", const=now, help=argparse.SUPPRESS,
+    p.add_argument(old, action=Refused, nargs="?", const=now, help=argparse.SUPPRESS,
                    dest=f"refused_{old.lstrip('-').replace('-', '_')}")

@@ -376,4 +376,4 @@ def report(doc: dict[str, Any], out: Path | None = None, written: Sequence[Path]
         lines.append("Add --out DIR to keep the result files, the plots and an HTML report.")
     else:
         lines.append(f"Wrote {len(written)} files to {out}; open {out / 'report.html'}")
-    return "\n".join(lines)
+    return fmt.wrap("\n".join(lines))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -26,10 +27,13 @@ from layouts import assert_one_line_error
 from dsbench import adapters, procs
 from dsbench.adapters import base
 from dsbench.cli import main
+from dsbench.errors import DsbenchError
 from dsbench.export.generate import generate
 from dsbench.export.pool import worker_pool
 from dsbench.export.spec import FORMATS_DIR, load_spec
+from dsbench.loader import native
 from dsbench.loader.decode import make_decoder
+from dsbench.loader.native import options as native_options
 from dsbench.loader.options import BenchOptions
 from dsbench.loader.runner import run_bench, run_benches
 from dsbench.results.document import write_result
@@ -256,3 +260,70 @@ def test_no_writer_is_forked_from_a_process_that_loaded_lance(
                      "--jobs", "2"]) == 0
         assert [r.image for r in _ours(out)] == formatlibs.library_bytes("lance",
                                                                          exports["lance"])
+
+
+# Three documented options of each library, as a job passes them; one misspelt.
+NATIVE_OPTIONS = {
+    "mds": (["predownload=8", "num_canonical_nodes=1", "partition_algo=relaxed"],
+            "predownlaod=8", "predownload"),
+    "litdata": (["max_cache_size='1GB'", "max_pre_download=1", "drop_last=false"],
+                "max_cache_sise=1", "max_cache_size"),
+    "hf": (["keep_in_memory=true", "output_all_columns=false", "columns=['image', 'label']"],
+           "keep_in_memroy=true", "keep_in_memory"),
+    "hf-hub": (["keep_in_memory=false", "verification_mode=no_checks", "num_proc=none"],
+               "num_porc=1", "num_proc"),
+    "lance": (["shard_granularity=batch", "batch_readahead=2", "with_row_id=false"],
+              "batch_readahed=2", "batch_readahead"),
+    "tfrecord": (["shard=none", "description=none"], "descripton=none", "description"),
+    "wds": (["empty_check=false", "repeat=false", "seed=3"], "sead=3", "seed"),
+}
+
+
+def _wds_export(root: Path) -> Path:
+    """Shards written by webdataset's own ShardWriter."""
+    import webdataset
+
+    root.mkdir()
+    with webdataset.ShardWriter(str(root / "train-%04d.tar"), maxcount=8, verbose=0) as sink:
+        for i in range(16):
+            sink.write({"__key__": f"s{i:04d}", "jpg": formatlibs.jpeg(i),
+                        "cls": formatlibs.label(i)})
+    return root
+
+
+@pytest.mark.parametrize("fmt", sorted(NATIVE_OPTIONS))
+def test_native_options_reach_the_library_and_a_misspelt_one_is_one_line(
+        fmt: str, exports: dict[str, Path], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    given, misspelt, meant = NATIVE_OPTIONS[fmt]
+    out = tmp_path / "r.json"
+    export = _wds_export(tmp_path / "wds") if fmt == "wds" else exports[fmt]
+    argv = ["bench", str(export), "--backend", "native", "--workers", "1", "--rounds", "1",
+            "--seconds", "0.2", "--batch-size", "4", "--json", str(out)]
+    assert main([*argv, *(a for g in given for a in ("--native-option", g))]) == 0
+    doc = json.loads(out.read_text())
+    parsed = dict(native_options.parse(given))
+    assert doc["reader"]["options"] == parsed and len(parsed) >= 2
+    assert doc["runs"][0]["samples"] > 0
+    capsys.readouterr()
+    assert main([*argv, "--native-option", misspelt]) == 2
+    err = capsys.readouterr().err
+    assert_one_line_error(err, "bench", misspelt.split("=")[0], f"did you mean {meant}?")
+
+
+def test_native_options_are_the_librarys_own_keywords_with_their_types(
+        exports: dict[str, Path], tmp_path: Path) -> None:
+    mds = adapters.open_export(exports["mds"])
+    reader = native.get("mds")
+    ds = reader.prepare(mds, 4, tmp_path, {"predownload": 8, "num_canonical_nodes": 1})
+    try:
+        assert (ds.predownload, ds.num_canonical_nodes) == (8, 1)  # the library holds them
+    finally:
+        reader.close(ds)
+    for options, needle in (({"predownload": "many"}, "takes int or none for predownload"),
+                            ({"local": "/elsewhere"}, "dsbench sets local"),
+                            ({"shuffle": True}, "(--order)")):
+        with pytest.raises(DsbenchError, match=re.escape(needle)):
+            native.check_options(mds, options)
+    with pytest.raises(DsbenchError, match="needs --backend native"):
+        BenchOptions(native_options=(("predownload", 8),))

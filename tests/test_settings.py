@@ -170,3 +170,11 @@ def test_the_settings_guides_example_is_valid_for_every_command(
     out = capsys.readouterr().out
     for key in ("--nodes", "--gpu-batch", "--max-files-ratio", "--seconds", "--workers"):
         assert key in out, key
+
+
+def test_a_repeatable_option_takes_a_list_and_the_command_line_adds_to_it(team: Path) -> None:
+    (team / "pyproject.toml").write_text(PYPROJECT + "\n[tool.dsbench.bench]\n"
+                                         "native-option = ['predownload=8']\n")
+    assert parsed(["bench", "x"]).native_option == ["predownload=8"]
+    assert parsed(["bench", "x", "--native-option", "seed=1"]).native_option == [
+        "predownload=8", "seed=1"]

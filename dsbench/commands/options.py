@@ -23,6 +23,7 @@ from dsbench.errors import DsbenchError
 from dsbench.loader import exact
 from dsbench.loader.counts import DEFAULT_MAX_SAMPLES, REMOTE_MAX_SAMPLES
 from dsbench.loader.decode import DECODERS
+from dsbench.loader.native import options as native_options
 from dsbench.loader.options import BACKENDS, BenchOptions
 from dsbench.loader.order import ORDERS
 from dsbench.model.costs import DIST_SYNTAX, Distribution
@@ -189,6 +190,11 @@ def add_window_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup,
                         f"which it is an error (default {r.deadline_s:g})")
     add_exact_arguments(p, d, "count CPU instructions per sample by stage, exactly: beside "
                               "the timed CPU")
+    p.add_argument("--native-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a keyword of the format library's dataset with --backend native "
+                        "(repeatable: --native-option shuffle_algo=py1e --native-option "
+                        "predownload=8), checked against its signature and recorded in the "
+                        "result")
     p.add_argument("--count-samples", type=int, default=None, metavar="N",
                    help="files, bytes and requests per sample are counted over whole units up "
                         f"to N samples; 0 counts every unit (default {DEFAULT_MAX_SAMPLES}, "
@@ -229,7 +235,8 @@ def window_options(args: argparse.Namespace, **more: Any) -> BenchOptions:
                            image_field=args.image_field, step=args.pipeline, order=args.order,
                            shuffle_buffer=args.shuffle_buffer, block=args.block,
                            epochs=args.epochs, inflight=args.inflight, exact=args.exact,
-                           exact_samples=args.exact_samples, **more)
+                           exact_samples=args.exact_samples,
+                           native_options=native_options.parse(args.native_option), **more)
     remote.use_inflight(options.inflight)
     return options
 

@@ -56,9 +56,10 @@ def find(start: Path) -> Path | None:
         if (d / FILE).is_file():
             return d / FILE
         pyproject = d / "pyproject.toml"
-        if pyproject.is_file() and isinstance(_read(pyproject).get("tool", {}), dict) \
-                and "dsbench" in _read(pyproject).get("tool", {}):
-            return pyproject
+        if pyproject.is_file():
+            tool = _read(pyproject).get("tool", {})
+            if isinstance(tool, dict) and "dsbench" in tool:
+                return pyproject
     return None
 
 
@@ -149,6 +150,9 @@ def convert(action: argparse.Action, name: str, value: Any, where: str) -> Any:
         if isinstance(action, argparse._StoreFalseAction):
             return not value
         return value
+    if isinstance(action, argparse._AppendAction):  # repeatable: a list of its values
+        values = value if isinstance(value, list) else [value]
+        return [_scalar(action, name, v, where) for v in values]
     if action.nargs in (None, "?"):
         if isinstance(value, list):  # the command line's lists are comma-separated
             return _scalar(action, name, ",".join(str(v) for v in value), where, value)

@@ -6,6 +6,7 @@ import functools
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from dsbench import adapters
 from dsbench.errors import DsbenchError
@@ -79,6 +80,8 @@ class BenchOptions:
     # requires it, False skips it; over this many samples.
     exact: bool | None = None
     exact_samples: int = DEFAULT_SAMPLES
+    # --native-option KEY=VALUE: keywords of the native reader's dataset (native/options.py)
+    native_options: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         def bad(option: str, value: object, want: str) -> DsbenchError:
@@ -129,6 +132,9 @@ class BenchOptions:
                                "dsbench or torch); a --dataset or --backend native reads in "
                                "its own order, which is measured as it is with --order "
                                "sequential")
+        if self.native_options and self.backend != "native":
+            raise DsbenchError("--native-option configures the format's own library: it "
+                               "needs --backend native")
         if (self.ceiling or self.replay) and (self.backend != "dsbench"
                                               or self.dataset is not None):
             raise DsbenchError("--ceiling replays built batches in dsbench's own loader "

@@ -188,7 +188,8 @@ def run_round(path: Loc, opts: BenchOptions, n_workers: int) -> dict[str, Any]:
         if opts.backend == "native":
             # The library's dataset is built here, in the main process, as a job builds it.
             export = worker.open_export(str(path), opts.export_opener())
-            lib = stack.enter_context(session(export, opts.batch_size))
+            lib = stack.enter_context(session(export, opts.batch_size,
+                                              dict(opts.native_options)))
             source = TorchSource(path, opts.pipeline(), n_workers, opts, lib.opener,
                                  lib.context)
         elif opts.dataset is not None:
@@ -234,6 +235,7 @@ def prepare(path: Loc, opts: BenchOptions) -> tuple[dict[str, Any], Counts]:
     export = worker.open_export(str(path), opts.export_opener())
     if opts.backend == "native":
         native.check(export.layout)
+        native.check_options(export, dict(opts.native_options))
     order = opts.reading_order()
     check_random_access(export, order.name)
     units, what = len(export.units()), "units (shards or samples)"
@@ -389,7 +391,7 @@ def _run_benches(paths: Sequence[str | Path | Loc], opts: BenchOptions,
             doc["requests"] = accounting.summary(counts.requests, counts.samples,
                                                  remote.client_info())
         if side[k].backend == "native":
-            doc["reader"] = native.describe(summary["layout"])
+            doc["reader"] = native.describe(summary["layout"], dict(side[k].native_options))
         doc["exact"] = exacts[k]
         docs.append(doc)
     return docs

@@ -40,25 +40,52 @@ def workers_text(n: int) -> str:
     return f"{n} loader worker{'s' if n != 1 else ''}"
 
 
-MEASURED_HEADERS = ["export", "layout", "loader workers", "throughput", "95% CI",
-                    "CPU per sample", "files opened", "bytes read"]
+# Two tables that fit a 100-character line: the timings per export and worker count, then the
+# counts, which are the export's whatever the worker count.
+MEASURED_HEADERS = ["export", "loader workers", "throughput", "95% CI", "CPU per sample"]
+COUNT_HEADERS = ["export", "files opened", "bytes read", "counted over"]
+NOISY = "*"
 
 
 def measured_rows(doc: dict[str, Any]) -> list[list[str]]:
-    """What was measured, per export and worker count, for the terminal and the report."""
+    """The timings, per export and worker count, for the terminal and the report; an interval
+    of noisy rounds is marked (noisy_note says how noisy)."""
     rows = []
     for name in EXPORTS:
         res = doc["results"][name]
         for r in sorted(res["runs"], key=lambda r: r["workers"]):
             lo, hi = r["samples_per_s_ci95"]
-            spread = r["samples_per_s_spread"]
-            noisy = (f" (noisy: rounds vary {fmt.percent(spread)})"
-                     if spread > stats.SPREAD_WARNING else "")
-            rows.append([name, res["export"]["layout"], workers_text(r["workers"]),
-                         fmt.rate(r["samples_per_s"]), f"{fmt.sig(lo)} to {fmt.rate(hi)}{noisy}",
-                         fmt.seconds(r["cpu_s_per_sample"], "sample"),
-                         f"{fmt.sig(r['files_per_sample'])} files/sample",
-                         fmt.nbytes(r["bytes_per_sample"], "sample")])
+            mark = NOISY if r["samples_per_s_spread"] > stats.SPREAD_WARNING else ""
+            rows.append([f"{name} ({res['export']['layout']})", workers_text(r["workers"]),
+                         fmt.rate(r["samples_per_s"]), f"{fmt.sig(lo)} to {fmt.rate(hi)}{mark}",
+                         fmt.seconds(r["cpu_s_per_sample"], "sample")])
+    return rows
+
+
+def noisy_note(doc: dict[str, Any]) -> str | None:
+    """What the table's mark means, and each marked run's spread."""
+    noisy = [f"{name} with {workers_text(r['workers'])} {fmt.percent(r['samples_per_s_spread'])}"
+             for name in EXPORTS for r in sorted(doc["results"][name]["runs"],
+                                                 key=lambda r: r["workers"])
+             if r["samples_per_s_spread"] > stats.SPREAD_WARNING]
+    if not noisy:
+        return None
+    return (f"{NOISY} noisy: the rounds vary by more than {fmt.percent(stats.SPREAD_WARNING)} "
+            f"(IQR/median): {', '.join(noisy)}")
+
+
+def count_rows(doc: dict[str, Any]) -> list[list[str]]:
+    """Files and bytes per sample, per export: the same at every worker count."""
+    rows = []
+    for name in EXPORTS:
+        res = doc["results"][name]
+        r, c = base_run(res), res.get("counts") or {}
+        units, read = c.get("units"), c.get("units_read")
+        over = ("every unit" if units is not None and read == units
+                else f"{read} of {units} units" if units is not None else "the rounds' reads")
+        rows.append([f"{name} ({res['export']['layout']})",
+                     f"{fmt.sig(r['files_per_sample'])} files/sample",
+                     fmt.nbytes(r["bytes_per_sample"], "sample"), over])
     return rows
 
 

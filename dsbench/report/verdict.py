@@ -17,8 +17,10 @@ from dsbench.report.advise import demo_lines as advice_lines
 from dsbench.report.demo import EXPORTS
 from dsbench.report.headline import headline
 from dsbench.report.measured import (
+    COUNT_HEADERS,
     MEASURED_HEADERS,
     base_run,
+    count_rows,
     counts_text,
     cpu_moves_text,
     cpu_text,
@@ -26,6 +28,7 @@ from dsbench.report.measured import (
     first_run,
     measured_rows,
     metric,
+    noisy_note,
     speed_text,
     workers_text,
 )
@@ -371,7 +374,9 @@ def report(doc: dict[str, Any], out: Path | None = None, written: Sequence[Path]
     lines = [f"dsbench demo: the incident's exports ({doc['samples']} samples each), measured on "
              f"this machine ({m['usable_cores']} cores, {m['cpu_model']}) and carried to "
              f"{spec['nodes'] * spec['gpus_per_node']} GPUs", "",
-             fmt.table(MEASURED_HEADERS, measured_rows(doc)), "", *verdict_lines(doc), ""]
+             fmt.table(COUNT_HEADERS, count_rows(doc)), "",
+             fmt.table(MEASURED_HEADERS, measured_rows(doc)),
+             *([note] if (note := noisy_note(doc)) else []), "", *verdict_lines(doc), ""]
     if out is None:
         lines.append("Add --out DIR to keep the result files, the plots and an HTML report.")
     else:

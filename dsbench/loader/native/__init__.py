@@ -24,7 +24,7 @@ foundation modules; the format libraries only inside functions (each is an optio
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -48,8 +48,16 @@ class Reader(Protocol):
     library: str  # the distribution whose version the result names
     usage: str  # how it is called, for people
 
-    def prepare(self, export: base.Export, batch_size: int, tmp: Path) -> Any:
-        """The library's dataset, built in the main process (picklable to workers)."""
+    def prepare(self, export: base.Export, batch_size: int, tmp: Path,
+                options: dict[str, Any]) -> Any:
+        """The library's dataset, built in the main process (picklable to workers), with
+        `options` (--native-option) as keywords of `options_target`."""
+        ...
+
+    def options_targets(self, export: base.Export) -> tuple[list[tuple[Callable[..., Any], str]],
+                                                            dict[str, str]]:
+        """The constructors (or methods) --native-option's keys go to, each with its name for
+        people, and the keys dsbench sets itself with what sets them (options.check)."""
         ...
 
     def epoch(self, prepared: Any, export: Any, worker: int, n_workers: int,
@@ -91,11 +99,21 @@ def version(distribution: str) -> str:
         return "not installed"
 
 
-def describe(layout: str) -> dict[str, str]:
-    """What the result says of the native reader: the library, its version, the call."""
+def describe(layout: str, options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What the result says of the native reader: the library, its version, the call, and
+    the options given to it (--native-option)."""
     reader = get(layout)
     return {"library": reader.library, "version": version(reader.library),
-            "usage": reader.usage}
+            "usage": reader.usage, "options": dict(options or {})}
+
+
+def check_options(export: base.Export, given: dict[str, Any]) -> None:
+    """--native-option's keys against the installed library's constructor (options.py)."""
+    from dsbench.loader.native import options
+
+    if given:
+        targets, reserved = get(export.layout).options_targets(export)
+        options.check(targets, tuple(given.items()), reserved)
 
 
 def require(module: str, extra: str) -> Any:

@@ -17,6 +17,7 @@ from typing import Any
 from dsbench.adapters import base
 from dsbench.errors import DsbenchError
 from dsbench.loader.native import Item, View, require
+from dsbench.loader.native.options import split
 from dsbench.storage.files import is_remote
 
 
@@ -25,21 +26,35 @@ class HfReader:
     usage = ("datasets.load_from_disk(EXPORT).with_format('torch'), or load_dataset('parquet', "
              "streaming=True) for the Hub's layout")
 
-    def prepare(self, export: base.Export, batch_size: int, tmp: Path) -> Any:
+    def options_targets(self, export: base.Export) -> tuple[list[Any], dict[str, str]]:
+        datasets = require("datasets", "hf")
+        torch = "the torch format, as a DataLoader takes it"
+        if getattr(export, "hf", {}).get("form") == "save_to_disk":
+            return [(datasets.load_from_disk, "datasets.load_from_disk"),
+                    (datasets.Dataset.with_format, "Dataset.with_format")], {
+                "dataset_path": "the export's path", "type": torch}
+        return [(datasets.load_dataset, "datasets.load_dataset")], {
+            "path": "the export's layout", "data_files": "the export's files",
+            "split": "the export's split", "streaming": "the export's layout", "type": torch}
+
+    def prepare(self, export: base.Export, batch_size: int, tmp: Path,
+                options: dict[str, Any]) -> Any:
         datasets = require("datasets", "hf")
         if is_remote(export.path):
             raise DsbenchError("--backend native reads Hugging Face datasets on a local disk; "
                                "in an object store, use dsbench's reader", path=export.path)
         info = getattr(export, "hf", {})
         if info.get("form") == "save_to_disk":
-            ds = datasets.load_from_disk(str(export.path))
+            loading, formatting = split([datasets.load_from_disk, datasets.Dataset.with_format],
+                                        options)
+            ds = datasets.load_from_disk(str(export.path), **loading)
             if isinstance(ds, datasets.DatasetDict):
                 ds = ds[info["split"]]
-            return ds.with_format("torch")
+            return ds.with_format("torch", **formatting)
         files = [str(u) for u in export.units()]
         return datasets.load_dataset("parquet", data_files={info.get("split") or "train": files},
                                      split=info.get("split") or "train",
-                                     streaming=True).with_format("torch")
+                                     streaming=True, **options).with_format("torch")
 
     def epoch(self, prepared: Any, view: View, worker: int, n_workers: int,
               batch_size: int) -> Iterator[Item]:

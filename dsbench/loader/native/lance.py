@@ -28,19 +28,31 @@ class LanceReader:
     usage = ("lance.torch.data.LanceDataset(DATASET, batch_size=B, rank=w, world_size=W, "
              "shard_granularity='fragment', to_tensor_fn=...)")
 
-    def prepare(self, export: base.Export, batch_size: int, tmp: Path) -> Any:
+    def options_targets(self, export: base.Export) -> tuple[list[Any], dict[str, str]]:
         require("lance", "lance")
-        return str(export.path)
+        from lance.torch.data import LanceDataset
+
+        split = "dsbench splits the fragments over loader workers"
+        return [(LanceDataset, "lance.torch.data.LanceDataset")], {
+            "dataset": "the export's path", "batch_size": "--batch-size", "rank": split,
+            "world_size": split, "auto_detect_rank": split,
+            "to_tensor_fn": "dsbench takes the record batches as they are"}
+
+    def prepare(self, export: base.Export, batch_size: int, tmp: Path,
+                options: dict[str, Any]) -> Any:
+        require("lance", "lance")
+        return str(export.path), options  # the dataset is opened in each worker
 
     def epoch(self, prepared: Any, view: View, worker: int, n_workers: int,
               batch_size: int) -> Iterator[Item]:
         import lance
         from lance.torch.data import LanceDataset
 
-        dataset = lance.dataset(prepared, storage_options=storage_options(location(prepared)))
+        path, options = prepared
+        dataset = lance.dataset(path, storage_options=storage_options(location(path)))
         torch_ds = LanceDataset(dataset, batch_size=batch_size, rank=worker,
-                                world_size=n_workers, shard_granularity="fragment",
-                                to_tensor_fn=as_batch)
+                                world_size=n_workers, to_tensor_fn=as_batch,
+                                **({"shard_granularity": "fragment"} | options))
         image = view.image or "image"
         n = 0
         for batch in torch_ds:

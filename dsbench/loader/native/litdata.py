@@ -36,13 +36,20 @@ class LitdataReader:
     library = "litdata"
     usage = "litdata.StreamingDataset(EXPORT)"
 
-    def prepare(self, export: base.Export, batch_size: int, tmp: Path) -> Any:
+    def options_targets(self, export: base.Export) -> tuple[list[Any], dict[str, str]]:
+        litdata = require("litdata", "litdata")
+        return [(litdata.StreamingDataset, "litdata.StreamingDataset")], {
+            "input_dir": "the export's path", "shuffle": "--order"}
+
+    def prepare(self, export: base.Export, batch_size: int, tmp: Path,
+                options: dict[str, Any]) -> Any:
         litdata = require("litdata", "litdata")
         if is_remote(export.path):
             from litdata.streaming.resolver import Dir
 
-            return litdata.StreamingDataset(Dir(path=str(tmp / "cache"), url=str(export.path)))
-        return litdata.StreamingDataset(str(export.path))
+            return litdata.StreamingDataset(Dir(path=str(tmp / "cache"), url=str(export.path)),
+                                            **options)
+        return litdata.StreamingDataset(str(export.path), **options)
 
     def epoch(self, prepared: Any, view: View, worker: int, n_workers: int,
               batch_size: int) -> Iterator[Item]:

@@ -27,13 +27,21 @@ class MdsReader:
     library = "mosaicml-streaming"
     usage = "streaming.StreamingDataset(local=EXPORT, batch_size=B, shuffle=False)"
 
-    def prepare(self, export: base.Export, batch_size: int, tmp: Path) -> Any:
+    def options_targets(self, export: base.Export) -> tuple[list[Any], dict[str, str]]:
+        streaming = require("streaming", "mds")
+        return [(streaming.StreamingDataset, "streaming.StreamingDataset")], {
+            "local": "the export's path", "remote": "the export's path",
+            "batch_size": "--batch-size", "shuffle": "--order"}
+
+    def prepare(self, export: base.Export, batch_size: int, tmp: Path,
+                options: dict[str, Any]) -> Any:
         streaming = require("streaming", "mds")
         entries = getattr(export, "entries", [])
         compressed = any(e.compression for e in entries)
         where = (dict(remote=str(export.path), local=str(tmp / "mds"))
                  if compressed or is_remote(export.path) else dict(local=str(export.path)))
-        return streaming.StreamingDataset(**where, batch_size=batch_size, shuffle=False)
+        return streaming.StreamingDataset(**where, batch_size=batch_size, shuffle=False,
+                                          **options)
 
     def epoch(self, prepared: Any, view: View, worker: int, n_workers: int,
               batch_size: int) -> Iterator[Item]:

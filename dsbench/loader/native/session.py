@@ -114,7 +114,7 @@ class Session:
 
 
 @contextlib.contextmanager
-def session(export: base.Export, batch_size: int) -> Iterator[Session]:
+def session(export: base.Export, batch_size: int, options: dict[str, Any]) -> Iterator[Session]:
     """A round's native reader: the library's dataset built in the main process (as a job
     builds it), released at the end however the round ends."""
     reader = get(export.layout)
@@ -129,7 +129,7 @@ def session(export: base.Export, batch_size: int) -> Iterator[Session]:
         context = _context(export.layout)
         tmp = Path(tempfile.mkdtemp(prefix="round-", dir=root))
         try:
-            prepared = reader.prepare(export, batch_size, tmp)
+            prepared = reader.prepare(export, batch_size, tmp, options)
             yield Session(NativeOpener(str(export.path), export.layout, prepared,
                                        view_of(export), batch_size), context)
         finally:

@@ -28,12 +28,21 @@ class TfrecordReader:
     library = "tfrecord"
     usage = "tfrecord.reader.tfrecord_loader(FILE, None), files split over DataLoader workers"
 
-    def prepare(self, export: base.Export, batch_size: int, tmp: Path) -> Any:
+    def options_targets(self, export: base.Export) -> tuple[list[Any], dict[str, str]]:
+        require("tfrecord", "tfrecord")
+        from tfrecord.reader import tfrecord_loader
+
+        return [(tfrecord_loader, "tfrecord.reader.tfrecord_loader")], {
+            "data_path": "the export's files", "index_path": "the export's files",
+            "compression_type": "each file's name (.gz)"}
+
+    def prepare(self, export: base.Export, batch_size: int, tmp: Path,
+                options: dict[str, Any]) -> Any:
         require("tfrecord", "tfrecord")
         if is_remote(export.path):
             raise DsbenchError("--backend native: the tfrecord package reads local files only; "
                                "in an object store, use dsbench's reader", path=export.path)
-        return None
+        return options
 
     def epoch(self, prepared: Any, view: View, worker: int, n_workers: int,
               batch_size: int) -> Iterator[Item]:
@@ -42,7 +51,7 @@ class TfrecordReader:
         compressed = {True: "gzip", False: None}
         for unit in view.units[worker::n_workers]:
             for n, record in enumerate(tfrecord_loader(unit, None, compression_type=compressed[
-                    unit.endswith(".gz")])):
+                    unit.endswith(".gz")], **prepared)):
                 image = record.pop(view.image or "image/encoded")
                 yield f"{unit}:{n}", bytes(image), {k: _plain(v) for k, v in record.items()}
 

@@ -23,13 +23,21 @@ class WdsReader:
     library = "webdataset"
     usage = "webdataset.WebDataset(SHARDS, shardshuffle=False).decode('pil')"
 
-    def prepare(self, export: base.Export, batch_size: int, tmp: Path) -> Any:
+    def options_targets(self, export: base.Export) -> tuple[list[Any], dict[str, str]]:
+        wds = require("webdataset", "torch")
+        split = "dsbench splits the shards over loader workers"
+        return [(wds.WebDataset, "webdataset.WebDataset")], {
+            "urls": "the export's shards", "shardshuffle": "--order", "nodesplitter": split,
+            "workersplitter": split}
+
+    def prepare(self, export: base.Export, batch_size: int, tmp: Path,
+                options: dict[str, Any]) -> Any:
         require("webdataset", "torch")
         if is_remote(export.path):
             raise DsbenchError("--backend native: webdataset reads an object store through a "
                                "command (curl, aws) dsbench does not set up; in an object "
                                "store, use dsbench's reader", path=export.path)
-        return None
+        return options  # the pipeline is built in each worker, with these
 
     def epoch(self, prepared: Any, view: View, worker: int, n_workers: int,
               batch_size: int) -> Iterator[Item]:
@@ -37,7 +45,7 @@ class WdsReader:
 
         pipeline = wds.WebDataset(list(view.units), shardshuffle=False, nodesplitter=None,
                                   workersplitter=wds.split_by_worker,
-                                  empty_check=False).decode("pil")
+                                  **({"empty_check": False} | prepared)).decode("pil")
         for sample in pipeline:
             key = sample.pop("__key__")
             sample.pop("__url__", None)

@@ -6,81 +6,16 @@ printed as a single line with exit code 2. Anything else is a bug and keeps its 
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import importlib
 import signal
 import sys
 import threading
 from collections.abc import Sequence
-from pathlib import Path
 
-from dsbench import __version__
+from dsbench.commands.parser import COMMANDS, apply_settings, build_parser, command_in
 from dsbench.errors import DsbenchError, Interrupted
 
-# Module names under dsbench.commands; each has HELP, add_arguments(parser) and run(args) -> int.
-COMMANDS = ["demo", "generate", "inspect", "bench", "compare", "gate", "advise", "extrapolate",
-            "budget", "probe", "proxy", "job", "resume", "asv", "config"]
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        # argparse already exits 2 on usage errors; keep it to one line plus the usage hint.
-        sys.stderr.write(f"dsbench: error: {message} (see '{self.prog} --help')\n")
-        raise SystemExit(2)
-
-
-def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
-    """The parser; given the command line, only the command it names is imported (a command's
-    modules take up to half a second to import, `extrapolate` needs a tenth of that), and the
-    others are known by name. Without a command line, or one that names none (`dsbench
-    --help`), every command is."""
-    parser = _Parser(prog="dsbench", description="Measure what a dataset's on-disk format costs "
-                     "a training job's input pipeline.")
-    parser.add_argument("--version", action="version", version=f"dsbench {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    named = None if argv is None else _command_in(argv)
-    for name in COMMANDS:
-        if named is not None and name != named:
-            sub.add_parser(name)
-            continue
-        module = importlib.import_module(f"dsbench.commands.{name}")
-        p = sub.add_parser(name, help=module.HELP, description=module.HELP)
-        module.add_arguments(p)
-        p.add_argument("--config", type=Path, default=None, metavar="FILE",
-                       help="settings file to take options from: a dsbench.toml or a "
-                            "pyproject.toml's [tool.dsbench] (default: the nearest at or above "
-                            "the current directory; docs/settings.md)")
-        p.set_defaults(run=module.run)
-    return parser
-
-
-def apply_settings(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
-    """The settings file's values become the named command's defaults, so that its command
-    line still wins over them (commands/settings.py)."""
-    from dsbench.commands import settings
-
-    command = _command_in(argv)
-    if command is None:
-        return
-    found = settings.settings_for(argv)
-    if found.path is None:
-        return
-    settings.check_tables(found, COMMANDS)
-    sub = dict(settings.subparsers(parser))[command]
-    applied = settings.apply(sub, command, found, None)
-    if applied.elsewhere:  # keys this command lacks: another command's, or misspelt?
-        settings.resolve(sub, command, found, settings.every_option(build_parser()))
-    sub.set_defaults(settings_origin={d: where for d, (_, where) in applied.values.items()})
-
-
-def _command_in(argv: Sequence[str]) -> str | None:
-    """The command the line names: its first word that is not an option (dsbench's own
-    options take no value)."""
-    for word in argv:
-        if not word.startswith("-"):
-            return word if word in COMMANDS else None
-    return None
+__all__ = ["COMMANDS", "apply_settings", "build_parser", "entry", "main"]
 
 
 class Terminated(BaseException):
@@ -117,7 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             from dsbench.commands.options import check_outputs
 
             line = sys.argv[1:] if argv is None else list(argv)
-            named = _command_in(line)
+            named = command_in(line)
             name = f"dsbench {named}" if named else name  # for a bad settings file's line
             parser = build_parser(line)
             apply_settings(parser, line)

@@ -113,14 +113,34 @@ def test_inspect_names_the_layout_its_units_and_fields(fmt: str, exports: dict[s
         assert any("split 'test'" in f for f in s["ignored_files"]["examples"])
 
 
+# Three documented options of each library, as a job passes them; one misspelt.
+NATIVE_OPTIONS = {
+    "mds": (["predownload=8", "num_canonical_nodes=1", "partition_algo=relaxed"],
+            "predownlaod=8", "predownload"),
+    "litdata": (["max_cache_size='1GB'", "max_pre_download=1", "drop_last=false"],
+                "max_cache_sise=1", "max_cache_size"),
+    "hf": (["keep_in_memory=true", "output_all_columns=false", "columns=['image', 'label']"],
+           "keep_in_memroy=true", "keep_in_memory"),
+    "hf-hub": (["keep_in_memory=false", "verification_mode=no_checks", "num_proc=none"],
+               "num_porc=1", "num_proc"),
+    "lance": (["shard_granularity=batch", "batch_readahead=2", "with_row_id=false"],
+              "batch_readahed=2", "batch_readahead"),
+    "tfrecord": (["shard=none", "description=none"], "descripton=none", "description"),
+    "wds": (["empty_check=false", "repeat=false", "seed=3"], "sead=3", "seed"),
+}
+
+
 # mds-zstd is read by the same readers as mds, after decompression (read whole above).
 @pytest.mark.parametrize("fmt", [f for f in FORMATS if f != "mds-zstd"])
 def test_bench_measures_with_both_readers_at_1_and_2_workers(fmt: str, exports: dict[str, Path],
                                                              tmp_path: Path) -> None:
     opts = BenchOptions(workers=(1, 2), batch_size=4, rounds=1, batches=4, warmup_batches=1)
-    # Both readers in one interleaved run, as `compare EXPORT EXPORT --cand-backend native`.
+    # Both readers in one interleaved run, as `compare EXPORT EXPORT --cand-backend native`;
+    # the library configured by options a job passes it (--native-option).
+    given = native_options.parse(NATIVE_OPTIONS[fmt][0])
     both = run_benches([exports[fmt]] * 2, opts,
-                       each=[opts, dataclasses.replace(opts, backend="native")])
+                       each=[opts, dataclasses.replace(opts, backend="native",
+                                                       native_options=given)])
     docs = dict(zip(("dsbench", "native"), both, strict=True))
     for backend, doc in docs.items():
         write_result(tmp_path / f"{backend}.json", doc)  # validates against the schema
@@ -129,6 +149,7 @@ def test_bench_measures_with_both_readers_at_1_and_2_workers(fmt: str, exports: 
         assert doc["counts"]["exact"] and doc["counts"]["samples"] == SAMPLES
     assert docs["native"]["reader"]["library"] == LIBRARY[LAYOUT[fmt]]
     assert docs["native"]["reader"]["version"] != "not installed"
+    assert docs["native"]["reader"]["options"] == dict(given) and len(given) >= 2
     assert "reader" not in docs["dsbench"]
     # The counts are the export's, whichever reader measured the timings.
     assert docs["native"]["counts"] == docs["dsbench"]["counts"]
@@ -262,23 +283,6 @@ def test_no_writer_is_forked_from_a_process_that_loaded_lance(
                                                                          exports["lance"])
 
 
-# Three documented options of each library, as a job passes them; one misspelt.
-NATIVE_OPTIONS = {
-    "mds": (["predownload=8", "num_canonical_nodes=1", "partition_algo=relaxed"],
-            "predownlaod=8", "predownload"),
-    "litdata": (["max_cache_size='1GB'", "max_pre_download=1", "drop_last=false"],
-                "max_cache_sise=1", "max_cache_size"),
-    "hf": (["keep_in_memory=true", "output_all_columns=false", "columns=['image', 'label']"],
-           "keep_in_memroy=true", "keep_in_memory"),
-    "hf-hub": (["keep_in_memory=false", "verification_mode=no_checks", "num_proc=none"],
-               "num_porc=1", "num_proc"),
-    "lance": (["shard_granularity=batch", "batch_readahead=2", "with_row_id=false"],
-              "batch_readahed=2", "batch_readahead"),
-    "tfrecord": (["shard=none", "description=none"], "descripton=none", "description"),
-    "wds": (["empty_check=false", "repeat=false", "seed=3"], "sead=3", "seed"),
-}
-
-
 def _wds_export(root: Path) -> Path:
     """Shards written by webdataset's own ShardWriter."""
     import webdataset
@@ -292,23 +296,27 @@ def _wds_export(root: Path) -> Path:
 
 
 @pytest.mark.parametrize("fmt", sorted(NATIVE_OPTIONS))
-def test_native_options_reach_the_library_and_a_misspelt_one_is_one_line(
+def test_a_misspelt_native_option_is_one_line_before_anything_runs(
         fmt: str, exports: dict[str, Path], tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
-    given, misspelt, meant = NATIVE_OPTIONS[fmt]
-    out = tmp_path / "r.json"
+    # The options that reach each library are measured with it above (and webdataset's below).
+    _, misspelt, meant = NATIVE_OPTIONS[fmt]
     export = _wds_export(tmp_path / "wds") if fmt == "wds" else exports[fmt]
-    argv = ["bench", str(export), "--backend", "native", "--workers", "1", "--rounds", "1",
-            "--seconds", "0.2", "--batch-size", "4", "--json", str(out)]
-    assert main([*argv, *(a for g in given for a in ("--native-option", g))]) == 0
+    assert main(["bench", str(export), "--backend", "native", "--native-option", misspelt]) == 2
+    assert_one_line_error(capsys.readouterr().err, "bench", misspelt.split("=")[0],
+                          f"did you mean {meant}?")
+
+
+def test_webdatasets_own_reader_takes_its_options(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "r.json"
+    given = NATIVE_OPTIONS["wds"][0]
+    assert main(["bench", str(_wds_export(tmp_path / "wds")), "--backend", "native",
+                 "--workers", "1", "--rounds", "1", "--seconds", "0.2", "--batch-size", "4",
+                 "--json", str(out), *(a for g in given for a in ("--native-option", g))]) == 0
     doc = json.loads(out.read_text())
-    parsed = dict(native_options.parse(given))
-    assert doc["reader"]["options"] == parsed and len(parsed) >= 2
-    assert doc["runs"][0]["samples"] > 0
-    capsys.readouterr()
-    assert main([*argv, "--native-option", misspelt]) == 2
-    err = capsys.readouterr().err
-    assert_one_line_error(err, "bench", misspelt.split("=")[0], f"did you mean {meant}?")
+    assert doc["reader"]["options"] == dict(native_options.parse(given))
+    assert doc["reader"]["library"] == "webdataset" and doc["runs"][0]["samples"] > 0
 
 
 def test_native_options_are_the_librarys_own_keywords_with_their_types(

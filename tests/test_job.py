@@ -378,3 +378,30 @@ def test_a_launch_removes_the_directories_of_launchers_killed_outright(
         (d / "logs").mkdir(parents=True)
     launch._remove_stale()
     assert not gone.exists() and alive.exists()
+
+
+# Records TORCH_CPP_LOG_LEVEL at the moment torch is first imported, then runs `dsbench job` on
+# a path that does not exist: the command imports torch (to check its version) before it finds
+# the path missing.
+_AT_IMPORT = """
+import importlib.abc, os, sys
+seen = []
+class Watch(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" and not seen:
+            seen.append(os.environ.get("TORCH_CPP_LOG_LEVEL"))
+        return None
+sys.meta_path.insert(0, Watch())
+from dsbench.cli import main
+code = main(["job", sys.argv[1]])
+print(code, seen)
+"""
+
+
+def test_torchs_cpp_warnings_are_quieted_before_torch_is_first_imported(tmp_path: Path) -> None:
+    # c10 reads its log level once, at torch's import: set later, a node that lost the other
+    # printed the store's C++ warning and its stack frames beside dsbench's one line.
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_CPP_LOG_LEVEL"}
+    proc = subprocess.run([sys.executable, "-c", _AT_IMPORT, str(tmp_path / "missing")],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert proc.stdout.split() == ["2", "['ERROR']"], proc.stdout + proc.stderr

@@ -32,7 +32,7 @@ def shown(value: Any) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dsbench.cli import COMMANDS, build_parser
+    from dsbench.commands.parser import COMMANDS, build_parser
 
     found = settings.settings_for(["--config", str(args.config)] if args.config else [])
     if args.name is not None and args.name not in COMMANDS:

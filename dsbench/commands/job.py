@@ -22,6 +22,7 @@ from dsbench.commands.options import (
 )
 from dsbench.errors import DsbenchError
 from dsbench.job import identity, predict, result, share
+from dsbench.job.launch import quiet_torch_cpp
 from dsbench.job.options import DEVICES, MAX_RANKS, JobOptions
 from dsbench.loader.decode import DECODERS
 from dsbench.loader.options import BACKENDS
@@ -92,6 +93,7 @@ def options(args: argparse.Namespace, ranks: int) -> JobOptions:
 
 
 def run(args: argparse.Namespace) -> int:
+    quiet_torch_cpp()  # before torch's first import, which the next line makes
     installed.require("torch", "dsbench job")
     ident = identity.detect()
     if ident is not None:

@@ -39,6 +39,15 @@ MONITOR_INTERVAL_S = 0.1
 TMP_PREFIX = "dsbench-job-"
 
 
+def quiet_torch_cpp() -> None:
+    """torch's C++ side logs warnings only from ERROR up: a node that lost the rendezvous's host
+    would print the store's warning with a stack trace of C++ frames, before dsbench's one line
+    says what happened. c10 reads the level once, when torch is first imported: this must come
+    before anything imports torch (installed.require does, to check its version). A level the
+    user set stays."""
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+
+
 def _quiet_torch_logging() -> None:
     """The agent logs every start and stop; dsbench prints one line of its own instead.
 
@@ -47,9 +56,7 @@ def _quiet_torch_logging() -> None:
     """
     before = os.environ.get("LOGLEVEL")
     os.environ["LOGLEVEL"] = "CRITICAL"
-    # And torch's C++ side: a node that lost the rendezvous's host would print the store's
-    # warning with a stack trace of C++ frames, before dsbench's one line says what happened.
-    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+    quiet_torch_cpp()
     try:
         import torch.distributed.launcher.api  # noqa: F401
     finally:

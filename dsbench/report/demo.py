@@ -33,7 +33,7 @@ from dsbench.export.reexport import reexport
 from dsbench.export.spec import FORMATS_DIR, ExportSpec, load_spec
 from dsbench.export.synth import GENERATOR
 from dsbench.job import share
-from dsbench.job.launch import launch
+from dsbench.job.launch import launch, quiet_torch_cpp
 from dsbench.job.options import JobOptions
 from dsbench.loader.runner import BenchOptions, run_benches
 from dsbench.model.cluster import extrapolate, simulate
@@ -223,6 +223,7 @@ def probed_storage(probed: dict[str, Any], network_s: float) -> StorageProfile:
 def job_check(path: Path, opts: DemoOptions, progress: Progress) -> dict[str, Any]:
     """The cluster model checked against a measured job on this machine: 2 ranks reading
     after, each with its own loader, the demo's compute per step, an all-reduce every step."""
+    quiet_torch_cpp()  # before torch's first import, which the next line makes
     try:
         installed.require("torch", "the job check")
     except DsbenchError as exc:

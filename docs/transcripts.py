@@ -6,18 +6,17 @@
 In each doc, every fenced block whose lines start with `$ ` is a transcript: its commands run in
 the order shown, each in bash from one scratch directory (what one writes under /tmp/dsbench is
 there for the next, as in a reader's terminal), and the lines under each command become what
-it printed on standard output (a command shown without output is run, and left so; an excerpt
-that starts at a heading of the output stays an excerpt of as many lines; a ```python block is
-run too, in order, as the docs test runs it, and a block after it marked `<!-- output of the
-Python block above -->` shows what it printed). A block
-preceded by a line `<!-- output of: COMMAND -->` is one
-command's output without the `$ ` line (docs/demo.md's verdict). Figures come from this
-machine, as the docs say of their transcripts.
+it printed on standard output, with the one-line error of a command that fails on purpose.
+A command shown without output is run, and left so; an excerpt that starts at a heading of the
+output stays an excerpt of as many lines. A ```python block is run too, in order, as the docs
+test runs it, and a block after it marked `<!-- output of the Python block above -->` shows what
+it printed. A block preceded by `<!-- output of: COMMAND -->` is one command's output without
+the `$ ` line (docs/demo.md's). Figures come from this machine, as the docs say.
 
 A doc is rewritten only when all of its commands ended as the doc shows them (exit 0, a gate's
-1, or an error the doc shows on purpose), and whole: never half old, half new. The docs test
-(tests/test_docs.py) runs the same commands on small data on every test run, and checks the
-model's outputs, which do not vary, byte for byte.
+1, or an error the doc shows on purpose; never a traceback), and whole: never half old, half
+new. The docs test (tests/test_docs.py) runs the same commands on small data on every run,
+checks the model's outputs, which do not vary, byte for byte, and the others in shape.
 """
 
 from __future__ import annotations
@@ -81,19 +80,27 @@ def transcripts(text: str) -> list[Shown]:
     return found
 
 
-def run(command: str, cwd: Path, python: bool = False) -> tuple[int, str]:
+def run(command: str, cwd: Path, python: bool = False) -> tuple[int, str, str]:
+    """(exit code, what a doc shows of the output, standard error): standard output, and the
+    one-line error a failing command prints on standard error."""
     # The dsbench installed beside the Python running this script, first on the PATH.
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     argv = [sys.executable, "-P", "-c", command] if python else ["bash", "-c", command]
     proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True,
                           env={**os.environ, "PATH": path})
     sys.stderr.write(proc.stderr)
-    return proc.returncode, proc.stdout
+    errors = [ln for ln in proc.stderr.splitlines() if ": error: " in ln]
+    shown = proc.stdout + "".join(ln + "\n" for ln in errors) if proc.returncode else proc.stdout
+    return proc.returncode, shown, proc.stderr
 
 
-def expected(code: int, shown: str) -> bool:
-    """An exit the doc shows: success, a gate's failed verdict, or an error shown on purpose."""
-    return code in (0, 1) or (code == 2 and ": error: " in shown)
+def expected(code: int, command: str, shown: str, stderr: str) -> bool:
+    """An exit the doc shows: success, a gate's failed verdict (1), or an error shown on
+    purpose (2); never a traceback, whatever its exit code."""
+    if "Traceback (most recent call last)" in stderr:
+        return False
+    return code == 0 or (code == 1 and command.startswith("dsbench gate")) or (
+        code == 2 and ": error: " in shown)
 
 
 def excerpt(shown: str, out: str) -> str:
@@ -113,12 +120,12 @@ def regenerate(doc: Path, cwd: Path) -> bool:
     for shown in spans:
         said = "a Python block" if shown.python else f"$ {shown.command}"
         print(f"{doc.name}: {said}", file=sys.stderr, flush=True)
-        code, out = run(shown.command, cwd, shown.python)
+        code, out, stderr = run(shown.command, cwd, shown.python)
         if shown.python and shown.start == shown.end:
             if code:  # a sketch for the reader may need what this script does not make
                 print(f"{doc.name}: the Python block exited {code}", file=sys.stderr)
             continue
-        if not expected(code, text[shown.start:shown.end]):
+        if not expected(code, shown.command, text[shown.start:shown.end], stderr):
             print(f"{doc.name}: exit {code} from `{shown.command}`: left as it was",
                   file=sys.stderr)
             return False

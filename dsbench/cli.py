@@ -12,10 +12,10 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from dsbench.commands.parser import COMMANDS, apply_settings, build_parser, command_in
+from dsbench.commands.parser import COMMANDS, apply_settings, build_parser, command_in, settled
 from dsbench.errors import DsbenchError, Interrupted
 
-__all__ = ["COMMANDS", "apply_settings", "build_parser", "entry", "main"]
+__all__ = ["COMMANDS", "apply_settings", "build_parser", "entry", "main", "settled"]
 
 
 class Terminated(BaseException):
@@ -55,9 +55,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             named = command_in(line)
             name = f"dsbench {named}" if named else name  # for a bad settings file's line
             parser = build_parser(line)
-            apply_settings(parser, line)
+            applied = apply_settings(parser, line)
         args = parser.parse_args(line)
         name = f"dsbench {args.command}"
+        settled(args, line, applied)
         check_outputs(args)
         return int(args.run(args))
     except DsbenchError as exc:

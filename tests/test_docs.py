@@ -347,3 +347,20 @@ def test_the_transcript_script_replaces_each_shown_output_and_nothing_else(
     assert tool.main([str(doc)]) == 1
     assert doc.read_text() == "```console\n$ echo fine\nx\n$ exit 3\ny\n```\n"
     assert [p.name for p in tmp_path.iterdir()] == ["guide.md"]
+
+
+def test_the_transcript_script_keeps_an_error_shown_and_refuses_a_traceback(
+        tmp_path: Path) -> None:
+    tool = _transcripts_module()
+    doc = tmp_path / "guide.md"
+    shown = ("```console\n$ dsbench inspect /nonexistent\n"
+             "dsbench inspect: error: old wording\n```\n")
+    doc.write_text(shown)
+    assert tool.main([str(doc)]) == 0
+    assert doc.read_text() == ("```console\n$ dsbench inspect /nonexistent\n"
+                               "dsbench inspect: error: /nonexistent: no such file or "
+                               "directory\n```\n")
+    crash = "```console\n$ python -c \"print('partial'); 1/0\"\nold\n```\n"
+    doc.write_text(crash)
+    assert tool.main([str(doc)]) == 1
+    assert doc.read_text() == crash

@@ -335,3 +335,22 @@ def test_native_options_are_the_librarys_own_keywords_with_their_types(
             native.check_options(mds, options)
     with pytest.raises(DsbenchError, match="needs --backend native"):
         BenchOptions(native_options=(("predownload", 8),))
+
+
+def test_native_options_go_to_the_side_read_natively() -> None:
+    from dsbench.cli import build_parser
+    from dsbench.commands.options import side_options
+
+    def sides(*extra: str) -> tuple[Any, Any]:
+        argv = ["compare", "a", "b", "--native-option", "seed=3", *extra]
+        return side_options(build_parser(argv).parse_args(argv))
+
+    base, cand = sides("--backend", "native", "--cand-backend", "dsbench")
+    assert base.native_options == (("seed", 3),) and cand.native_options == ()
+    base, cand = sides("--cand-backend", "native")
+    assert base.native_options == () and cand.native_options == (("seed", 3),)
+    with pytest.raises(DsbenchError, match="needs --backend native or --cand-backend native"):
+        sides()
+    # --native-option only where a --backend can name native: not the demo's.
+    with pytest.raises(SystemExit):
+        build_parser(["demo"]).parse_args(["demo", "--native-option", "seed=3"])

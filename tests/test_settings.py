@@ -10,7 +10,9 @@ import pytest
 from layouts import write_result
 from resultdocs import document, run
 
-from dsbench.cli import apply_settings, build_parser, main
+from dsbench.cli import apply_settings, build_parser, main, settled
+from dsbench.errors import DsbenchError
+from dsbench.loader.options import BenchOptions
 
 PYPROJECT = """\
 [project]
@@ -28,8 +30,10 @@ strict_throughput = true
 
 def parsed(argv: list[str]) -> argparse.Namespace:
     parser = build_parser(argv)
-    apply_settings(parser, argv)
-    return parser.parse_args(argv)
+    applied = apply_settings(parser, argv)
+    args = parser.parse_args(argv)
+    settled(args, argv, applied)
+    return args
 
 
 @pytest.fixture
@@ -178,3 +182,39 @@ def test_a_repeatable_option_takes_a_list_and_the_command_line_adds_to_it(team: 
     assert parsed(["bench", "x"]).native_option == ["predownload=8"]
     assert parsed(["bench", "x", "--native-option", "seed=1"]).native_option == [
         "predownload=8", "seed=1"]
+
+
+def test_what_a_file_sets_the_command_line_can_still_undo(team: Path,
+                                                          capsys: pytest.CaptureFixture[str]
+                                                          ) -> None:
+    (team / "pyproject.toml").write_text(PYPROJECT + "\n[tool.dsbench.bench]\ncold = true\n"
+                                         "\n[tool.dsbench.budget]\ngpus = 64\n")
+    assert parsed(["bench", "x"]).cold is True
+    assert parsed(["bench", "x", "--no-cold"]).cold is False  # a flag the file turned on
+    # An option the file gives is no longer required on the command line.
+    assert parsed(["budget", "--gpus-per-node", "8", "--mean-step", "1.4", "--p99-step", "6.8",
+                   "--gpu-util", "61%"]).gpus == 64
+    # A top key that is only an old spelling in some command is not that command's.
+    (team / "pyproject.toml").write_text("[tool.dsbench]\nbatch-size = 32\n")
+    assert parsed(["bench", "x"]).batch_size == 32
+    assert parsed(["extrapolate", "r.json"]).cluster_batch_size is None
+    # A bad value given on the command line is the option's fault, not the file's.
+    (team / "pyproject.toml").write_text(PYPROJECT)
+    a = write_result(team, "a.json", document([run()]))
+    assert main(["gate", a, a, "--max-files-ratio", "-2"]) == 2
+    err = one_line(capsys, "--max-files-ratio must be a positive number")
+    assert "pyproject.toml" not in err
+    # --config abbreviated would be read after the defaults it sets: refused.
+    assert main(["bench", "x", "--conf", str(team / "pyproject.toml")]) == 2
+    one_line(capsys, "--config: write the option in full")
+
+
+def test_a_broken_pyproject_of_another_project_is_passed_over(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "pyproject.toml").write_text("[project\n")
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path / "sub")
+    assert parsed(["bench", "x"]).seconds == BenchOptions().seconds  # the default
+    (tmp_path / "pyproject.toml").write_text("[tool.dsbench\nseconds = 1\n")
+    with pytest.raises(DsbenchError, match="cannot read settings"):
+        parsed(["bench", "x"])

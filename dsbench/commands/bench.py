@@ -5,8 +5,15 @@ from __future__ import annotations
 import argparse
 
 from dsbench import fmt
-from dsbench.commands.options import add_json_argument, add_window_arguments, emit, window_options
+from dsbench.commands.options import (
+    add_json_argument,
+    add_native_option_argument,
+    add_window_arguments,
+    emit,
+    window_options,
+)
 from dsbench.errors import DsbenchError
+from dsbench.loader.native import options as native_options
 from dsbench.loader.options import BACKENDS, BenchOptions
 from dsbench.loader.runner import run_bench
 from dsbench.report.bench import render
@@ -38,6 +45,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the loader that reads the export: dsbench's own, torch's DataLoader "
                         "around dsbench's reader (pip install 'dsbench[torch]'), or the "
                         "format's own library (native: docs/formats.md)")
+    add_native_option_argument(p)
     p.add_argument("--dataset", default=None, metavar="MODULE:FACTORY",
                    help="your own torch Dataset or IterableDataset, built by FACTORY(), "
                         "measured as a black box through torch's DataLoader "
@@ -60,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
                           normalize=args.normalize, on_error=args.on_error,
                           backend=args.backend, prefetch=args.prefetch, seed=args.seed,
                           stall_s=args.stall_timeout, dataset=args.dataset,
-                          ceiling=args.ceiling)
+                          ceiling=args.ceiling,
+                          native_options=native_options.parse(args.native_option))
     if (args.path is None) == (args.dataset is None):
         raise DsbenchError("name an export PATH, or --dataset MODULE:FACTORY, not both")
     doc = run_bench(args.path or args.dataset, opts, progress=fmt.progress)

@@ -190,11 +190,6 @@ def add_window_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup,
                         f"which it is an error (default {r.deadline_s:g})")
     add_exact_arguments(p, d, "count CPU instructions per sample by stage, exactly: beside "
                               "the timed CPU")
-    p.add_argument("--native-option", action="append", default=[], metavar="KEY=VALUE",
-                   help="a keyword of the format library's dataset with --backend native "
-                        "(repeatable: --native-option shuffle_algo=py1e --native-option "
-                        "predownload=8), checked against its signature and recorded in the "
-                        "result")
     p.add_argument("--count-samples", type=int, default=None, metavar="N",
                    help="files, bytes and requests per sample are counted over whole units up "
                         f"to N samples; 0 counts every unit (default {DEFAULT_MAX_SAMPLES}, "
@@ -212,6 +207,15 @@ def add_exact_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup, d:
                    help="the exact pass counts decode, fields, transform and collate over the "
                         f"export's first N samples, read over whole units (default "
                         f"{d.exact_samples})")
+
+
+def add_native_option_argument(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """--native-option, where a --backend can name native (bench, compare, gate)."""
+    p.add_argument("--native-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a keyword of the format library's dataset with --backend native "
+                        "(repeatable: --native-option shuffle_algo=py1e --native-option "
+                        "predownload=8; a key given again replaces it), checked against its "
+                        "signature and recorded in the result")
 
 
 def add_image_field_argument(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
@@ -235,8 +239,7 @@ def window_options(args: argparse.Namespace, **more: Any) -> BenchOptions:
                            image_field=args.image_field, step=args.pipeline, order=args.order,
                            shuffle_buffer=args.shuffle_buffer, block=args.block,
                            epochs=args.epochs, inflight=args.inflight, exact=args.exact,
-                           exact_samples=args.exact_samples,
-                           native_options=native_options.parse(args.native_option), **more)
+                           exact_samples=args.exact_samples, **more)
     remote.use_inflight(options.inflight)
     return options
 
@@ -255,6 +258,7 @@ def add_side_arguments(p: argparse.ArgumentParser, exact_rounds: int | None = No
     m.add_argument("--cand-backend", choices=BACKENDS, default=None, metavar="BACKEND",
                    help="read the candidate otherwise: `compare EXPORT EXPORT --cand-backend "
                         "native` puts dsbench's reader and the format's library side by side")
+    add_native_option_argument(m)
     m.add_argument("--save", nargs=2, metavar=("BASE_JSON", "CAND_JSON"),
                    help="write both sides' result documents")
     p.add_argument("--any-order", action="store_true",
@@ -270,8 +274,17 @@ def side_options(args: argparse.Namespace, exact_rounds: int | None = None
     given = args.rounds
     if given is None:
         args.rounds = COMPARE_WINDOW.rounds
-    opts = window_options(args, backend=args.backend)
-    cand = dataclasses.replace(opts, backend=args.cand_backend) if args.cand_backend else None
+    native = native_options.parse(args.native_option)
+    # The library's options go to the side (or sides) read through it.
+    backends = (args.backend, args.cand_backend or args.backend)
+    if native and "native" not in backends:
+        raise DsbenchError("--native-option configures the format's own library: it needs "
+                           "--backend native or --cand-backend native")
+    opts = window_options(args, backend=args.backend,
+                          native_options=native if args.backend == "native" else ())
+    cand = dataclasses.replace(opts, backend=args.cand_backend,
+                               native_options=native if args.cand_backend == "native" else ()
+                               ) if args.cand_backend else None
     sides = [o for o in (opts, cand) if o is not None]
     if given is None and exact_rounds and all(exact.why_not(o) is None for o in sides):
         opts = dataclasses.replace(opts, rounds=exact_rounds)

@@ -11,8 +11,10 @@ import importlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from dsbench import __version__
+from dsbench.errors import DsbenchError
 
 # Module names under dsbench.commands; each has HELP, add_arguments(parser) and run(args) -> int.
 COMMANDS = ["demo", "generate", "inspect", "bench", "compare", "gate", "advise", "extrapolate",
@@ -51,23 +53,39 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def apply_settings(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
+def apply_settings(parser: argparse.ArgumentParser, argv: Sequence[str]) -> Any:
     """The settings file's values become the named command's defaults, so that its command
-    line still wins over them (commands/settings.py)."""
+    line still wins over them (commands/settings.py); what was applied (settings.Applied), or
+    None."""
     from dsbench.commands import settings
 
     command = command_in(argv)
     if command is None:
-        return
+        return None
     found = settings.settings_for(argv)
     if found.path is None:
-        return
+        return None
     settings.check_tables(found, COMMANDS)
     sub = dict(settings.subparsers(parser))[command]
     applied = settings.apply(sub, command, found, None)
     if applied.elsewhere:  # keys this command lacks: another command's, or misspelt?
         settings.resolve(sub, command, found, settings.every_option(build_parser()))
-    sub.set_defaults(settings_origin={d: where for d, (_, where) in applied.values.items()})
+    return applied
+
+
+def settled(args: argparse.Namespace, argv: Sequence[str], applied: Any) -> None:
+    """After parsing: `args.settings_origin`, where each value the file set came from, for
+    the values the command line left as the file set them (a bad value is then blamed on the
+    file, and otherwise on the option). An abbreviated --config is refused: the file was
+    read, for its defaults, before argparse expanded it."""
+    from dsbench.commands import settings
+
+    if getattr(args, "config", None) is not None and settings.config_path(argv) is None:
+        raise DsbenchError("--config: write the option in full (its file is read before "
+                           "the command line is parsed)")
+    values = applied.values if applied is not None else {}
+    args.settings_origin = {dest: where for dest, (value, where) in values.items()
+                            if getattr(args, dest, None) == value}
 
 
 def command_in(argv: Sequence[str]) -> str | None:

@@ -57,7 +57,14 @@ def find(start: Path) -> Path | None:
             return d / FILE
         pyproject = d / "pyproject.toml"
         if pyproject.is_file():
-            tool = _read(pyproject).get("tool", {})
+            try:
+                tool = _read(pyproject).get("tool", {})
+            except DsbenchError:
+                # Another project's broken pyproject is not dsbench's to refuse; one that
+                # means to hold dsbench's settings is, lest they be silently ignored.
+                if "tool.dsbench" in pyproject.read_text(encoding="utf-8", errors="replace"):
+                    raise
+                continue
             if isinstance(tool, dict) and "dsbench" in tool:
                 return pyproject
     return None
@@ -115,7 +122,9 @@ def long_options(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
     for action in parser._actions:
         for opt in action.option_strings:
             name = opt[2:]
-            if opt.startswith("--") and name not in NOT_SETTINGS and not name.startswith("no-"):
+            negative = isinstance(action, argparse.BooleanOptionalAction) and \
+                opt != action.option_strings[0]  # --no-exact: the same option as --exact
+            if opt.startswith("--") and name not in NOT_SETTINGS and not negative:
                 found[name] = action
     return found
 
@@ -185,6 +194,8 @@ def resolve(parser: argparse.ArgumentParser, command: str, settings: Settings,
         for key, value in keys.items():
             name = key.replace("_", "-")
             action = options.get(name)
+            if action is not None and isinstance(action, Refused) and not own:
+                action = None  # an old spelling here: this command lacks the option
             if action is None:
                 if own:
                     raise DsbenchError(f"{key}: not an option of dsbench {command}"
@@ -222,9 +233,21 @@ def check_tables(settings: Settings, commands: Sequence[str]) -> None:
 
 def apply(parser: argparse.ArgumentParser, command: str, settings: Settings,
           every_option: frozenset[str] | None) -> Applied:
-    """Set `parser`'s defaults from `settings`: the command line still wins over them."""
+    """Set `parser`'s defaults from `settings`: the command line still wins over them. An
+    option the file sets is no longer required on the command line, and a flag the file turns
+    on can be turned off there (`--no-cold` where the file says `cold = true`)."""
     applied = resolve(parser, command, settings, every_option)
     parser.set_defaults(**{dest: v for dest, (v, _) in applied.values.items()})
+    taken = {opt for action in parser._actions for opt in action.option_strings}
+    for action in parser._actions:
+        if action.dest not in applied.values:
+            continue
+        action.required = False
+        flag = isinstance(action, argparse._StoreTrueAction | argparse._StoreFalseAction)
+        negative = "--no-" + action.option_strings[0][2:]
+        if flag and negative not in taken:
+            parser.add_argument(negative, dest=action.dest, action="store_const",
+                                const=action.const is not True, help=argparse.SUPPRESS)
     return applied
 
 

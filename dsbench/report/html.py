@@ -301,7 +301,7 @@ def _cluster_table(doc: dict[str, Any]) -> str:
 
 def _figures(doc: dict[str, Any], images: dict[str, bytes], skipped_reason: str) -> list[str]:
     if not images:
-        return [f'<p class="skipped">Plots were skipped: {_e(skipped_reason)}. The tables above '
+        return [f'<p class="skipped">Plots were skipped: {_e(skipped_reason)}. The tables below '
                 "hold the same figures.</p>"]
     out = []
     for name, data in images.items():

@@ -30,7 +30,8 @@ _SIMPLE = (bool, int, float, str)
 
 
 def parse(pairs: Sequence[str]) -> Options:
-    """`KEY=VALUE` strings as (key, value) pairs; a key given twice is refused."""
+    """`KEY=VALUE` strings as (key, value) pairs; a key given again replaces the earlier value
+    (a settings file's come first, the command line's after them)."""
     found: dict[str, Any] = {}
     for pair in pairs:
         key, sep, text = pair.partition("=")
@@ -38,8 +39,6 @@ def parse(pairs: Sequence[str]) -> Options:
         if not sep or not key.isidentifier():
             raise DsbenchError(f"--native-option {pair!r}: expected KEY=VALUE, KEY a keyword "
                                "of the library's dataset (shuffle_algo=py1e)")
-        if key in found:
-            raise DsbenchError(f"--native-option {key}: given twice")
         found[key] = value_of(text.strip())
     return tuple(found.items())
 

@@ -307,8 +307,8 @@ def test_an_export_in_an_object_store_is_advised_from_the_same_store(
     s3_env.upload_tree(after_like, url)
     keys_before = _keys(s3_env, "advise")
     out = tmp_path / "advice.json"
-    # Batches of 8: a warm-up batch of 64 would read the 40 samples again, two GETs each.
-    assert main(["advise", url, "--samples", "40", "--layouts", "wds", "--shard-sizes", "64MB",
+    # Batches of 8: a warm-up batch of 64 would read the 24 samples again, two GETs each.
+    assert main(["advise", url, "--samples", "24", "--layouts", "wds", "--shard-sizes", "64MB",
                  "--budget", "1s", "--batch-size", "8",
                  "--write-definition", str(tmp_path / "d.toml"),
                  "--json", str(out)]) == 0

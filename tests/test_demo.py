@@ -326,13 +326,14 @@ def test_demo_end_to_end_reuses_its_cache(tmp_path: Path, capsys: pytest.Capture
     assert json.loads((out / "results" / "advice.json").read_text()) == advice
     page = (out / "report.html").read_text(encoding="utf-8")
     assert "<h2>Which export to roll out" in page and 'alt="Pareto front' in page
-    assert main(run_demo_cli(tmp_path, "--no-object-store", "--no-job", "--no-advice")) == 0
+    assert main(run_demo_cli(tmp_path, "--no-object-store", "--no-job", "--no-advice",
+                             "--no-resume")) == 0
     second = capsys.readouterr()
     said = " ".join(second.out.split())
     assert "generating" not in second.err and second.err.count("reusing") == 3
     assert "On object storage" not in said
     assert "the model against a measured job: none run (--no-job)" in said
-    assert "Which export to roll out" not in said
+    assert "Which export to roll out" not in said and "After a restart" not in said
     # Without the server there is nothing probed: the model falls back to its stated profile.
     doc = json.loads((tmp_path / "demo.json").read_text())
     assert "advice" not in doc

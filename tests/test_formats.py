@@ -339,7 +339,7 @@ def test_native_options_are_the_librarys_own_keywords_with_their_types(
 
 def test_native_options_go_to_the_side_read_natively() -> None:
     from dsbench.cli import build_parser
-    from dsbench.commands.options import side_options
+    from dsbench.commands.sides import side_options
 
     def sides(*extra: str) -> tuple[Any, Any]:
         argv = ["compare", "a", "b", "--native-option", "seed=3", *extra]

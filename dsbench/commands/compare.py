@@ -9,11 +9,10 @@ from dsbench.analysis.measure import compare_sides
 from dsbench.commands.options import (
     add_cluster_arguments,
     add_json_argument,
-    add_side_arguments,
     cluster_from_args,
     emit,
-    side_options,
 )
+from dsbench.commands.sides import add_side_arguments, side_options
 from dsbench.errors import DsbenchError
 from dsbench.model.node import ClusterSpec
 from dsbench.report.comparison import render

@@ -8,7 +8,8 @@ from pathlib import Path
 from dsbench import fmt
 from dsbench.analysis import gate
 from dsbench.analysis.measure import compare_sides
-from dsbench.commands.options import add_json_argument, add_side_arguments, emit, side_options
+from dsbench.commands.options import add_json_argument, emit
+from dsbench.commands.sides import add_side_arguments, side_options
 from dsbench.errors import DsbenchError
 from dsbench.report.comparison import render, render_gate
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 
 class DsbenchError(Exception):
     """Bad input or bad options: a message for a person, naming the file (and sample) at fault.
@@ -35,3 +38,10 @@ class Interrupted(Exception):
     def __init__(self, signum: int, stopped: str) -> None:
         super().__init__(stopped)
         self.signum, self.stopped = signum, stopped
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """" (did you mean X?)" with the nearest of `known`, or "" where none is near: the tail of
+    a message refusing a misspelt key or option."""
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f" (did you mean {close[0]}?)" if close else ""

@@ -40,26 +40,30 @@ def run(args: argparse.Namespace) -> int:
                            f"{', '.join(COMMANDS)})")
     parser = build_parser()
     commands = dict(settings.subparsers(parser))
+    lines = []
     if found.path is None:
-        print(f"settings: none (no {settings.FILE}, nor a pyproject.toml with [tool.dsbench], "
-              f"at or above {Path.cwd()}): every option at its default")
+        lines.append(f"settings: none (no {settings.FILE}, nor a pyproject.toml with "
+                     f"[tool.dsbench], at or above {Path.cwd()}): every option at its default")
     else:
         settings.check_tables(found, COMMANDS)
     every = settings.every_option(parser)
     names = [args.name] if args.name else [c for c in COMMANDS if c != "config"]
     # Every command's values resolved before a line is printed: a bad key is the one line.
-    resolved = {name: settings.resolve(commands[name], name, found, every)
+    resolved = {name: settings.resolve(commands[name], name, found, lambda: every)
                 if found.path is not None else settings.Applied() for name in names}
     if found.path is not None:
-        print(f"settings: {found.where()}")
+        lines.append(f"settings: {found.where()}")
     for name, applied in resolved.items():
         sub = commands[name]
         if args.name is None:
             if applied.values:
-                print(f"\ndsbench {name}:")
-                print(fmt.table(["option", "value", "from"], [
-                    [f"--{_name(sub, dest)}", shown(v), where]
-                    for dest, (v, where) in applied.values.items()]))
+                # The name a file uses for each option: the first of its long names.
+                named: dict[str, str] = {}
+                for option, action in settings.long_options(sub).items():
+                    named.setdefault(action.dest, option)
+                lines += [f"\ndsbench {name}:", fmt.table(["option", "value", "from"], [
+                    [f"--{named[dest]}", shown(v), where]
+                    for dest, (v, where) in applied.values.items()])]
             continue
         rows, seen = [], set()
         for option, action in sorted(settings.long_options(sub).items()):
@@ -68,14 +72,11 @@ def run(args: argparse.Namespace) -> int:
             seen.add(action.dest)
             value, where = applied.values.get(action.dest, (action.default, "default"))
             rows.append([f"--{option}", shown(value), where])
-        print(f"\ndsbench {name}: every option's value unless given on the command line")
-        print(fmt.table(["option", "value", "from"], rows))
+        lines += [f"\ndsbench {name}: every option's value unless given on the command line",
+                  fmt.table(["option", "value", "from"], rows)]
     if args.name is None and found.path is not None:
-        print("\nEvery other option is at its default; the command line wins over the file "
-              "(dsbench config COMMAND lists a command's options).")
+        lines.append("\nEvery other option is at its default; the command line wins over the "
+                     "file (dsbench config COMMAND lists a command's options).")
+    fmt.out("\n".join(lines))  # one write, which a reader that went away does not break
     return 0
 
-
-def _name(parser: argparse.ArgumentParser, dest: str) -> str:
-    """The long name a file uses for the option stored in `dest`."""
-    return next(n for n, a in settings.long_options(parser).items() if a.dest == dest)

@@ -7,6 +7,7 @@ In: the command line. Out: an argparse parser whose namespace names the command'
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import sys
 from collections.abc import Sequence
@@ -67,10 +68,10 @@ def apply_settings(parser: argparse.ArgumentParser, argv: Sequence[str]) -> Any:
         return None
     settings.check_tables(found, COMMANDS)
     sub = dict(settings.subparsers(parser))[command]
-    applied = settings.apply(sub, command, found, None)
-    if applied.elsewhere:  # keys this command lacks: another command's, or misspelt?
-        settings.resolve(sub, command, found, settings.every_option(build_parser()))
-    return applied
+    # Every command's options, for a top key this command lacks (another command's, or
+    # misspelt?): only then are the other commands imported, once.
+    every = functools.cache(lambda: settings.every_option(build_parser()))
+    return settings.apply(sub, command, found, every)
 
 
 def settled(args: argparse.Namespace, argv: Sequence[str], applied: Any) -> None:

@@ -17,15 +17,14 @@ team runs its CI from, or any below it. `dsbench config [COMMAND]` prints what i
 from __future__ import annotations
 
 import argparse
-import difflib
 import tomllib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dsbench.commands.vocabulary import Refused
-from dsbench.errors import DsbenchError
+from dsbench.errors import DsbenchError, did_you_mean
 
 FILE = "dsbench.toml"
 # Options no file may set: they say where the settings are, or are not options at all.
@@ -182,10 +181,10 @@ class Applied:
 
 
 def resolve(parser: argparse.ArgumentParser, command: str, settings: Settings,
-            every_option: frozenset[str] | None) -> Applied:
+            every_option: Callable[[], frozenset[str]]) -> Applied:
     """The defaults `settings` gives `command` (whose parser is `parser`). `every_option`: the
     long names of all commands' options, for telling a top key meant for another command from
-    a misspelt one (None: not known yet, and every top key this command lacks is a question)."""
+    a misspelt one; called only for a top key this command lacks (it imports every command)."""
     options = long_options(parser)
     applied = Applied()
     layers = [(settings.shared, settings.where(), False),
@@ -199,10 +198,10 @@ def resolve(parser: argparse.ArgumentParser, command: str, settings: Settings,
             if action is None:
                 if own:
                     raise DsbenchError(f"{key}: not an option of dsbench {command}"
-                                       f"{_guess(name, options)}", path=where)
-                if every_option is not None and name not in every_option:
+                                       f"{did_you_mean(name, options)}", path=where)
+                if name not in every_option():
                     raise DsbenchError(f"{key}: not an option of any dsbench command"
-                                       f"{_guess(name, every_option)}", path=where)
+                                       f"{did_you_mean(name, every_option())}", path=where)
                 applied.elsewhere.append(name)
                 continue
             try:
@@ -219,11 +218,6 @@ def resolve(parser: argparse.ArgumentParser, command: str, settings: Settings,
     return applied
 
 
-def _guess(name: str, names: Iterator[str] | dict[str, Any] | frozenset[str]) -> str:
-    close = difflib.get_close_matches(name, list(names), n=1)
-    return f" (did you mean {close[0]}?)" if close else ""
-
-
 def check_tables(settings: Settings, commands: Sequence[str]) -> None:
     for name in settings.tables:
         if name not in commands:
@@ -232,7 +226,7 @@ def check_tables(settings: Settings, commands: Sequence[str]) -> None:
 
 
 def apply(parser: argparse.ArgumentParser, command: str, settings: Settings,
-          every_option: frozenset[str] | None) -> Applied:
+          every_option: Callable[[], frozenset[str]]) -> Applied:
     """Set `parser`'s defaults from `settings`: the command line still wins over them. An
     option the file sets is no longer required on the command line, and a flag the file turns
     on can be turned off there (`--no-cold` where the file says `cold = true`)."""
@@ -244,7 +238,7 @@ def apply(parser: argparse.ArgumentParser, command: str, settings: Settings,
             continue
         action.required = False
         flag = isinstance(action, argparse._StoreTrueAction | argparse._StoreFalseAction)
-        negative = "--no-" + action.option_strings[0][2:]
+        negative = "--no-" + next(o for o in action.option_strings if o.startswith("--"))[2:]
         if flag and negative not in taken:
             parser.add_argument(negative, dest=action.dest, action="store_const",
                                 const=action.const is not True, help=argparse.SUPPRESS)

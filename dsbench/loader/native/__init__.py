@@ -51,7 +51,7 @@ class Reader(Protocol):
     def prepare(self, export: base.Export, batch_size: int, tmp: Path,
                 options: dict[str, Any]) -> Any:
         """The library's dataset, built in the main process (picklable to workers), with
-        `options` (--native-option) as keywords of `options_target`."""
+        `options` (--native-option) as keywords of `options_targets`."""
         ...
 
     def options_targets(self, export: base.Export) -> tuple[list[tuple[Callable[..., Any], str]],

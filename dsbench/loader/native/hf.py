@@ -45,8 +45,8 @@ class HfReader:
                                "in an object store, use dsbench's reader", path=export.path)
         info = getattr(export, "hf", {})
         if info.get("form") == "save_to_disk":
-            loading, formatting = split([datasets.load_from_disk, datasets.Dataset.with_format],
-                                        options)
+            targets, _ = self.options_targets(export)
+            loading, formatting = split([target for target, _ in targets], options)
             ds = datasets.load_from_disk(str(export.path), **loading)
             if isinstance(ds, datasets.DatasetDict):
                 ds = ds[info["split"]]

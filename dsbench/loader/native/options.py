@@ -1,6 +1,6 @@
 """`--native-option KEY=VALUE`: a native reader's library configured as a job configures it.
 
-Each value goes to the constructor the reader builds its dataset with (`Reader.options_target`:
+Each value goes to the constructor the reader builds its dataset with (`Reader.options_targets`:
 MosaicML's StreamingDataset, litdata's StreamingDataset, `datasets.load_from_disk` or
 `load_dataset`, webdataset's WebDataset, Lance's LanceDataset), as a keyword. Before any
 round, each key is checked against that constructor's signature in the installed version:
@@ -15,7 +15,6 @@ and anything else as a string (`shuffle_algo=py1e`).
 
 from __future__ import annotations
 
-import difflib
 import inspect
 import tomllib
 import types
@@ -23,7 +22,7 @@ import typing
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from dsbench.errors import DsbenchError
+from dsbench.errors import DsbenchError, did_you_mean
 
 Options = tuple[tuple[str, Any], ...]  # (key, value) in the order given: hashable, picklable
 _SIMPLE = (bool, int, float, str)
@@ -71,9 +70,8 @@ def check(targets: Sequence[Target], options: Options, reserved: dict[str, str])
         owner = next(((t, n) for t, n in targets if key in keywords(t)), None)
         if owner is None:
             known = [k for t, _ in targets for k in keywords(t) if k not in reserved]
-            close = difflib.get_close_matches(key, known, n=1)
-            guess = f" (did you mean {close[0]}?)" if close else ""
-            raise DsbenchError(f"--native-option {key}: {names} takes no such keyword{guess}")
+            raise DsbenchError(f"--native-option {key}: {names} takes no such keyword"
+                               f"{did_you_mean(key, known)}")
         target, name = owner
         want = _simple(_hints(target).get(key))
         if want is not None and not _fits(value, want):
@@ -122,4 +120,3 @@ def _fits(value: Any, want: tuple[type, ...]) -> bool:
     if isinstance(value, int) and float in want:
         return True
     return isinstance(value, tuple(t for t in want if t is not type(None)))
-

@@ -29,6 +29,7 @@ from dsbench.export.images import make_image
 from dsbench.export.spec import ExportSpec, ImageSpec, parse_spec
 from dsbench.loader.runner import BenchOptions, run_bench
 from dsbench.loader.worker import ReadChars, pack_fields, unpack_fields
+from dsbench.report.bench import render
 
 SPIN_S = 0.002
 
@@ -258,10 +259,28 @@ def test_a_bad_sample_fails_the_run_naming_file_and_key(corrupt_export: tuple[Pa
     assert not _stray() and not _segments()
 
 
-def test_more_workers_than_units_is_refused_before_starting(wds_export: Path) -> None:
-    with pytest.raises(DsbenchError, match="--workers 3 or fewer"):
-        run_bench(wds_export, BenchOptions(workers=(4,)))
-    assert not _stray()
+@pytest.mark.parametrize("backend", ["dsbench", "torch", "native"])
+def test_workers_left_without_a_shard_are_measured_and_reported_idle(wds_export: Path,
+                                                                     backend: str) -> None:
+    # Three shards of 4 samples: a fourth worker has nothing to read, as a DataLoader worker
+    # given no shard; two workers split them 8 and 4.
+    doc = run_bench(wds_export, BenchOptions(workers=(4, 2), batch_size=2, rounds=1, batches=6,
+                                             backend=backend, exact=False))
+    four, two = doc["runs"]
+    assert four["idle_workers"] == [3] and two["idle_workers"] == []
+    assert four["worker_samples"][3] == 0 and min(four["worker_samples"][:3]) > 0
+    assert min(two["worker_samples"]) > 0
+    assert all(r["idle_workers"] == [3] for r in four["rounds"])
+    said = " | ".join(doc["warnings"])
+    assert "1 loader worker of 4 delivered no samples (worker 3): the export has 3 shards " \
+           "for 4 workers; use --workers 3" in said
+    assert "delivering" in render(doc) and "3 of 4" in render(doc)
+    if backend == "native":  # the library splits the export: its shares are its own
+        assert "worker_shares" not in four
+    else:
+        assert (four["worker_shares"], two["worker_shares"]) == ([4, 4, 4, 0], [8, 4])
+        assert "an epoch splits unevenly over 2 workers: 4 to 8 samples each" in said
+    assert not _stray() and not _segments()
 
 
 @pytest.mark.parametrize(("bad", "needle"), [

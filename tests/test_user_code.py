@@ -65,12 +65,14 @@ DATASETS = textwrap.dedent('''
             return torch.full((3, 16, 16), float(i))
 
     class Stream(torch.utils.data.IterableDataset):
+        """Two shards of 32, split over the workers: a third worker gets none."""
         def __iter__(self):
             info = torch.utils.data.get_worker_info()
             start = info.id if info else 0
             step = info.num_workers if info else 1
-            for i in range(start, 64, step):
-                yield torch.full((8,), float(i)), i % 10
+            for shard in range(start, 2, step):
+                for i in range(32 * shard, 32 * shard + 32):
+                    yield torch.full((8,), float(i)), i % 10
 
     class Broken(torch.utils.data.Dataset):
         def __len__(self):
@@ -135,11 +137,11 @@ def test_step_results_go_to_compare_and_gate(here: Path, tiny_exports: dict[str,
 @pytest.fixture
 def dataset_docs(here: Path) -> dict[str, dict]:
     """Two runs of the user's map-style dataset (two rounds each, to compare), and one of the
-    iterable at 1 and 2 workers (split over them by the dataset itself)."""
+    iterable at 1 and 3 workers (its two shards split over them by the dataset itself)."""
     window = ["--seconds", "0.2", "--batch-size", "4"]
     runs = {"a": ("squares", ["--workers", "1", "--rounds", "2"]),
             "b": ("squares", ["--workers", "1", "--rounds", "2"]),
-            "stream": ("stream", ["--workers", "1,2", "--rounds", "1"])}
+            "stream": ("stream", ["--workers", "1,3", "--rounds", "1"])}
     out = {}
     for name, (factory, args) in runs.items():
         assert main(["bench", "--dataset", f"userdata:{factory}", *args, *window, "--json",
@@ -167,7 +169,13 @@ def test_workers_open_the_export_as_the_layout_the_run_found(
 
 def test_a_dataset_is_measured_as_a_black_box_and_compared(
         here: Path, dataset_docs: dict[str, dict]) -> None:
-    assert [r["workers"] for r in dataset_docs["stream"]["runs"]] == [1, 2]
+    one, three = dataset_docs["stream"]["runs"]
+    assert (one["workers"], three["workers"]) == (1, 3)
+    # The third worker was given no shard: it delivered nothing and is reported, not waited on.
+    assert (one["idle_workers"], three["idle_workers"]) == ([], [2])
+    assert three["worker_samples"][2] == 0 and min(three["worker_samples"][:2]) > 0
+    assert any("1 loader worker of 3 delivered no samples (worker 2): your dataset gave them "
+               "nothing to read" in w for w in dataset_docs["stream"]["warnings"])
     for doc in dataset_docs.values():
         for run in doc["runs"]:
             assert run["samples_per_s"] > 0 and run["cpu_s_per_sample"] > 0

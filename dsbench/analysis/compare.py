@@ -221,7 +221,8 @@ SPREADS = {"samples_per_s": "samples_per_s_spread", "cpu_s_per_sample": "cpu_s_p
 
 def noise_notes(key: str, rb: Mapping[str, Any], rc: Mapping[str, Any]) -> list[str]:
     """What the runner warned about a timing on either side, in the words its verdict carries:
-    rounds that vary past stats.SPREAD_WARNING, windows under stats.MIN_WINDOW_BATCHES."""
+    rounds that vary past stats.SPREAD_WARNING, windows under stats.MIN_WINDOW_BATCHES,
+    loader workers that had nothing to read."""
     notes = []
     spread = max((r.get(SPREADS[key], 0.0) for r in (rb, rc)), default=0.0) \
         if key in SPREADS else 0.0
@@ -232,6 +233,11 @@ def noise_notes(key: str, rb: Mapping[str, Any], rc: Mapping[str, Any]) -> list[
     short = min(per_worker, default=float("inf"))
     if short < stats.MIN_WINDOW_BATCHES:
         notes.append(f"short window: {fmt.plural(short, 'batch', 'batches')} per worker")
+    for side, r in (("base", rb), ("candidate", rc)):
+        # Workers with nothing to read: the timing is of fewer workers than the count says.
+        idle = r.get("idle_workers") or []
+        if idle:
+            notes.append(f"{side}: {len(idle)} of {r['workers']} workers idle")
     return notes
 
 

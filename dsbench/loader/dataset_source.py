@@ -23,7 +23,7 @@ from dsbench import procs
 from dsbench.errors import DsbenchError
 from dsbench.loader import forks
 from dsbench.loader.sources import STARTUP_STALL_S
-from dsbench.loader.torch_source import shutdown, worker_error
+from dsbench.loader.torch_source import more_workers_than_cores, shutdown, worker_error
 from dsbench.loader.user import load
 from dsbench.loader.worker import BatchReport, cpu_now, read_chars
 from dsbench.results.stages import STAGES
@@ -80,17 +80,23 @@ def _make_classes() -> tuple[type, type]:
             self.dataset = dataset
 
         def __iter__(self) -> Iterator[Any]:
+            first = True
             while True:
                 n = 0
                 for item in self.dataset:
                     n += 1
                     yield item
+                if n == 0 and first:
+                    # Nothing for this worker (an iterable dataset with fewer shards than
+                    # workers): it ends, as under a training loop, and is reported idle.
+                    return
                 if n == 0:
                     info = get_worker_info()
                     raise DsbenchError(
                         "the dataset yielded nothing in loader worker "
-                        f"{info.id if info else 0} of {info.num_workers if info else 1} (an "
-                        "iterable dataset split over more workers than it has shards?)")
+                        f"{info.id if info else 0} of {info.num_workers if info else 1} after "
+                        "an epoch that yielded samples")
+                first = False
 
     class Cycle(Sampler):
         """A map-style dataset's indices in order, epoch after epoch."""
@@ -131,18 +137,22 @@ class DatasetSource:
             if len(dataset) == 0:
                 raise DsbenchError(f"--dataset {spec}: the dataset is empty")
             kwargs["sampler"] = cycle(len(dataset))
-        self.loader = DataLoader(dataset, batch_size=opts.batch_size, num_workers=n_workers,
-                                 prefetch_factor=opts.prefetch, collate_fn=report_collate,
-                                 worker_init_fn=_worker_init,
-                                 multiprocessing_context=forks.context(
-                                     ["torch", "dsbench.loader.dataset_source"]),
-                                 timeout=opts.stall_s or STARTUP_STALL_S, **kwargs)
-        with procs.spawning():  # workers start with SIGINT blocked: the main process stops them
+        with more_workers_than_cores():
+            self.loader = DataLoader(dataset, batch_size=opts.batch_size,
+                                     num_workers=n_workers, prefetch_factor=opts.prefetch,
+                                     collate_fn=report_collate, worker_init_fn=_worker_init,
+                                     multiprocessing_context=forks.context(
+                                         ["torch", "dsbench.loader.dataset_source"]),
+                                     timeout=opts.stall_s or STARTUP_STALL_S, **kwargs)
+        # Workers start with SIGINT blocked: the main process stops them.
+        with procs.spawning(), more_workers_than_cores():
             self.it: Any = iter(self.loader)
 
     def next(self) -> BatchReport:
         try:
             batch = next(self.it)
+        except StopIteration:
+            raise DsbenchError("the dataset yielded nothing in any loader worker") from None
         except DsbenchError as exc:
             raise worker_error(exc) from None
         except Exception as exc:  # the user's dataset failing in a worker, or torch

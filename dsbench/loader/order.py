@@ -54,6 +54,14 @@ SHUFFLE_SHARD = "shard+buffer"  # the units are shards: their order, then a shuf
 
 SEQUENTIAL, SHUFFLE = "sequential", "shuffle"
 ORDERS = (SEQUENTIAL, SHUFFLE, RANDOM, BLOCK)
+
+
+class EmptyShare(Exception):
+    """A loader worker's share of the export is empty (fewer units than workers): it delivers
+    nothing, as a torch DataLoader worker given no shard ends at once, and the loader goes on
+    with the others. The runner reports such workers (summary.py)."""
+
+
 # Samples a shuffling worker holds to draw from, as webdataset's `.shuffle(1000)` in its examples
 DEFAULT_BUFFER = 1000
 # Consecutive samples per block with --order block: as many as a worker's shuffle buffer holds
@@ -278,6 +286,13 @@ class WorkerSamples:
                 return unit, offset
         return None
 
+    def _share_is_empty(self, numbered: SampleIndex | None) -> bool:
+        """No unit (or block) falls to this worker; a format's own reader (no units) that gave
+        the worker nothing in its first epoch split the export so."""
+        if numbered is not None:
+            return self.worker >= numbered.blocks(self.order.block_size)
+        return not self.units or self.worker >= len(self.units)
+
     def _epochs(self, skip: SkipHandler) -> Iterator[RawSample]:
         plan = None
         if self.order.name == SHUFFLE:
@@ -320,6 +335,8 @@ class WorkerSamples:
                                         stream.last_offset))
                     yield got[0]
             if n == 0:
+                if epoch == self.order.epoch and self._share_is_empty(numbered):
+                    raise EmptyShare(self.worker)
                 raise DsbenchError(f"worker {self.worker} of {self.n_workers} read no samples "
                                    "from its slice (empty, or every sample was skipped)",
                                    path=self.export.path)

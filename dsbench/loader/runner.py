@@ -41,7 +41,6 @@ import numpy as np
 import psutil
 
 from dsbench import adapters, procs, stats
-from dsbench.adapters import base
 from dsbench.adapters.survey import new_survey, summarize
 from dsbench.errors import DsbenchError, SampleError
 from dsbench.loader import epochs, exact, forks, memory, native, worker
@@ -50,9 +49,9 @@ from dsbench.loader.counts import NOT_COUNTED, Counts, count_pass
 from dsbench.loader.dataset_source import DatasetSource
 from dsbench.loader.native.session import removed_after, session
 from dsbench.loader.options import BenchOptions
-from dsbench.loader.sampling import RANDOM_ACCESS, SampleIndex, check_random_access
+from dsbench.loader.sampling import check_random_access
 from dsbench.loader.sources import ShmSource, check_memory
-from dsbench.loader.summary import summarize_run, warnings_of
+from dsbench.loader.summary import summarize_run, warnings_of, worker_warnings
 from dsbench.loader.torch_source import TorchSource
 from dsbench.loader.user import UserStep, nbytes
 from dsbench.loader.worker import BatchReport
@@ -109,6 +108,10 @@ def _measure(source: ShmSource | TorchSource | DatasetSource, opts: BenchOptions
         source.release(report)
         before[report.worker] = report
     warmup_s = time.perf_counter() - t_start
+    # Batches come round-robin over the workers that deliver: after n_workers * warmup_batches
+    # of them, a worker that gave none has nothing to read (its share is empty).
+    idle = [w for w, r in enumerate(before) if r is None]
+    active = n_workers - len(idle)
     peak_mem = memory.tree(main_base)
     step = opts.step_time_s
     reports: list[BatchReport] = []
@@ -125,7 +128,7 @@ def _measure(source: ShmSource | TorchSource | DatasetSource, opts: BenchOptions
             time.sleep(step)
         source.release(report)
         reports.append(report)
-        if len(reports) % n_workers:
+        if len(reports) % active:
             continue
         now = time.perf_counter()
         if (len(reports) >= opts.batches) if opts.batches else (now - t0 >= opts.seconds):
@@ -140,15 +143,17 @@ def _measure(source: ShmSource | TorchSource | DatasetSource, opts: BenchOptions
     main_cpu = _self_cpu() - cpu0 - excluded_cpu
     peak_mem = memory.peak(peak_mem, memory.tree(main_base))
 
-    after: list[BatchReport] = list(before)  # type: ignore[arg-type]
+    after = list(before)
     for r in reports:
         after[r.worker] = r
-    first, last = before, after
-    assert all(r is not None for r in first)  # warmup_batches >= 1 guarantees a report each
 
     def delta(field: str) -> float:
         return float(sum(getattr(b, field) - getattr(a, field)
-                         for a, b in zip(first, last, strict=True)))
+                         for a, b in zip(before, after, strict=True) if a and b))
+
+    delivered = [0] * n_workers
+    for r in reports:
+        delivered[r.worker] += len(r.keys)
 
     samples = sum(len(r.keys) for r in reports)
     wall = t1 - t0
@@ -169,7 +174,7 @@ def _measure(source: ShmSource | TorchSource | DatasetSource, opts: BenchOptions
         "skipped_samples": int(delta("skipped")),
         "skipped": errors, "batch_cpu_s": [r.batch_cpu_s for r in reports],
         **memory.result_fields(peak_mem), "warmup_batches": n_workers * opts.warmup_batches,
-        "warmup_s": warmup_s,
+        "warmup_s": warmup_s, "worker_samples": delivered, "idle_workers": idle,
         # Where each batch's samples came from, for the order figures (not in the document).
         "where": [r.where for r in reports],
     }
@@ -227,7 +232,7 @@ def _epochs_round(path: Loc, opts: BenchOptions, n_workers: int, main_base: memo
 
 
 def prepare(path: Loc, opts: BenchOptions) -> tuple[dict[str, Any], Counts]:
-    """The export's `inspect` summary and its exact counts; refuses more workers than units."""
+    """The export's `inspect` summary and its exact counts."""
     if opts.dataset is not None:
         # A black box: nothing to survey or count; its bytes come from the windows.
         return (summarize(new_survey("dataset"), opts.dataset),
@@ -238,15 +243,8 @@ def prepare(path: Loc, opts: BenchOptions) -> tuple[dict[str, Any], Counts]:
         native.check_options(export, dict(opts.native_options))
     order = opts.reading_order()
     check_random_access(export, order.name)
-    units, what = len(export.units()), "units (shards or samples)"
-    if order.name in RANDOM_ACCESS:
-        # (A unit that cannot be read holds no sample here; the count pass reports it.)
-        ignore: base.SkipHandler = (lambda err: None) if opts.on_error == "skip" else None
-        units = SampleIndex(export, ignore).blocks(order.block_size)
-        what = "blocks of samples"
-    if max(opts.workers) > units:
-        raise DsbenchError(f"{units} {what} cannot feed {max(opts.workers)} workers: use "
-                           f"--workers {units} or fewer", path=path)
+    # More workers than units (or blocks) is measured, not refused: the workers left without
+    # any are reported (summary.worker_warnings), as a job's loader would leave them idle.
     summary = summarize(export.survey(), path, export.ignored)
     mixed = [p for p in summary["problems"] if p["error"].startswith("field ")]
     if mixed and opts.on_error == "raise":
@@ -347,11 +345,18 @@ def _run_benches(paths: Sequence[str | Path | Loc], opts: BenchOptions,
         for k in range(measured):
             run = summarize_run(n_workers, side[k], rounds[k], prepared[k][1])
             where = [w for r in rounds[k] for w in r["where"]]
-            if where and all(w is not None for w in where):
+            known = bool(where) and all(w is not None for w in where)
+            own = side[k].backend != "native" and side[k].dataset is None
+            if own or known:
                 export = worker.open_export(str(ps[k]), side[k].export_opener())
-                run["order_figures"] = order_figures(export, where)
+                if known:
+                    run["order_figures"] = order_figures(export, where)
+                if own:  # dsbench splits the export: each worker's share is known
+                    run["worker_shares"] = epochs.epoch_shares(export, side[k].reading_order(),
+                                                               n_workers)
             runs[k].append(run)
-            warnings[k] += warnings_of(run, side[k])
+            warnings[k] += warnings_of(run, side[k]) + worker_warnings(run, side[k],
+                                                                       prepared[k][0])
         for k in range(measured, len(ps)):
             # The measured throughput as a fraction of the ceiling, paired round by round.
             built = rounds[k - measured]

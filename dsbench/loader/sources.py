@@ -27,6 +27,7 @@ from dsbench.errors import DsbenchError
 from dsbench.loader import orphans
 from dsbench.loader.pipeline import Pipeline
 from dsbench.loader.worker import (
+    IDLE,
     STOP,
     BatchReport,
     WorkerSpec,
@@ -46,6 +47,7 @@ EXTRAS_BYTES = 16 << 20
 STOP_WAIT_S = 5.0
 STOP_GRACE_S = 0.1  # how long close() waits for a worker to act on STOP before ending it
 _rings = itertools.count()
+NOTHING_TO_READ = "no loader worker had a sample to read (an empty export, or every share empty)"
 
 
 # --- the main process's side: start workers, take batches in order, free slots, stop ---------
@@ -122,6 +124,7 @@ class ShmSource:
         self.data: list[Connection] = []
         self.ctrl: list[Connection] = []
         self.turn = 0
+        self.idle: set[int] = set()  # workers that said their share is empty
         # What a killed run left (its segments name its process), cleared before adding ours.
         orphans.clear_once(fmt.progress)
         tag = f"dsbench-{orphans.owner()}-{next(_rings)}"
@@ -163,10 +166,20 @@ class ShmSource:
         self.ctrl.append(ctrl_send)
 
     def next(self) -> BatchReport:
-        """The next worker's next batch (blocks; a dead or silent worker fails the run)."""
-        w = self.turn
-        self.turn = (w + 1) % self.n_workers
-        msg = self._recv(w)
+        """The next worker's next batch (blocks; a dead or silent worker fails the run).
+        Workers whose share is empty (order.EmptyShare) are passed over, as torch's
+        DataLoader passes over a worker whose iterator ended."""
+        while True:
+            w = self.turn
+            self.turn = (w + 1) % self.n_workers
+            if w in self.idle:
+                continue
+            msg = self._recv(w)
+            if msg is not None:
+                break
+            self.idle.add(w)
+            if len(self.idle) == self.n_workers:
+                raise DsbenchError(NOTHING_TO_READ)
         # Build what the training loop would get: views of the slot, fields unpickled.
         buf = self.segments[w].buf
         assert buf is not None  # None only after close()
@@ -189,7 +202,8 @@ class ShmSource:
             raise DsbenchError(f"loader worker {w} (pid {self.procs[w].pid}) stopped taking "
                                "its freed batches; the run is void") from None
 
-    def _recv(self, w: int) -> BatchReport:
+    def _recv(self, w: int) -> BatchReport | None:
+        """Worker `w`'s next batch, or None when it has nothing to read."""
         conn = self.data[w]
         sentinels = [p.sentinel for p in self.procs]
         waited_from = time.monotonic()
@@ -212,6 +226,8 @@ class ShmSource:
                         self.gaps[w].append(now - last)
                     self.last[w] = now
                     return msg
+                if msg == (IDLE,):
+                    return None
                 _raise_worker_error(msg)
             if ready:
                 self._check_alive()
@@ -245,7 +261,7 @@ class ShmSource:
                     msg = self.data[i].recv()
                 except EOFError:
                     break
-                if not isinstance(msg, BatchReport):
+                if not isinstance(msg, BatchReport) and msg != (IDLE,):
                     _raise_worker_error(msg)
             raise DsbenchError(_worker_failure(i, proc))
 

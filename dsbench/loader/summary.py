@@ -40,6 +40,9 @@ def _round_row(r: dict[str, Any]) -> Round:
         row["host_cpu_s_per_sample"] = r["host_cpu_s_per_sample"]
     if "epochs" in r:  # --epochs
         row["epochs"] = r["epochs"]
+    if "worker_samples" in r:  # (not with --epochs: every worker reads its whole share)
+        row["worker_samples"] = r["worker_samples"]
+        row["idle_workers"] = r["idle_workers"]
     return row
 
 
@@ -97,6 +100,10 @@ def summarize_run(n_workers: int, opts: BenchOptions, rounds: list[dict[str, Any
         run["requests_per_sample"] = counts.per_sample(counts.requests.data_requests)
     if all("epochs" in r for r in rounds):
         run["epochs"] = epoch_summary(rounds)
+    if all("worker_samples" in r for r in rounds):
+        run["worker_samples"] = [int(sum(x)) for x in zip(*(r["worker_samples"] for r in rounds),
+                                                           strict=True)]
+        run["idle_workers"] = sorted({w for r in rounds for w in r["idle_workers"]})
     return run
 
 
@@ -125,4 +132,49 @@ def warnings_of(run: Run, opts: BenchOptions) -> list[str]:
                 r["workers_cpu_s"] > r["workers_cpu_s_reaped"] * 1.01 + 0.05:
             out.append(f"worker CPU in the window ({r['workers_cpu_s']:.3g} s) exceeds the reaped "
                        f"total ({r['workers_cpu_s_reaped']:.3g} s): CPU figures are suspect")
+    return out
+
+
+# A split whose largest share is this much above the mean is reported: at each epoch's end the
+# workers with more to read carry on alone, while the others' prefetch stands empty.
+UNEVEN_SPLIT = 1.25
+
+
+def worker_warnings(run: Run, opts: BenchOptions, export: dict[str, Any]) -> list[str]:
+    """Loader workers that delivered no samples, and an epoch split far from even, with the
+    reason where the export's `inspect` summary shows it."""
+    out = []
+    w, idle = run["workers"], run.get("idle_workers", [])
+    units, unit_name = export.get("units", 0), export.get("unit_name", "units")
+    random_access = opts.order in ("random", "block")
+    if idle:
+        who = (f"{fmt.plural(len(idle), 'loader worker')} of {w} delivered no samples "
+               f"(worker{'s' if len(idle) > 1 else ''} {', '.join(map(str, idle))})")
+        if opts.dataset is not None:
+            why = ("your dataset gave them nothing to read (an iterable dataset with fewer "
+                   "shards than workers?)")
+        elif opts.order == "random":
+            n = export.get("samples", 0)
+            why = (f"the export has {fmt.plural(n, 'sample')} for {w} workers; use "
+                   f"--workers {n} or fewer")
+        elif random_access:
+            why = (f"the export's samples make fewer blocks of {opts.block} than workers; use "
+                   "a smaller --block or fewer --workers")
+        elif units < w:
+            why = (f"the export has {fmt.plural(units, unit_name[:-1], unit_name)} for "
+                   f"{w} workers; use --workers {units} or an export of more {unit_name}")
+        else:
+            why = ("the format's own library split the export so (it has "
+                   f"{fmt.plural(units, unit_name[:-1], unit_name)})")
+        out.append(f"{who}: {why}; their processes cost memory and start-up for nothing")
+    shares = run.get("worker_shares")
+    if shares and min(shares) > 0 and len(shares) > 1:
+        mean = sum(shares) / len(shares)
+        if max(shares) > UNEVEN_SPLIT * mean:
+            out.append(f"an epoch splits unevenly over {w} workers: {min(shares)} to "
+                       f"{max(shares)} samples each, the largest "
+                       f"{100 * (max(shares) / mean - 1):.3g}% above the mean; near each "
+                       "epoch's end the workers with more carry on alone (use a worker count "
+                       f"that divides the export's {fmt.plural(units, unit_name[:-1], unit_name)}"
+                       " or an export of more, smaller ones)")
     return out

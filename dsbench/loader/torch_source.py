@@ -21,9 +21,9 @@ from dsbench import installed, procs
 from dsbench.adapters import base
 from dsbench.errors import DsbenchError
 from dsbench.loader.batch_order import where_of
-from dsbench.loader.order import IN_ORDER, Order, WorkerSamples
+from dsbench.loader.order import IN_ORDER, EmptyShare, Order, WorkerSamples
 from dsbench.loader.pipeline import BatchBuilder, Pipeline, collate_fields
-from dsbench.loader.sources import STARTUP_STALL_S
+from dsbench.loader.sources import NOTHING_TO_READ, STARTUP_STALL_S
 from dsbench.loader.worker import (
     ERRORS_KEPT,
     BatchReport,
@@ -110,7 +110,10 @@ def _make_torch_samples() -> type:
                 # worker may be waiting for the loader to ask for the batch.
                 began = time.perf_counter()
                 t = [0.0] * len(STAGES)
-                key, pixels, fields = builder.next_sample(t)
+                try:
+                    key, pixels, fields = builder.next_sample(t)
+                except EmptyShare:
+                    return  # torch's DataLoader goes on with the other workers
                 new = builder.skipped[reported:ERRORS_KEPT]
                 reported += len(new)
                 yield (worker, key, pixels, fields, t, len(builder.skipped),
@@ -142,14 +145,15 @@ class TorchSource:
                                                opener or opts.export_opener(),
                                                opts.reading_order())
         # Same start method as ShmSource, for the same reason; in-order delivery is the default.
-        self.loader = DataLoader(dataset, batch_size=opts.batch_size, num_workers=n_workers,
-                                 prefetch_factor=opts.prefetch, collate_fn=torch_collate,
-                                 multiprocessing_context=context,
-                                 timeout=opts.stall_s or STARTUP_STALL_S)
+        with more_workers_than_cores():
+            self.loader = DataLoader(dataset, batch_size=opts.batch_size,
+                                     num_workers=n_workers, prefetch_factor=opts.prefetch,
+                                     collate_fn=torch_collate, multiprocessing_context=context,
+                                     timeout=opts.stall_s or STARTUP_STALL_S)
         self.it: Any = None
         try:
-            with procs.spawning():  # workers start with SIGINT blocked: the main process
-                self.it = iter(self.loader)  # stops them
+            with procs.spawning(), more_workers_than_cores():
+                self.it = iter(self.loader)  # workers start with SIGINT blocked
         except BaseException:
             # A Ctrl-C held during the spawn surfaces as the block ends, before the caller
             # holds this source: stop the workers and their queues here (otherwise their
@@ -160,6 +164,8 @@ class TorchSource:
     def next(self) -> BatchReport:
         try:
             batch = next(self.it)
+        except StopIteration:
+            raise DsbenchError(NOTHING_TO_READ) from None  # every worker's share was empty
         except DsbenchError as exc:
             raise worker_error(exc) from None
         except RuntimeError as exc:
@@ -174,6 +180,15 @@ class TorchSource:
     def close(self) -> None:
         it, self.it = self.it, None
         shutdown(it)
+
+
+@contextlib.contextmanager
+def more_workers_than_cores() -> Iterator[None]:
+    """Without torch's warning of more DataLoader workers than cores: a sweep asks for them on
+    purpose, and the report's scaling column says what they gave."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="This DataLoader will create")
+        yield
 
 
 def worker_error(exc: DsbenchError) -> DsbenchError:

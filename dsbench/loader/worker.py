@@ -37,11 +37,12 @@ from dsbench.adapters import base
 from dsbench.adapters.base import Export
 from dsbench.errors import DsbenchError, SampleError
 from dsbench.loader.batch_order import Where, batch_where
-from dsbench.loader.order import IN_ORDER, Order, WorkerSamples
+from dsbench.loader.order import IN_ORDER, EmptyShare, Order, WorkerSamples
 from dsbench.loader.pipeline import BatchBuilder, Pipeline, StageTimes
 from dsbench.results.stages import STAGES
 
 STOP = -1
+IDLE = "idle"  # a worker's message when its share of the export is empty (order.EmptyShare)
 ALIGN = 64
 # The first this many skipped samples of a worker are reported with file, key and error.
 ERRORS_KEPT = 20
@@ -182,7 +183,13 @@ def run(spec: WorkerSpec, data: Connection, ctrl: Connection) -> None:
     procs.ignore_ctrl_c()
     procs.die_with_parent()
     try:
-        _loop(spec, data, ctrl)
+        try:
+            _loop(spec, data, ctrl)
+        except EmptyShare:
+            # Nothing to read: said once; the main process goes on with the other workers.
+            data.send((IDLE,))
+            while int(ctrl.recv_bytes()) != STOP:
+                pass
     except (EOFError, BrokenPipeError):
         pass  # the main process went away; nothing left to report to
     except DsbenchError as exc:

@@ -6,6 +6,7 @@ from typing import Any
 
 from dsbench import fmt
 from dsbench.analysis.compare import order_of
+from dsbench.loader.summary import UNEVEN_SPLIT
 from dsbench.results.document import STAGES
 from dsbench.results.types import BenchResult, Run
 
@@ -63,6 +64,34 @@ def order_text(doc: BenchResult) -> str:
             + fmt.table(["workers", "units per batch", "label entropy per batch",
                          "of all labels read", "apart in the source order"], rows)
             + random_access_text(doc))
+
+
+def workers_text(doc: BenchResult) -> str:
+    """Loader workers that delivered nothing, or an uneven split of an epoch: per worker count,
+    how many delivered and what each gave (shown only where the warnings say so)."""
+    rows = []
+    for r in doc["runs"]:
+        delivered, shares = r.get("worker_samples"), r.get("worker_shares")
+        uneven = bool(shares) and min(shares or [0]) > 0 and \
+            max(shares or [0]) > UNEVEN_SPLIT * sum(shares or [0]) / len(shares or [1])
+        if not delivered or not (r.get("idle_workers") or uneven):
+            continue
+        w = r["workers"]
+        rows.append([str(w), f"{w - len(r.get('idle_workers', []))} of {w}",
+                     _each(delivered), _each(shares) if shares else "-"])
+    if not rows:
+        return ""
+    return ("\n\nLoader workers (samples each delivered in the windows, and its share of an "
+            "epoch: see the warnings)\n"
+            + fmt.table(["workers", "delivering", "delivered per worker", "epoch share"],
+                        rows))
+
+
+def _each(counts: list[int]) -> str:
+    """Samples per worker: each, for a few workers; else the range."""
+    if len(counts) <= 8:
+        return f"{', '.join(f'{n:,}' for n in counts)} samples"
+    return f"{min(counts):,}-{max(counts):,} samples"
 
 
 def random_access_text(doc: BenchResult) -> str:
@@ -201,8 +230,8 @@ def render(doc: BenchResult) -> str:
             + (", cold cache" if cfg["cold"] else ""))
     skipped = sum(r["skipped_samples"] for r in runs)
     tail = f"\nskipped {skipped} bad samples (see 'skipped' in --json)" if skipped else ""
-    more = (exact_text(doc) + requests_text(doc) + order_text(doc) + ceiling_text(doc)
-            + epochs_text(doc))
+    more = (exact_text(doc) + requests_text(doc) + workers_text(doc) + order_text(doc)
+            + ceiling_text(doc) + epochs_text(doc))
     return (f"{head}\n\n{main}\n{HOST_NOTE}{more}\n\n"
             "CPU per sample by stage (other: main process, hand-over, idle wake-ups)\n"
             f"{stages}{tail}")

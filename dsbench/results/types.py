@@ -101,6 +101,8 @@ class Round(TypedDict):
     window_bytes: NotRequired[int]
     stages: NotRequired[dict[str, float]]
     epochs: NotRequired[list[dict[str, Any]]]  # --epochs: each epoch of the round
+    worker_samples: NotRequired[list[int]]  # samples each loader worker delivered
+    idle_workers: NotRequired[list[int]]  # the workers that delivered none
 
 
 class OrderFigures(TypedDict):
@@ -148,6 +150,12 @@ class Run(TypedDict):
     batch_cpu_s: list[float]
     rounds: list[Round]
     epochs: NotRequired[list[dict[str, Any]]]  # --epochs: per epoch, over the rounds
+    # Samples each loader worker delivered in the windows (summed over the rounds), the workers
+    # that delivered none, and each worker's samples in an epoch where dsbench splits the export
+    # (None where counting it would read the units again; absent for a format's own reader).
+    worker_samples: NotRequired[list[int]]
+    idle_workers: NotRequired[list[int]]
+    worker_shares: NotRequired[list[int] | None]
 
 
 class FirstByte(TypedDict):

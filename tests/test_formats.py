@@ -34,6 +34,7 @@ from dsbench.export.spec import FORMATS_DIR, load_spec
 from dsbench.loader import native
 from dsbench.loader.decode import make_decoder
 from dsbench.loader.native import options as native_options
+from dsbench.loader.native.session import removed_after, session
 from dsbench.loader.options import BenchOptions
 from dsbench.loader.runner import run_bench, run_benches
 from dsbench.results.document import write_result
@@ -138,9 +139,11 @@ def test_bench_measures_with_both_readers_at_1_and_2_workers(fmt: str, exports: 
     # Both readers in one interleaved run, as `compare EXPORT EXPORT --cand-backend native`;
     # the library configured by options a job passes it (--native-option).
     given = native_options.parse(NATIVE_OPTIONS[fmt][0])
+    # The libraries whose shuffle dsbench drives read with it (--order shuffle).
+    order = "sequential" if fmt in ("lance", "tfrecord") else "shuffle"
     both = run_benches([exports[fmt]] * 2, opts,
                        each=[opts, dataclasses.replace(opts, backend="native",
-                                                       native_options=given)])
+                                                       native_options=given, order=order)])
     docs = dict(zip(("dsbench", "native"), both, strict=True))
     for backend, doc in docs.items():
         write_result(tmp_path / f"{backend}.json", doc)  # validates against the schema
@@ -151,6 +154,19 @@ def test_bench_measures_with_both_readers_at_1_and_2_workers(fmt: str, exports: 
     assert docs["native"]["reader"]["version"] != "not installed"
     assert docs["native"]["reader"]["options"] == dict(given) and len(given) >= 2
     assert "reader" not in docs["dsbench"]
+    # How random the library's batches were, beside their cost: from where its samples lie
+    # (a streaming Hugging Face dataset's rows do not say: its labels alone).
+    for run in docs["native"]["runs"]:
+        q = run["order_figures"]
+        # (tfrecord's label is image/class/label, not one of the names taken for a label)
+        assert fmt == "tfrecord" or q["label_entropy_bits"] > 0
+        if fmt == "hf-hub" or fmt == "lance":
+            assert q["units_per_batch"] is None and q["source_distance"] is None
+        else:
+            assert q["units_per_batch"] >= 1 and q["source_distance"] >= 1
+    if order == "shuffle":
+        assert "shuffle" in docs["native"]["reader"] and docs["native"]["config"]["order"] == \
+            "shuffle"
     # The counts are the export's, whichever reader measured the timings.
     assert docs["native"]["counts"] == docs["dsbench"]["counts"]
     assert docs["dsbench"]["counts"]["files_per_sample"] == pytest.approx(
@@ -291,8 +307,38 @@ def _wds_export(root: Path) -> Path:
     with webdataset.ShardWriter(str(root / "train-%04d.tar"), maxcount=8, verbose=0) as sink:
         for i in range(16):
             sink.write({"__key__": f"s{i:04d}", "jpg": formatlibs.jpeg(i),
-                        "cls": formatlibs.label(i)})
+                        "cls": formatlibs.label(i), "txt": formatlibs.caption(i)})
     return root
+
+
+def _caption(fields: dict[str, Any]) -> str:
+    value = next(v for k, v in fields.items() if k.rpartition("/")[2] in ("caption", "txt"))
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+@pytest.mark.parametrize("fmt", ["mds", "litdata", "hf", "hf-hub", "wds"])
+def test_a_librarys_own_shuffle_reads_every_sample_once_and_places_each_where_it_lies(
+        fmt: str, exports: dict[str, Path], tmp_path: Path) -> None:
+    path = _wds_export(tmp_path / "wds") if fmt == "wds" else exports[fmt]
+    export = adapters.open_export(path)
+    ours = [_caption(r.fields) for r in export.read()]  # dsbench's read, front to back
+    starts = [0]
+    for unit in export.units():
+        starts.append(starts[-1] + export.unit_samples(unit))
+    with removed_after(), session(export, 4, {}, native.Shuffle(seed=5, buffer=8)) as lib:
+        theirs = lib.opener(str(path))
+        got, placed = [], []
+        for raw in theirs.read(0, 1):
+            got.append(_caption(raw.fields))
+            placed.append(theirs.position)
+    # One epoch of the library's shuffle: every sample once, not in the export's order.
+    assert sorted(got) == sorted(ours) and got != ours
+    if fmt == "hf-hub":  # a streaming dataset's rows do not say where they lie
+        assert placed == [None] * len(got)
+        return
+    # Where the library said each sample lies, dsbench's own read finds that sample.
+    assert all(p is not None for p in placed)
+    assert [ours[starts[u] + o] for u, o in placed] == got  # type: ignore[misc]
 
 
 @pytest.mark.parametrize("fmt", sorted(NATIVE_OPTIONS))
@@ -307,16 +353,31 @@ def test_a_misspelt_native_option_is_one_line_before_anything_runs(
                           f"did you mean {meant}?")
 
 
-def test_webdatasets_own_reader_takes_its_options(tmp_path: Path,
+@pytest.mark.parametrize("fmt", ["lance", "tfrecord"])
+def test_a_shuffle_dsbench_does_not_drive_is_one_line(fmt: str, exports: dict[str, Path],
+                                                       capsys: pytest.CaptureFixture[str]
+                                                       ) -> None:
+    assert main(["bench", str(exports[fmt]), "--backend", "native", "--order", "shuffle"]) == 2
+    assert_one_line_error(capsys.readouterr().err, "bench", "--order shuffle",
+                          f"not for {LIBRARY[fmt]}")
+
+
+def test_webdatasets_own_reader_takes_its_options_and_shuffles(tmp_path: Path,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "r.json"
     given = NATIVE_OPTIONS["wds"][0]
     assert main(["bench", str(_wds_export(tmp_path / "wds")), "--backend", "native",
+                 "--order", "shuffle", "--shuffle-buffer", "8",
                  "--workers", "1", "--rounds", "1", "--seconds", "0.2", "--batch-size", "4",
                  "--json", str(out), *(a for g in given for a in ("--native-option", g))]) == 0
     doc = json.loads(out.read_text())
     assert doc["reader"]["options"] == dict(native_options.parse(given))
     assert doc["reader"]["library"] == "webdataset" and doc["runs"][0]["samples"] > 0
+    # Its own shuffle (shard shuffle and a buffer of 8), and how random its batches were.
+    assert "shuffle(" in doc["reader"]["shuffle"]
+    q = doc["runs"][0]["order_figures"]
+    assert q["units_per_batch"] >= 1 and q["source_distance"] > 1 and q["label_entropy_bits"]
+    assert "shuffle (the library's own)" in capsys.readouterr().out
 
 
 def test_native_options_are_the_librarys_own_keywords_with_their_types(

@@ -136,9 +136,10 @@ def test_a_result_from_before_orders_existed_reads_as_sequential(tmp_path: Path)
 @pytest.mark.parametrize(("extra", "needle"), [
     ({"order": "zigzag"}, "--order must be sequential or shuffle or random or block"),
     ({"order": "block", "block": 0}, "--block must be an integer >= 1"),
-    ({"order": "random", "backend": "native"}, "reads in its own order"),
+    ({"order": "random", "backend": "native"}, "with its own shuffle"),
+    ({"order": "block", "backend": "native"}, "with its own shuffle"),
     ({"order": SHUFFLE, "shuffle_buffer": -1}, "--shuffle-buffer must be an integer >= 0"),
-    ({"order": SHUFFLE, "backend": "native"}, "reads in its own order"),
+    ({"order": SHUFFLE, "dataset": "m:f"}, "a --dataset reads in its own order"),
 ])
 def test_bad_order_options_are_refused_before_anything_runs(extra: dict[str, object],
                                                             needle: str) -> None:

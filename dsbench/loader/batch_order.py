@@ -23,9 +23,10 @@ from dsbench.storage.files import is_remote, location
 LABEL_NAMES = ("label", "cls", "class", "target")
 
 
-# Where a batch's samples came from: their units' indexes, their offsets in them, and their labels
-# (None when the samples have none); what the order figures are computed from.
-Where = tuple[list[int], list[int], list[int] | None]
+# Where a batch's samples came from: their units' indexes and their offsets in them (None where
+# a format's own library does not tell), and their labels (None when the samples have none);
+# what the order figures are computed from.
+Where = tuple[list[int] | None, list[int] | None, list[int] | None]
 
 
 def batch_where(samples: WorkerSamples, keys: list[str], fields: dict[str, Any]
@@ -36,11 +37,12 @@ def batch_where(samples: WorkerSamples, keys: list[str], fields: dict[str, Any]
 
 
 def where_of(found: list[tuple[int, int] | None], fields: dict[str, Any]) -> Where | None:
-    """A batch's `Where` from its samples' (unit index, offset), in batch order; None where one
-    is not known."""
+    """A batch's `Where` from its samples' (unit index, offset), in batch order, and its labels:
+    without the positions where one is not known, None where neither is."""
+    labels = labels_of(fields)
     if not found or any(f is None for f in found):
-        return None
-    return [f[0] for f in found if f], [f[1] for f in found if f], labels_of(fields)
+        return (None, None, labels) if found and labels else None
+    return [f[0] for f in found if f], [f[1] for f in found if f], labels
 
 
 def labels_of(fields: dict[str, Any]) -> list[int] | None:
@@ -87,24 +89,28 @@ def unit_starts(export: Export, last: int) -> list[int] | None:
 
 
 def order_figures(export: Export, batches: Sequence[Where]) -> OrderFigures:
-    """How random the batches a run delivered were, from where their samples came from:
+    """How random the batches a run delivered were, from where their samples came from (where
+    that is known):
     distinct units per batch; label entropy per batch beside that of every label the run
     delivered; the mean distance, in samples of the source order (each worker's units in
     sorted order, front to back), between consecutive samples of a batch."""
+    placed = [(u, o) for u, o, _ in batches if u is not None and o is not None]
     out: OrderFigures = {
         "batches": len(batches),
-        "units_per_batch": statistics.fmean(len(set(u)) for u, _, _ in batches),
+        "units_per_batch": statistics.fmean(len(set(u)) for u, _ in placed) if placed
+        else None,
         "label_entropy_bits": None, "label_entropy_all_bits": None, "source_distance": None}
     labelled = [labels for _, _, labels in batches if labels]
     if labelled:
         out["label_entropy_bits"] = statistics.fmean(entropy_bits(x) for x in labelled)
         out["label_entropy_all_bits"] = entropy_bits([x for b in labelled for x in b])
-    last = max(max(u) for u, _, _ in batches)
-    start = unit_starts(export, last)
+    if not placed:
+        return out
+    start = unit_starts(export, max(max(u) for u, _ in placed))
     if start is None:
         return out
     steps = [abs((start[u1] + o1) - (start[u0] + o0))
-             for units, offsets, _ in batches
+             for units, offsets in placed
              for u0, o0, u1, o1 in zip(units, offsets, units[1:], offsets[1:], strict=False)]
     out["source_distance"] = statistics.fmean(steps) if steps else None
     return out

@@ -126,12 +126,14 @@ class BenchOptions:
             raise bad("backend", self.backend, " or ".join(BACKENDS))
         if self.order not in ORDERS:
             raise bad("order", self.order, " or ".join(ORDERS))
-        if self.order != SEQUENTIAL and (self.backend == "native" or self.dataset is not None):
-            # A format's own reader and a user's Dataset order their reads themselves.
+        if (self.order != SEQUENTIAL and self.dataset is not None) or \
+                (self.order not in (SEQUENTIAL, SHUFFLE) and self.backend == "native"):
+            # A user's Dataset orders its reads itself; a format's own library reads in its
+            # order, or shuffles with its own shuffle (--order shuffle).
             raise DsbenchError(f"--order {self.order} orders dsbench's reads (--backend "
-                               "dsbench or torch); a --dataset or --backend native reads in "
-                               "its own order, which is measured as it is with --order "
-                               "sequential")
+                               "dsbench or torch); a --dataset reads in its own order, and "
+                               "--backend native in the library's (--order sequential) or "
+                               "with its own shuffle (--order shuffle)")
         if self.native_options and self.backend != "native":
             raise DsbenchError("--native-option configures the format's own library: it "
                                "needs --backend native")

@@ -249,6 +249,8 @@ def order_label(config: Mapping[str, Any]) -> str:
     order = str(config.get("order", SEQUENTIAL))
     if order == BLOCK and config.get("block") is not None:
         return f"block ({config['block']} samples)"
+    if order == SHUFFLE and config.get("backend") == "native":
+        return f"{order} (the library's own)"
     buffer = config.get("shuffle_buffer")
     return f"{order} (buffer {buffer} samples)" if order == SHUFFLE and buffer is not None \
         else order
@@ -313,6 +315,10 @@ class WorkerSamples:
             elif not self.units:
                 for raw in self.export.read(self.worker, self.n_workers, skip):
                     n += 1
+                    # Where the library told where the sample lies (native/__init__.py).
+                    at = getattr(self.export, "position", None)
+                    if at is not None:
+                        self._where.append((raw.key, *at))
                     yield raw
             elif plan is None:
                 share = self.units[self.worker::self.n_workers]

@@ -49,6 +49,7 @@ from dsbench.loader.counts import NOT_COUNTED, Counts, count_pass
 from dsbench.loader.dataset_source import DatasetSource
 from dsbench.loader.native.session import removed_after, session
 from dsbench.loader.options import BenchOptions
+from dsbench.loader.order import SHUFFLE
 from dsbench.loader.sampling import check_random_access
 from dsbench.loader.sources import ShmSource, check_memory
 from dsbench.loader.summary import summarize_run, warnings_of, worker_warnings
@@ -193,8 +194,10 @@ def run_round(path: Loc, opts: BenchOptions, n_workers: int) -> dict[str, Any]:
         if opts.backend == "native":
             # The library's dataset is built here, in the main process, as a job builds it.
             export = worker.open_export(str(path), opts.export_opener())
+            shuffle = (native.Shuffle(opts.seed, opts.shuffle_buffer)
+                       if opts.order == SHUFFLE else None)
             lib = stack.enter_context(session(export, opts.batch_size,
-                                              dict(opts.native_options)))
+                                              dict(opts.native_options), shuffle))
             source = TorchSource(path, opts.pipeline(), n_workers, opts, lib.opener,
                                  lib.context)
         elif opts.dataset is not None:
@@ -239,7 +242,7 @@ def prepare(path: Loc, opts: BenchOptions) -> tuple[dict[str, Any], Counts]:
                 Counts(0, 0, 0, 1, 0, 0, 0, method=NOT_COUNTED))
     export = worker.open_export(str(path), opts.export_opener())
     if opts.backend == "native":
-        native.check(export.layout)
+        native.check(export.layout, shuffled=opts.order == SHUFFLE)
         native.check_options(export, dict(opts.native_options))
     order = opts.reading_order()
     check_random_access(export, order.name)
@@ -396,7 +399,8 @@ def _run_benches(paths: Sequence[str | Path | Loc], opts: BenchOptions,
             doc["requests"] = accounting.summary(counts.requests, counts.samples,
                                                  remote.client_info())
         if side[k].backend == "native":
-            doc["reader"] = native.describe(summary["layout"], dict(side[k].native_options))
+            doc["reader"] = native.describe(summary["layout"], dict(side[k].native_options),
+                                            shuffled=side[k].order == SHUFFLE)
         doc["exact"] = exacts[k]
         docs.append(doc)
     return docs

@@ -51,7 +51,8 @@ def order_text(doc: BenchResult) -> str:
     rows = []
     for r, q in _runs_with(doc, "order_figures"):
         bits = q["label_entropy_bits"]
-        rows.append([str(r["workers"]), f"{fmt.sig(q['units_per_batch'])} units/batch",
+        units = q["units_per_batch"]
+        rows.append([str(r["workers"]), "-" if units is None else f"{fmt.sig(units)} units/batch",
                      "-" if bits is None else f"{fmt.sig(bits)} bits",
                      "-" if q["label_entropy_all_bits"] is None
                      else f"{fmt.sig(q['label_entropy_all_bits'])} bits",

@@ -149,7 +149,9 @@ def disturbance_text(run: dict[str, Any]) -> str:
 def _figures(q: dict[str, Any]) -> str:
     bits = q["label_entropy_bits"]
     apart = q["source_distance"]
-    return (f"{fmt.sig(q['units_per_batch'])} units/batch"
+    units = q["units_per_batch"]
+    return (("units per batch not known (the library does not say where its samples lie)"
+             if units is None else f"{fmt.sig(units)} units/batch")
             + ("" if bits is None else
                f", label entropy {fmt.sig(bits)} bits/batch of "
                f"{fmt.sig(q['label_entropy_all_bits'])} bits over all labels read")

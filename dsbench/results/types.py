@@ -107,7 +107,7 @@ class Round(TypedDict):
 
 class OrderFigures(TypedDict):
     batches: int
-    units_per_batch: float
+    units_per_batch: float | None  # None where a format's own library does not say
     label_entropy_bits: float | None
     label_entropy_all_bits: float | None
     source_distance: float | None

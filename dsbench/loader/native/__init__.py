@@ -23,6 +23,7 @@ foundation modules; the format libraries only inside functions (each is an optio
 
 from __future__ import annotations
 
+import bisect
 import importlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -39,7 +40,19 @@ READERS = {"mds": "dsbench.loader.native.mds", "litdata": "dsbench.loader.native
            "tfrecord": "dsbench.loader.native.tfrecord", "wds": "dsbench.loader.native.wds"}
 DECODED = "decoded"  # a RawSample's codec when the library already decoded its image
 
-Item = tuple[str, Any, dict[str, Any]]  # key, image (PIL, array, tensor or bytes), fields
+Position = tuple[int, int]  # a sample's unit (index in the export's units) and offset there
+# key, image (PIL, array, tensor or bytes), fields, and where the sample lies in the export
+# where the library tells it (None where it does not: the order figures then go without)
+Item = tuple[str, Any, dict[str, Any], Position | None]
+
+
+@dataclass(frozen=True)
+class Shuffle:
+    """--order shuffle with a format's own library: its shuffle, seeded; `buffer` samples for
+    the libraries whose shuffle is a buffer (webdataset, a streaming Hugging Face dataset)."""
+
+    seed: int
+    buffer: int
 
 
 class Reader(Protocol):
@@ -47,11 +60,15 @@ class Reader(Protocol):
 
     library: str  # the distribution whose version the result names
     usage: str  # how it is called, for people
+    # How --order shuffle calls the library's own shuffle, for people; None where dsbench does
+    # not drive one (the order is then refused with this reader).
+    shuffle_usage: str | None
 
     def prepare(self, export: base.Export, batch_size: int, tmp: Path,
-                options: dict[str, Any]) -> Any:
+                options: dict[str, Any], shuffle: Shuffle | None = None) -> Any:
         """The library's dataset, built in the main process (picklable to workers), with
-        `options` (--native-option) as keywords of `options_targets`."""
+        `options` (--native-option) as keywords of `options_targets`, shuffled by the
+        library's own shuffle where `shuffle` is given."""
         ...
 
     def options_targets(self, export: base.Export) -> tuple[list[tuple[Callable[..., Any], str]],
@@ -84,12 +101,19 @@ EXTRAS = {"mds": "mds", "litdata": "litdata", "hf": "hf", "lance": "lance",
           "tfrecord": "tfrecord", "wds": "torch"}
 
 
-def check(layout: str) -> None:
-    """Before any round: a native reader exists for the layout and its library is installed."""
+def check(layout: str, shuffled: bool = False) -> None:
+    """Before any round: a native reader exists for the layout and its library is installed;
+    with --order shuffle, dsbench drives the library's own shuffle."""
     reader = get(layout)
     if version(reader.library) == "not installed":
         raise DsbenchError(f"--backend native reads {layout} through {reader.library}, which "
                            f"is not installed: pip install 'dsbench[{EXTRAS[layout]}]'")
+    if shuffled and reader.shuffle_usage is None:
+        shufflers = ", ".join(k for k in READERS if get(k).shuffle_usage)
+        raise DsbenchError(f"--order shuffle with --backend native uses the library's own "
+                           f"shuffle, which dsbench drives for {shufflers}, not for "
+                           f"{reader.library}: read it in order, or shuffle with dsbench's "
+                           "reader (--backend dsbench)")
 
 
 def version(distribution: str) -> str:
@@ -99,12 +123,16 @@ def version(distribution: str) -> str:
         return "not installed"
 
 
-def describe(layout: str, options: dict[str, Any] | None = None) -> dict[str, Any]:
-    """What the result says of the native reader: the library, its version, the call, and
-    the options given to it (--native-option)."""
+def describe(layout: str, options: dict[str, Any] | None = None,
+             shuffled: bool = False) -> dict[str, Any]:
+    """What the result says of the native reader: the library, its version, the call, the
+    options given to it (--native-option), and with --order shuffle its shuffle's call."""
     reader = get(layout)
-    return {"library": reader.library, "version": version(reader.library),
-            "usage": reader.usage, "options": dict(options or {})}
+    out: dict[str, Any] = {"library": reader.library, "version": version(reader.library),
+                           "usage": reader.usage, "options": dict(options or {})}
+    if shuffled:
+        out["shuffle"] = reader.shuffle_usage
+    return out
 
 
 def check_options(export: base.Export, given: dict[str, Any]) -> None:
@@ -137,6 +165,9 @@ class NativeExport:
     batch_size: int
     ignored: list[str]
 
+    # Where the sample `read` yielded last lies in the export, where the library tells it.
+    position: Position | None = None
+
     def read(self, worker: int = 0, n_workers: int = 1, skip: base.SkipHandler = None,
              ) -> Iterator[base.RawSample]:
         reader = get(self.layout)
@@ -144,7 +175,7 @@ class NativeExport:
         items = reader.epoch(self.prepared, self.view, worker, n_workers, self.batch_size)
         while True:
             try:
-                key, image, fields = next(items)
+                key, image, fields, self.position = next(items)
             except StopIteration:
                 return
             except (SampleError, DsbenchError):
@@ -183,15 +214,31 @@ class NativeOpener:
 
 @dataclass(frozen=True)
 class View:
-    """What the native readers need of dsbench's own export: where the image is, the units."""
+    """What the native readers need of dsbench's own export: where the image is, the units,
+    and where each unit starts in the export's samples numbered front to back (None where
+    counting them would read the units again)."""
 
     image: str | None
     units: tuple[str, ...]
+    starts: tuple[int, ...] | None = None
+
+    def locate(self, number: int) -> Position | None:
+        """Sample `number` of the export (front to back) as (unit, offset)."""
+        if self.starts is None or not 0 <= number < self.starts[-1]:
+            return None
+        unit = bisect.bisect_right(self.starts, number) - 1
+        return unit, number - self.starts[unit]
 
 
 def view_of(export: base.Export) -> View:
+    from dsbench.loader.batch_order import unit_starts
+
     plan = getattr(export, "plan", None)
     image = getattr(plan, "image", None) or getattr(export, "image", None)
     if image is None and hasattr(export, "image_field"):
         image = export.image_field
-    return View(image if isinstance(image, str) else None, tuple(export.units()))
+    units = tuple(export.units())
+    # Each unit's start, and the end of the last: a library's sample number is located so.
+    starts = unit_starts(export, len(units)) if units and export.layout != "files" else None
+    return View(image if isinstance(image, str) else None, units,
+                tuple(starts) if starts else None)

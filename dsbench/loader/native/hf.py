@@ -11,20 +11,32 @@ written). Either way the library decodes the Image feature to a uint8 tensor as 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from dsbench.adapters import base
 from dsbench.errors import DsbenchError
-from dsbench.loader.native import Item, View, require
+from dsbench.loader.native import Item, Shuffle, View, require
 from dsbench.loader.native.options import split
 from dsbench.storage.files import is_remote
+
+
+@dataclass(frozen=True)
+class Prepared:
+    dataset: Any
+    rows: Any = None  # a shuffled map-style dataset's original row at each position
 
 
 class HfReader:
     library = "datasets"
     usage = ("datasets.load_from_disk(EXPORT).with_format('torch'), or load_dataset('parquet', "
              "streaming=True) for the Hub's layout")
+    shuffle_usage = ("Dataset.shuffle(generator=numpy.random.default_rng(SEED)), or for the "
+                     "Hub's layout IterableDataset.shuffle(seed=SEED, buffer_size="
+                     "--shuffle-buffer)")
 
     def options_targets(self, export: base.Export) -> tuple[list[Any], dict[str, str]]:
         datasets = require("datasets", "hf")
@@ -38,7 +50,7 @@ class HfReader:
             "split": "the export's split", "streaming": "the export's layout", "type": torch}
 
     def prepare(self, export: base.Export, batch_size: int, tmp: Path,
-                options: dict[str, Any]) -> Any:
+                options: dict[str, Any], shuffle: Shuffle | None = None) -> Prepared:
         datasets = require("datasets", "hf")
         if is_remote(export.path):
             raise DsbenchError("--backend native reads Hugging Face datasets on a local disk; "
@@ -50,24 +62,37 @@ class HfReader:
             ds = datasets.load_from_disk(str(export.path), **loading)
             if isinstance(ds, datasets.DatasetDict):
                 ds = ds[info["split"]]
-            return ds.with_format("torch", **formatting)
+            rows = None
+            if shuffle:
+                # The library's permutation is the generator's (its documented use of it): the
+                # same generator's gives each position's original row.
+                rows = np.random.default_rng(shuffle.seed).permutation(len(ds))
+                ds = ds.shuffle(generator=np.random.default_rng(shuffle.seed))
+            return Prepared(ds.with_format("torch", **formatting), rows)
         files = [str(u) for u in export.units()]
-        return datasets.load_dataset("parquet", data_files={info.get("split") or "train": files},
-                                     split=info.get("split") or "train",
-                                     streaming=True, **options).with_format("torch")
+        stream = datasets.load_dataset("parquet", data_files={info.get("split") or "train": files},
+                                       split=info.get("split") or "train",
+                                       streaming=True, **options)
+        if shuffle:
+            stream = stream.shuffle(seed=shuffle.seed, buffer_size=shuffle.buffer)
+        return Prepared(stream.with_format("torch"))
 
-    def epoch(self, prepared: Any, view: View, worker: int, n_workers: int,
+    def epoch(self, prepared: Prepared, view: View, worker: int, n_workers: int,
               batch_size: int) -> Iterator[Item]:
-        image = view.image or "image"
-        if hasattr(prepared, "__getitems__"):
-            n = len(prepared)
+        image, ds = view.image or "image", prepared.dataset
+        if hasattr(ds, "__getitems__"):
+            n = len(ds)
             for start in range(worker * batch_size, n, n_workers * batch_size):
-                rows = prepared.__getitems__(list(range(start, min(n, start + batch_size))))
+                rows = ds.__getitems__(list(range(start, min(n, start + batch_size))))
                 for i, row in enumerate(rows):
-                    yield str(start + i), row.pop(image), row
+                    at = start + i
+                    yield (str(at), row.pop(image), row,
+                           view.locate(int(prepared.rows[at]) if prepared.rows is not None
+                                       else at))
             return
-        for i, row in enumerate(prepared):
-            yield f"{worker}:{i}", row.pop(image), row
+        # A streaming dataset's rows do not say where they lie: no position.
+        for i, row in enumerate(ds):
+            yield f"{worker}:{i}", row.pop(image), row, None
 
     def close(self, prepared: Any) -> None:
         pass

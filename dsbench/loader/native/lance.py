@@ -14,7 +14,7 @@ from typing import Any
 
 from dsbench.adapters import base
 from dsbench.adapters.lance import storage_options
-from dsbench.loader.native import Item, View, require
+from dsbench.loader.native import Item, Shuffle, View, require
 from dsbench.storage.files import location
 
 
@@ -27,6 +27,7 @@ class LanceReader:
     library = "pylance"
     usage = ("lance.torch.data.LanceDataset(DATASET, batch_size=B, rank=w, world_size=W, "
              "shard_granularity='fragment', to_tensor_fn=...)")
+    shuffle_usage = None  # LanceDataset samples; its order is not a shuffle of the fragments
 
     def options_targets(self, export: base.Export) -> tuple[list[Any], dict[str, str]]:
         require("lance", "lance")
@@ -39,7 +40,7 @@ class LanceReader:
             "to_tensor_fn": "dsbench takes the record batches as they are"}
 
     def prepare(self, export: base.Export, batch_size: int, tmp: Path,
-                options: dict[str, Any]) -> Any:
+                options: dict[str, Any], shuffle: Shuffle | None = None) -> Any:
         require("lance", "lance")
         return str(export.path), options  # the dataset is opened in each worker
 
@@ -59,7 +60,7 @@ class LanceReader:
             columns = {name: batch.column(name).to_pylist() for name in batch.schema.names}
             images = columns.pop(image)
             for i in range(batch.num_rows):
-                yield f"{worker}:{n}", images[i], {k: v[i] for k, v in columns.items()}
+                yield f"{worker}:{n}", images[i], {k: v[i] for k, v in columns.items()}, None
                 n += 1
 
     def close(self, prepared: Any) -> None:

@@ -10,11 +10,12 @@ given as the library's `Dir(path=CACHE, url=EXPORT)`, its cache in the session's
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dsbench.adapters import base
-from dsbench.loader.native import Item, View, require
+from dsbench.loader.native import Item, Shuffle, View, require
 from dsbench.storage.files import is_remote
 
 
@@ -32,9 +33,41 @@ def flat(sample: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def _make_positioned() -> type:
+    """StreamingDataset with `__getitem__` overridden, as litdata's docs show for adding to a
+    sample: here the global index the library asked for (the sample's number in the export,
+    front to back), which places the sample for the order figures."""
+    litdata = require("litdata", "litdata")
+
+    class Positioned(litdata.StreamingDataset):  # type: ignore[name-defined]
+        def __getitem__(self, index: Any) -> Any:
+            return Placed(super().__getitem__(index), getattr(index, "index", None))
+
+    Positioned.__module__, Positioned.__qualname__ = __name__, "Positioned"
+    return Positioned
+
+
+def __getattr__(name: str) -> Any:
+    # Created on first use (and found here again by pickle in the loader's workers).
+    if name == "Positioned":
+        cls = _make_positioned()
+        globals()[name] = cls
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+@dataclass(frozen=True)
+class Placed:
+    """A sample as the library gave it, with its number in the export (None: not told)."""
+
+    sample: Any
+    number: int | None
+
+
 class LitdataReader:
     library = "litdata"
     usage = "litdata.StreamingDataset(EXPORT)"
+    shuffle_usage = "litdata.StreamingDataset(EXPORT, shuffle=True, seed=SEED)"
 
     def options_targets(self, export: base.Export) -> tuple[list[Any], dict[str, str]]:
         litdata = require("litdata", "litdata")
@@ -42,21 +75,23 @@ class LitdataReader:
             "input_dir": "the export's path", "shuffle": "--order"}
 
     def prepare(self, export: base.Export, batch_size: int, tmp: Path,
-                options: dict[str, Any]) -> Any:
-        litdata = require("litdata", "litdata")
+                options: dict[str, Any], shuffle: Shuffle | None = None) -> Any:
+        positioned = __getattr__("Positioned")
+        order = dict(shuffle=True, seed=shuffle.seed) if shuffle else {}
         if is_remote(export.path):
             from litdata.streaming.resolver import Dir
 
-            return litdata.StreamingDataset(Dir(path=str(tmp / "cache"), url=str(export.path)),
-                                            **options)
-        return litdata.StreamingDataset(str(export.path), **options)
+            return positioned(Dir(path=str(tmp / "cache"), url=str(export.path)),
+                              **(order | options))
+        return positioned(str(export.path), **(order | options))
 
     def epoch(self, prepared: Any, view: View, worker: int, n_workers: int,
               batch_size: int) -> Iterator[Item]:
-        for n, sample in enumerate(prepared):
-            leaves = flat(sample)
+        for n, placed in enumerate(prepared):
+            leaves = flat(placed.sample)
             image = leaves.pop(view.image or "image")
-            yield f"{worker}:{n}", image, leaves
+            yield (f"{worker}:{n}", image, leaves,
+                   None if placed.number is None else view.locate(placed.number))
 
     def close(self, prepared: Any) -> None:
         pass  # its cache lies in the session's directory

@@ -13,19 +13,52 @@ library makes for its workers' coordination is removed when the round ends.
 from __future__ import annotations
 
 import contextlib
+import numbers
 from collections.abc import Iterator
 from multiprocessing.shared_memory import SharedMemory
 from pathlib import Path
 from typing import Any
 
 from dsbench.adapters import base
-from dsbench.loader.native import Item, View, require
+from dsbench.loader.native import Item, Shuffle, View, require
 from dsbench.storage.files import is_remote
+
+
+def _make_positioned() -> type:
+    """StreamingDataset with `__getitem__` overridden, as the library's users add to a sample:
+    here the sample id the library asked for (its number in the export, front to back), which
+    places the sample for the order figures."""
+    streaming = require("streaming", "mds")
+
+    class Positioned(streaming.StreamingDataset):  # type: ignore[name-defined]
+        def __getitem__(self, index: Any) -> Any:
+            sample = super().__getitem__(index)
+            if isinstance(index, numbers.Integral):  # (the library's ids are numpy integers)
+                sample[POSITION] = int(index)
+            return sample
+
+    Positioned.__module__, Positioned.__qualname__ = __name__, "Positioned"
+    return Positioned
+
+
+def __getattr__(name: str) -> Any:
+    # Created on first use (and found here again by pickle in the loader's workers).
+    if name == "Positioned":
+        cls = _make_positioned()
+        globals()[name] = cls
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+POSITION = "__dsbench_position__"
 
 
 class MdsReader:
     library = "mosaicml-streaming"
     usage = "streaming.StreamingDataset(local=EXPORT, batch_size=B, shuffle=False)"
+    shuffle_usage = ("streaming.StreamingDataset(..., shuffle=True, shuffle_seed=SEED): its "
+                     "default algorithm and block, or --native-option shuffle_algo=... "
+                     "shuffle_block_size=...")
 
     def options_targets(self, export: base.Export) -> tuple[list[Any], dict[str, str]]:
         streaming = require("streaming", "mds")
@@ -34,20 +67,23 @@ class MdsReader:
             "batch_size": "--batch-size", "shuffle": "--order"}
 
     def prepare(self, export: base.Export, batch_size: int, tmp: Path,
-                options: dict[str, Any]) -> Any:
-        streaming = require("streaming", "mds")
+                options: dict[str, Any], shuffle: Shuffle | None = None) -> Any:
         entries = getattr(export, "entries", [])
         compressed = any(e.compression for e in entries)
         where = (dict(remote=str(export.path), local=str(tmp / "mds"))
                  if compressed or is_remote(export.path) else dict(local=str(export.path)))
-        return streaming.StreamingDataset(**where, batch_size=batch_size, shuffle=False,
-                                          **options)
+        order = (dict(shuffle=True, shuffle_seed=shuffle.seed) if shuffle
+                 else dict(shuffle=False))
+        return __getattr__("Positioned")(**where, batch_size=batch_size,
+                                         **(order | options))
 
     def epoch(self, prepared: Any, view: View, worker: int, n_workers: int,
               batch_size: int) -> Iterator[Item]:
         for n, sample in enumerate(prepared):
+            number = sample.pop(POSITION, None)
             image = sample[view.image]
-            yield f"{worker}:{n}", image, {k: v for k, v in sample.items() if k != view.image}
+            yield (f"{worker}:{n}", image, {k: v for k, v in sample.items() if k != view.image},
+                   None if number is None else view.locate(number))
 
     def close(self, prepared: Any) -> None:
         # The library's shared-memory segments, through their own handles: unlinking them by
@@ -66,8 +102,8 @@ def _segments(obj: Any, depth: int = 0) -> Iterator[SharedMemory]:
     if isinstance(obj, SharedMemory):
         yield obj
         return
-    if depth > 3 or not hasattr(obj, "__dict__") or type(obj).__module__.split(".")[0] not in (
-            "streaming",):
+    if depth > 3 or not hasattr(obj, "__dict__") or (
+            type(obj).__module__.split(".")[0] != "streaming" and type(obj).__module__ != __name__):
         return
     for value in vars(obj).values():
         yield from _segments(value, depth + 1)

@@ -26,7 +26,7 @@ from typing import Any
 from dsbench import fmt
 from dsbench.adapters import base
 from dsbench.loader import forks, orphans
-from dsbench.loader.native import READERS, NativeOpener, get, view_of
+from dsbench.loader.native import READERS, NativeOpener, Shuffle, get, view_of
 
 # Environment variables a library's caches and temporaries follow.
 _CACHE_ENV = ("TMPDIR", "HF_HOME", "HF_DATASETS_CACHE")
@@ -114,7 +114,8 @@ class Session:
 
 
 @contextlib.contextmanager
-def session(export: base.Export, batch_size: int, options: dict[str, Any]) -> Iterator[Session]:
+def session(export: base.Export, batch_size: int, options: dict[str, Any],
+            shuffle: Shuffle | None = None) -> Iterator[Session]:
     """A round's native reader: the library's dataset built in the main process (as a job
     builds it), released at the end however the round ends."""
     reader = get(export.layout)
@@ -129,7 +130,7 @@ def session(export: base.Export, batch_size: int, options: dict[str, Any]) -> It
         context = _context(export.layout)
         tmp = Path(tempfile.mkdtemp(prefix="round-", dir=root))
         try:
-            prepared = reader.prepare(export, batch_size, tmp, options)
+            prepared = reader.prepare(export, batch_size, tmp, options, shuffle)
             yield Session(NativeOpener(str(export.path), export.layout, prepared,
                                        view_of(export), batch_size), context)
         finally:

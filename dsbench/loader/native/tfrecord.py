@@ -13,7 +13,7 @@ from typing import Any
 
 from dsbench.adapters import base
 from dsbench.errors import DsbenchError
-from dsbench.loader.native import Item, View, require
+from dsbench.loader.native import Item, Shuffle, View, require
 from dsbench.storage.files import is_remote
 
 
@@ -27,6 +27,7 @@ def _plain(value: Any) -> Any:
 class TfrecordReader:
     library = "tfrecord"
     usage = "tfrecord.reader.tfrecord_loader(FILE, None), files split over DataLoader workers"
+    shuffle_usage = None  # the loader reads each file front to back; its shuffle is a queue
 
     def options_targets(self, export: base.Export) -> tuple[list[Any], dict[str, str]]:
         require("tfrecord", "tfrecord")
@@ -37,7 +38,7 @@ class TfrecordReader:
             "compression_type": "each file's name (.gz)"}
 
     def prepare(self, export: base.Export, batch_size: int, tmp: Path,
-                options: dict[str, Any]) -> Any:
+                options: dict[str, Any], shuffle: Shuffle | None = None) -> Any:
         require("tfrecord", "tfrecord")
         if is_remote(export.path):
             raise DsbenchError("--backend native: the tfrecord package reads local files only; "
@@ -49,11 +50,13 @@ class TfrecordReader:
         from tfrecord.reader import tfrecord_loader
 
         compressed = {True: "gzip", False: None}
-        for unit in view.units[worker::n_workers]:
+        for index in range(worker, len(view.units), n_workers):
+            unit = view.units[index]
             for n, record in enumerate(tfrecord_loader(unit, None, compression_type=compressed[
                     unit.endswith(".gz")], **prepared)):
                 image = record.pop(view.image or "image/encoded")
-                yield f"{unit}:{n}", bytes(image), {k: _plain(v) for k, v in record.items()}
+                yield (f"{unit}:{n}", bytes(image), {k: _plain(v) for k, v in record.items()},
+                       (index, n))
 
     def close(self, prepared: Any) -> None:
         pass

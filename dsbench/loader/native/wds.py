@@ -1,27 +1,56 @@
 """WebDataset shards through webdataset's own pipeline, as a training script builds it:
 `WebDataset(SHARDS, shardshuffle=False, workersplitter=split_by_worker).decode("pil")`, built in
-each DataLoader worker (which takes its shards from torch's worker info). The library decodes
-images to PIL (lazily: the pixels are decoded when the loader asks for them, the decode stage)
-and fields by their extensions (`.cls` to an int, `.json` parsed).
+each DataLoader worker (with --order shuffle, `shardshuffle=100, seed=SEED` and `.shuffle(B)`
+before the decode, as its docs build a training pipeline), which takes its shards from torch's
+worker info. The library decodes images to PIL (lazily: the pixels are decoded when the loader
+asks for them, the decode stage) and fields by their extensions (`.cls` to an int, `.json`
+parsed). A stage ahead of the shuffle counts each sample's offset in its shard, to place it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dsbench.adapters import base
 from dsbench.errors import DsbenchError
-from dsbench.loader.native import Item, View, require
+from dsbench.loader.native import Item, Shuffle, View, require
 from dsbench.storage.files import is_remote
 
 _IMAGES = ("jpg", "jpeg", "png", "webp", "ppm")
 
 
+@dataclass(frozen=True)
+class Prepared:
+    options: dict[str, Any]
+    shuffle: Shuffle | None
+
+
+class Offsets:
+    """A pipeline stage ahead of the shuffle: each sample's offset in its shard, counted as the
+    library reads it (a shard is read front to back), so that the sample can be placed after
+    the buffer has moved it."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, int] = {}
+
+    def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
+        url = sample.get("__url__", "")
+        sample[OFFSET] = self.seen.get(url, 0)
+        self.seen[url] = sample[OFFSET] + 1
+        return sample
+
+
+OFFSET = "__dsbench_offset__"
+
+
 class WdsReader:
     library = "webdataset"
     usage = "webdataset.WebDataset(SHARDS, shardshuffle=False).decode('pil')"
+    shuffle_usage = ("webdataset.WebDataset(SHARDS, shardshuffle=100, seed=SEED)"
+                     ".shuffle(--shuffle-buffer).decode('pil')")
 
     def options_targets(self, export: base.Export) -> tuple[list[Any], dict[str, str]]:
         wds = require("webdataset", "torch")
@@ -31,24 +60,31 @@ class WdsReader:
             "workersplitter": split}
 
     def prepare(self, export: base.Export, batch_size: int, tmp: Path,
-                options: dict[str, Any]) -> Any:
+                options: dict[str, Any], shuffle: Shuffle | None = None) -> Prepared:
         require("webdataset", "torch")
         if is_remote(export.path):
             raise DsbenchError("--backend native: webdataset reads an object store through a "
                                "command (curl, aws) dsbench does not set up; in an object "
                                "store, use dsbench's reader", path=export.path)
-        return options  # the pipeline is built in each worker, with these
+        return Prepared(options, shuffle)  # the pipeline is built in each worker, with these
 
-    def epoch(self, prepared: Any, view: View, worker: int, n_workers: int,
+    def epoch(self, prepared: Prepared, view: View, worker: int, n_workers: int,
               batch_size: int) -> Iterator[Item]:
         import webdataset as wds
 
-        pipeline = wds.WebDataset(list(view.units), shardshuffle=False, nodesplitter=None,
+        shuffle = prepared.shuffle
+        order: dict[str, Any] = (dict(shardshuffle=100, seed=shuffle.seed) if shuffle
+                                 else dict(shardshuffle=False))
+        pipeline = wds.WebDataset(list(view.units), nodesplitter=None,
                                   workersplitter=wds.split_by_worker,
-                                  **({"empty_check": False} | prepared)).decode("pil")
-        for sample in pipeline:
+                                  **({"empty_check": False} | order | prepared.options)
+                                  ).map(Offsets())
+        if shuffle:
+            pipeline = pipeline.shuffle(shuffle.buffer, seed=shuffle.seed)
+        unit = {u: i for i, u in enumerate(view.units)}
+        for sample in pipeline.decode("pil"):
             key = sample.pop("__key__")
-            sample.pop("__url__", None)
+            index, offset = unit.get(sample.pop("__url__", "")), sample.pop(OFFSET, None)
             sample.pop("__local_path__", None)
             name = view.image or next((e for e in sample if e.rsplit(".", 1)[-1] in _IMAGES),
                                       None)
@@ -61,7 +97,8 @@ class WdsReader:
                     fields.update(value)
                 else:
                     fields[ext] = value
-            yield key, image, fields
+            yield (key, image, fields,
+                   None if index is None or offset is None else (index, int(offset)))
 
     def close(self, prepared: Any) -> None:
         pass

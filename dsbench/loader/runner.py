@@ -71,17 +71,6 @@ PSS_INTERVAL_S = 2.0
 Progress = Callable[[str], None]
 
 
-def evict(path: Path) -> int:
-    """Drop the export's files from the page cache (POSIX_FADV_DONTNEED); returns files evicted.
-
-    Dirty pages cannot be dropped, so each file is flushed first.
-    """
-    files = [path] if path.is_file() else [Path(d) / f for d, _, fs in os.walk(path) for f in fs]
-    for f in files:
-        store.evict(f)
-    return len(files)
-
-
 def _children_cpu() -> float:
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     return ru.ru_utime + ru.ru_stime
@@ -184,7 +173,7 @@ def _measure(source: ShmSource | TorchSource | DatasetSource, opts: BenchOptions
 def run_round(path: Loc, opts: BenchOptions, n_workers: int) -> dict[str, Any]:
     """One round with fresh worker processes (start-up is outside the measured window)."""
     if opts.cold and isinstance(path, Path):
-        evict(path)
+        store.evict(path)  # the export's files out of the page cache
     reaped0 = _children_cpu()
     main_base = memory.of(os.getpid())  # before this round's workers and buffers exist
     if opts.epochs:

@@ -262,9 +262,15 @@ class _Ranges(io.RawIOBase):
 
 
 def evict(path: Path) -> None:
-    """Drop a local file's pages from the page cache (POSIX_FADV_DONTNEED), so that the next
-    read goes to the device. Dirty pages cannot be dropped, so the file is flushed first; a
-    file that cannot be opened, or a filesystem without the advice, is left as it is."""
+    """Drop a local file's pages (or every file's under a directory) from the page cache
+    (POSIX_FADV_DONTNEED), so that the next read goes to the device. Dirty pages cannot be
+    dropped, so the file is flushed first; a file that cannot be opened, or a filesystem
+    without the advice, is left as it is."""
+    if path.is_dir():
+        for d, _, names in os.walk(path):
+            for name in names:
+                evict(Path(d) / name)
+        return
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:

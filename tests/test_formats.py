@@ -31,7 +31,7 @@ from dsbench.errors import DsbenchError
 from dsbench.export.generate import generate
 from dsbench.export.pool import worker_pool
 from dsbench.export.spec import FORMATS_DIR, load_spec
-from dsbench.loader import native
+from dsbench.loader import forks, native
 from dsbench.loader.decode import make_decoder
 from dsbench.loader.native import options as native_options
 from dsbench.loader.native.session import removed_after, session
@@ -139,11 +139,14 @@ def test_bench_measures_with_both_readers_at_1_and_2_workers(fmt: str, exports: 
     # Both readers in one interleaved run, as `compare EXPORT EXPORT --cand-backend native`;
     # the library configured by options a job passes it (--native-option).
     given = native_options.parse(NATIVE_OPTIONS[fmt][0])
-    # The libraries whose shuffle dsbench drives read with it (--order shuffle).
+    # The libraries whose shuffle dsbench drives read with it (--order shuffle); a buffer of
+    # 16 where the shuffle is a buffer (one of 1000 on 120 samples fills with all of them
+    # before the first: seconds of a streaming Hugging Face dataset's warm-up).
     order = "sequential" if fmt in ("lance", "tfrecord") else "shuffle"
     both = run_benches([exports[fmt]] * 2, opts,
                        each=[opts, dataclasses.replace(opts, backend="native",
-                                                       native_options=given, order=order)])
+                                                       native_options=given, order=order,
+                                                       shuffle_buffer=16)])
     docs = dict(zip(("dsbench", "native"), both, strict=True))
     for backend, doc in docs.items():
         write_result(tmp_path / f"{backend}.json", doc)  # validates against the schema
@@ -167,6 +170,13 @@ def test_bench_measures_with_both_readers_at_1_and_2_workers(fmt: str, exports: 
     if order == "shuffle":
         assert "shuffle" in docs["native"]["reader"] and docs["native"]["config"]["order"] == \
             "shuffle"
+    if fmt == "hf-hub":
+        # datasets' IterableDataset.shuffle reports one shard for the three files (datasets
+        # 5.0): the second DataLoader worker is given nothing, and is reported so.
+        two = docs["native"]["runs"][1]
+        assert two["idle_workers"] == [1] and two["worker_samples"][1] == 0
+        assert any("1 loader worker of 2 delivered no samples" in w
+                   for w in docs["native"]["warnings"])
     # The counts are the export's, whichever reader measured the timings.
     assert docs["native"]["counts"] == docs["dsbench"]["counts"]
     assert docs["dsbench"]["counts"]["files_per_sample"] == pytest.approx(
@@ -325,7 +335,9 @@ def test_a_librarys_own_shuffle_reads_every_sample_once_and_places_each_where_it
     starts = [0]
     for unit in export.units():
         starts.append(starts[-1] + export.unit_samples(unit))
-    with removed_after(), session(export, 4, {}, native.Shuffle(seed=5, buffer=8)) as lib:
+    # (the session's fork server, as a run's, stopped with it)
+    with removed_after(), forks.stopped_after(), \
+            session(export, 4, {}, native.Shuffle(seed=5, buffer=8)) as lib:
         theirs = lib.opener(str(path))
         got, placed = [], []
         for raw in theirs.read(0, 1):

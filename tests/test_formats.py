@@ -31,10 +31,9 @@ from dsbench.errors import DsbenchError
 from dsbench.export.generate import generate
 from dsbench.export.pool import worker_pool
 from dsbench.export.spec import FORMATS_DIR, load_spec
-from dsbench.loader import forks, native
+from dsbench.loader import native
 from dsbench.loader.decode import make_decoder
 from dsbench.loader.native import options as native_options
-from dsbench.loader.native.session import removed_after, session
 from dsbench.loader.options import BenchOptions
 from dsbench.loader.runner import run_bench, run_benches
 from dsbench.results.document import write_result
@@ -335,14 +334,18 @@ def test_a_librarys_own_shuffle_reads_every_sample_once_and_places_each_where_it
     starts = [0]
     for unit in export.units():
         starts.append(starts[-1] + export.unit_samples(unit))
-    # (the session's fork server, as a run's, stopped with it)
-    with removed_after(), forks.stopped_after(), \
-            session(export, 4, {}, native.Shuffle(seed=5, buffer=8)) as lib:
-        theirs = lib.opener(str(path))
+    # The library's dataset as a round builds it, read here as one loader worker reads it.
+    reader = native.get(export.layout)
+    prepared = reader.prepare(export, 4, tmp_path, {}, native.Shuffle(seed=5, buffer=8))
+    try:
+        theirs = native.NativeExport(path, export.layout, prepared, native.view_of(export), 4,
+                                     [])
         got, placed = [], []
         for raw in theirs.read(0, 1):
             got.append(_caption(raw.fields))
             placed.append(theirs.position)
+    finally:
+        reader.close(prepared)
     # One epoch of the library's shuffle: every sample once, not in the export's order.
     assert sorted(got) == sorted(ours) and got != ours
     if fmt == "hf-hub":  # a streaming dataset's rows do not say where they lie

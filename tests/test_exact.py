@@ -84,10 +84,10 @@ def counted(shards: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
 def test_the_count_is_the_same_whatever_the_window_workers_path_or_a_busy_neighbour(
         shards: dict[str, Path], counted: dict[str, Path]) -> None:
     quiet, copy = read_result(counted["plain"]), read_result(counted["copy"])
-    # The shards again, with two workers, longer windows and a busy neighbour.
+    # The shards again, with two workers, a longer window and a busy neighbour.
     with busy_loops(1):
         busy = run_bench(shards["plain"], BenchOptions(workers=(2,), batch_size=16, seconds=0.5,
-                                                       rounds=2, exact=True))
+                                                       rounds=1, exact=True))
     x, y = quiet["exact"], busy["exact"]
     assert x["counted"] and x["why_not"] is None
     assert x.get("counter", {})["name"] == "valgrind cachegrind"

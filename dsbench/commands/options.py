@@ -158,11 +158,13 @@ def add_window_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup,
                         "each read where it lies, as a map-style Dataset with a RandomSampler "
                         "reads; arrow, parquet, hf, mds, litdata, lance and per-sample "
                         "files) or block (permuted blocks of --block consecutive samples); "
-                        f"default {d.order}; "
+                        "with --backend native, shuffle is the library's own shuffle "
+                        f"(docs/formats.md); default {d.order}; "
                         "docs/access-patterns.md")
     p.add_argument("--shuffle-buffer", type=int, default=d.shuffle_buffer, metavar="N",
                    help="with --order shuffle on a shard layout: samples each worker holds "
-                        f"to draw from (default {d.shuffle_buffer})")
+                        "to draw from (webdataset's and a streaming Hugging Face dataset's "
+                        f"own buffer with --backend native; default {d.shuffle_buffer})")
     p.add_argument("--epochs", type=int, default=None, metavar="E",
                    help="each round reads E whole epochs instead of a timed window, each "
                         "from fresh workers as torch's DataLoader without persistent_workers "

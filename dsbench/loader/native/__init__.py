@@ -144,6 +144,19 @@ def check_options(export: base.Export, given: dict[str, Any]) -> None:
         options.check(targets, tuple(given.items()), reserved)
 
 
+def made_on_first_use(namespace: dict[str, Any], name: str, make: Callable[[], type]) -> type:
+    """The class `make` builds (a subclass of a library's dataset, which this module may not
+    import at its top), built on first use and kept in its module's `namespace` under `name`,
+    where pickle finds it again in the loader's workers."""
+    if name not in namespace:
+        cls = make()
+        cls.__module__, cls.__qualname__ = namespace["__name__"], name
+        namespace[name] = cls
+    cls = namespace[name]
+    assert isinstance(cls, type)
+    return cls
+
+
 def require(module: str, extra: str) -> Any:
     """Import a format library, or one line saying how to install it."""
     try:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from dsbench.adapters import base
-from dsbench.loader.native import Item, Shuffle, View, require
+from dsbench.loader.native import Item, Shuffle, View, made_on_first_use, require
 from dsbench.storage.files import is_remote
 
 
@@ -37,16 +37,12 @@ def _make_positioned() -> type:
                 sample[POSITION] = int(index)
             return sample
 
-    Positioned.__module__, Positioned.__qualname__ = __name__, "Positioned"
     return Positioned
 
 
 def __getattr__(name: str) -> Any:
-    # Created on first use (and found here again by pickle in the loader's workers).
     if name == "Positioned":
-        cls = _make_positioned()
-        globals()[name] = cls
-        return cls
+        return made_on_first_use(globals(), name, _make_positioned)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -15,6 +15,7 @@ export.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import sys
 from pathlib import Path
@@ -75,12 +76,14 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     rows = []
     for name in FORMATS:
-        path = write(name, args.out)
+        with contextlib.redirect_stdout(sys.stderr):
+            path = write(name, args.out)
         opts = BenchOptions(workers=(args.workers,), batch_size=8, rounds=args.rounds,
                             seconds=args.seconds, exact=False, backend="native",
                             shuffle_buffer=args.buffer)
-        docs = run_benches([path, path], opts,
-                           each=[opts, dataclasses.replace(opts, order="shuffle")])
+        with contextlib.redirect_stdout(sys.stderr):  # the libraries' own printing
+            docs = run_benches([path, path], opts,
+                               each=[opts, dataclasses.replace(opts, order="shuffle")])
         rows += [row(name, order, d) for order, d in zip(("in order", "shuffle"), docs,
                                                            strict=True)]
     head = ["export", "read", "samples/s (95% CI)", "CPU/sample (95% CI)", "per batch",

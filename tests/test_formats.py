@@ -164,6 +164,8 @@ def test_bench_measures_with_both_readers_at_1_and_2_workers(fmt: str, exports: 
         assert fmt == "tfrecord" or q["label_entropy_bits"] > 0
         if fmt == "hf-hub" or fmt == "lance":
             assert q["units_per_batch"] is None and q["source_distance"] is None
+        elif order == "shuffle":  # read in order, consecutive samples lie 1 apart
+            assert q["units_per_batch"] >= 1 and q["source_distance"] > 1.5
         else:
             assert q["units_per_batch"] >= 1 and q["source_distance"] >= 1
     if order == "shuffle":

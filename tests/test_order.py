@@ -140,6 +140,8 @@ def test_a_result_from_before_orders_existed_reads_as_sequential(tmp_path: Path)
     ({"order": "block", "backend": "native"}, "with its own shuffle"),
     ({"order": SHUFFLE, "shuffle_buffer": -1}, "--shuffle-buffer must be an integer >= 0"),
     ({"order": SHUFFLE, "dataset": "m:f"}, "a --dataset reads in its own order"),
+    ({"order": SHUFFLE, "backend": "native", "shuffle_buffer": 0},
+     "--shuffle-buffer must be an integer >= 1 with --backend native --order shuffle"),
 ])
 def test_bad_order_options_are_refused_before_anything_runs(extra: dict[str, object],
                                                             needle: str) -> None:

@@ -228,8 +228,9 @@ def noise_notes(key: str, rb: Mapping[str, Any], rc: Mapping[str, Any]) -> list[
         if key in SPREADS else 0.0
     if spread > stats.SPREAD_WARNING:
         notes.append(f"noisy: rounds vary {fmt.percent(spread)}")
-    per_worker = [x["batches"] / r["workers"] for r in (rb, rc) for x in r["rounds"]
-                  if "batches" in x]  # older results did not record it
+    # (older results did not record the batches; idle workers delivered none of them)
+    per_worker = [x["batches"] / max(1, r["workers"] - len(r.get("idle_workers") or []))
+                  for r in (rb, rc) for x in r["rounds"] if "batches" in x]
     short = min(per_worker, default=float("inf"))
     if short < stats.MIN_WINDOW_BATCHES:
         notes.append(f"short window: {fmt.plural(short, 'batch', 'batches')} per worker")

@@ -134,6 +134,10 @@ class BenchOptions:
                                "dsbench or torch); a --dataset reads in its own order, and "
                                "--backend native in the library's (--order sequential) or "
                                "with its own shuffle (--order shuffle)")
+        if self.backend == "native" and self.order == SHUFFLE and self.shuffle_buffer < 1:
+            raise bad("shuffle-buffer", self.shuffle_buffer,
+                      "an integer >= 1 with --backend native --order shuffle (the library's "
+                      "own buffer)")
         if self.native_options and self.backend != "native":
             raise DsbenchError("--native-option configures the format's own library: it "
                                "needs --backend native")

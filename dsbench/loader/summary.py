@@ -122,7 +122,9 @@ def warnings_of(run: Run, opts: BenchOptions) -> list[str]:
             out.append(f"{label} with {fmt.plural(w, 'worker')} varies by "
                        f"{100 * spread:.3g}% between rounds (IQR/median): {NOISY_ADVICE} "
                        "before comparing it")
-    short = min(r.get("batches", 0) for r in run["rounds"]) / w
+    # Per worker that delivered (one with nothing to read holds none of them).
+    short = min(r.get("batches", 0) for r in run["rounds"]) / max(
+        1, w - len(run.get("idle_workers", [])))
     if short < stats.MIN_WINDOW_BATCHES and "epochs" not in run:
         out.append(f"the measured window with {fmt.plural(w, 'worker')} held only "
                    f"{fmt.plural(short, 'batch', 'batches')} per worker: {SHORT_ADVICE}")
@@ -158,8 +160,8 @@ def worker_warnings(run: Run, opts: BenchOptions, export: dict[str, Any]) -> lis
             why = (f"the export has {fmt.plural(n, 'sample')} for {w} workers; use "
                    f"--workers {n} or fewer")
         elif random_access:
-            why = (f"the export's samples make fewer blocks of {opts.block} than workers; use "
-                   "a smaller --block or fewer --workers")
+            why = (f"the export's samples make fewer blocks of {opts.block} samples than "
+                   "workers; use a smaller --block or fewer --workers")
         elif units < w:
             why = (f"the export has {fmt.plural(units, unit_name[:-1], unit_name)} for "
                    f"{w} workers; use --workers {units} or an export of more {unit_name}")

@@ -96,6 +96,9 @@ def get(layout: str) -> Reader:
     return reader
 
 
+# The layouts whose library tells a sample's number in the export, front to back (View.locate).
+NUMBERED = ("mds", "litdata", "hf")
+
 # The extra that installs each format's library.
 EXTRAS = {"mds": "mds", "litdata": "litdata", "hf": "hf", "lance": "lance",
           "tfrecord": "tfrecord", "wds": "torch"}
@@ -251,7 +254,8 @@ def view_of(export: base.Export) -> View:
     if image is None and hasattr(export, "image_field"):
         image = export.image_field
     units = tuple(export.units())
-    # Each unit's start, and the end of the last: a library's sample number is located so.
-    starts = unit_starts(export, len(units)) if units and export.layout != "files" else None
+    # Each unit's start, and the end of the last, for the readers whose library gives a
+    # sample's number in the export (the others place samples by unit and offset).
+    starts = unit_starts(export, len(units)) if units and export.layout in NUMBERED else None
     return View(image if isinstance(image, str) else None, units,
                 tuple(starts) if starts else None)

@@ -67,7 +67,9 @@ class HfReader:
                 # The library's permutation is the generator's (its documented use of it): the
                 # same generator's gives each position's original row.
                 rows = np.random.default_rng(shuffle.seed).permutation(len(ds))
-                ds = ds.shuffle(generator=np.random.default_rng(shuffle.seed))
+                # In memory: on disk, the library writes its indices into the export's folder.
+                ds = ds.shuffle(generator=np.random.default_rng(shuffle.seed),
+                                keep_in_memory=True)
             return Prepared(ds.with_format("torch", **formatting), rows)
         files = [str(u) for u in export.units()]
         stream = datasets.load_dataset("parquet", data_files={info.get("split") or "train": files},

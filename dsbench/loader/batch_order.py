@@ -69,6 +69,14 @@ def entropy_bits(labels: Sequence[int]) -> float:
     return max(0.0, -sum(c / n * math.log2(c / n) for c in counts.values()))
 
 
+def counted_cheaply(export: Export, units: int) -> bool:
+    """Whether the sample counts of `units` units come from headers, footers and indexes: not
+    in an object store (its shards are streamed whole to be counted), not past
+    DISTANCE_MAX_UNITS, and not for an export a caller's opener made (it may not say)."""
+    return units <= DISTANCE_MAX_UNITS and not is_remote(location(export.path)) and \
+        hasattr(export, "unit_samples")
+
+
 def unit_starts(export: Export, last: int) -> list[int] | None:
     """Where units 0..last start in the source order, in samples; None where that would mean
     reading the units again (an object store's shards are streamed whole to be counted), past
@@ -76,8 +84,7 @@ def unit_starts(export: Export, last: int) -> list[int] | None:
     the run it describes stands."""
     if export.layout == "files":
         return list(range(last + 1))  # a unit is one sample
-    if last >= DISTANCE_MAX_UNITS or is_remote(location(export.path)) or \
-            not hasattr(export, "unit_samples"):  # (an export a caller's opener made)
+    if not counted_cheaply(export, last + 1):
         return None
     start = [0]
     try:

@@ -28,12 +28,11 @@ from dsbench.adapters import base
 from dsbench.adapters.base import Export
 from dsbench.errors import DsbenchError
 from dsbench.loader import memory
-from dsbench.loader.batch_order import DISTANCE_MAX_UNITS
+from dsbench.loader.batch_order import counted_cheaply
 from dsbench.loader.order import SHUFFLE, Order, Plan, shuffle_of
 from dsbench.loader.sampling import RANDOM_ACCESS, SampleIndex, random_blocks
 from dsbench.loader.worker import BatchReport
 from dsbench.results.stages import STAGES
-from dsbench.storage.files import is_remote, location
 
 
 class Source(Protocol):
@@ -63,8 +62,7 @@ def epoch_shares(export: Export, order: Order, n_workers: int) -> list[int] | No
     """Samples each worker reads in the first epoch of `order`; None where that means reading
     the units again (an object store's shards are streamed whole to be counted) or a unit
     cannot be counted: the run it describes stands without it."""
-    if is_remote(location(export.path)) or not hasattr(export, "unit_samples") or \
-            len(export.units()) > DISTANCE_MAX_UNITS:
+    if not counted_cheaply(export, len(export.units())):
         return None
     try:
         index = SampleIndex(export) if order.name in RANDOM_ACCESS else None

@@ -142,13 +142,21 @@ def warnings_of(run: Run, opts: BenchOptions) -> list[str]:
 UNEVEN_SPLIT = 1.25
 
 
+def uneven(shares: list[int] | None) -> bool:
+    """An epoch's split whose largest share is more than UNEVEN_SPLIT times the mean (every
+    worker given some: one given none is idle, said on its own)."""
+    if not shares or len(shares) < 2 or min(shares) == 0:
+        return False
+    return max(shares) > UNEVEN_SPLIT * sum(shares) / len(shares)
+
+
 def worker_warnings(run: Run, opts: BenchOptions, export: dict[str, Any]) -> list[str]:
     """Loader workers that delivered no samples, and an epoch split far from even, with the
     reason where the export's `inspect` summary shows it."""
     out = []
     w, idle = run["workers"], run.get("idle_workers", [])
     units, unit_name = export.get("units", 0), export.get("unit_name", "units")
-    random_access = opts.order in ("random", "block")
+    has_units = fmt.plural(units, unit_name[:-1], unit_name)  # "3 shards", "1 shard"
     if idle:
         who = (f"{fmt.plural(len(idle), 'loader worker')} of {w} delivered no samples "
                f"(worker{'s' if len(idle) > 1 else ''} {', '.join(map(str, idle))})")
@@ -159,24 +167,21 @@ def worker_warnings(run: Run, opts: BenchOptions, export: dict[str, Any]) -> lis
             n = export.get("samples", 0)
             why = (f"the export has {fmt.plural(n, 'sample')} for {w} workers; use "
                    f"--workers {n} or fewer")
-        elif random_access:
+        elif opts.order == "block":
             why = (f"the export's samples make fewer blocks of {opts.block} samples than "
                    "workers; use a smaller --block or fewer --workers")
         elif units < w:
-            why = (f"the export has {fmt.plural(units, unit_name[:-1], unit_name)} for "
-                   f"{w} workers; use --workers {units} or an export of more {unit_name}")
+            why = (f"the export has {has_units} for {w} workers; use --workers {units} or an "
+                   f"export of more {unit_name}")
         else:
-            why = ("the format's own library split the export so (it has "
-                   f"{fmt.plural(units, unit_name[:-1], unit_name)})")
+            why = f"the format's own library split the export so (it has {has_units})"
         out.append(f"{who}: {why}; their processes cost memory and start-up for nothing")
     shares = run.get("worker_shares")
-    if shares and min(shares) > 0 and len(shares) > 1:
+    if shares and uneven(shares):
         mean = sum(shares) / len(shares)
-        if max(shares) > UNEVEN_SPLIT * mean:
-            out.append(f"an epoch splits unevenly over {w} workers: {min(shares)} to "
-                       f"{max(shares)} samples each, the largest "
-                       f"{100 * (max(shares) / mean - 1):.3g}% above the mean; near each "
-                       "epoch's end the workers with more carry on alone (use a worker count "
-                       f"that divides the export's {fmt.plural(units, unit_name[:-1], unit_name)}"
-                       " or an export of more, smaller ones)")
+        out.append(f"an epoch splits unevenly over {w} workers: {min(shares)} to "
+                   f"{max(shares)} samples each, the largest "
+                   f"{100 * (max(shares) / mean - 1):.3g}% above the mean; near each epoch's "
+                   "end the workers with more carry on alone (use a worker count that divides "
+                   f"the export's {has_units} or an export of more, smaller ones)")
     return out

@@ -6,7 +6,7 @@ from typing import Any
 
 from dsbench import fmt
 from dsbench.analysis.compare import order_of
-from dsbench.loader.summary import UNEVEN_SPLIT
+from dsbench.loader.summary import uneven
 from dsbench.results.document import STAGES
 from dsbench.results.types import BenchResult, Run
 
@@ -73,9 +73,7 @@ def workers_text(doc: BenchResult) -> str:
     rows = []
     for r in doc["runs"]:
         delivered, shares = r.get("worker_samples"), r.get("worker_shares")
-        uneven = bool(shares) and min(shares or [0]) > 0 and \
-            max(shares or [0]) > UNEVEN_SPLIT * sum(shares or [0]) / len(shares or [1])
-        if not delivered or not (r.get("idle_workers") or uneven):
+        if not delivered or not (r.get("idle_workers") or uneven(shares)):
             continue
         w = r["workers"]
         rows.append([str(w), f"{w - len(r.get('idle_workers', []))} of {w}",

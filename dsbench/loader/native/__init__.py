@@ -147,6 +147,16 @@ def check_options(export: base.Export, given: dict[str, Any]) -> None:
         options.check(targets, tuple(given.items()), reserved)
 
 
+@dataclass(frozen=True)
+class Placed:
+    """A sample as the library gave it, with its number in the export, front to back, which a
+    dataset subclass took from the index the library asked its `__getitem__` for (None: the
+    library did not ask by number)."""
+
+    sample: Any
+    number: int | None
+
+
 def made_on_first_use(namespace: dict[str, Any], name: str, make: Callable[[], type]) -> type:
     """The class `make` builds (a subclass of a library's dataset, which this module may not
     import at its top), built on first use and kept in its module's `namespace` under `name`,

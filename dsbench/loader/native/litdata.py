@@ -10,12 +10,11 @@ given as the library's `Dir(path=CACHE, url=EXPORT)`, its cache in the session's
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dsbench.adapters import base
-from dsbench.loader.native import Item, Shuffle, View, made_on_first_use, require
+from dsbench.loader.native import Item, Placed, Shuffle, View, made_on_first_use, require
 from dsbench.storage.files import is_remote
 
 
@@ -50,14 +49,6 @@ def __getattr__(name: str) -> Any:
     if name == "Positioned":
         return made_on_first_use(globals(), name, _make_positioned)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-@dataclass(frozen=True)
-class Placed:
-    """A sample as the library gave it, with its number in the export (None: not told)."""
-
-    sample: Any
-    number: int | None
 
 
 class LitdataReader:

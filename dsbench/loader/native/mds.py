@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from dsbench.adapters import base
-from dsbench.loader.native import Item, Shuffle, View, made_on_first_use, require
+from dsbench.loader.native import Item, Placed, Shuffle, View, made_on_first_use, require
 from dsbench.storage.files import is_remote
 
 
@@ -32,10 +32,9 @@ def _make_positioned() -> type:
 
     class Positioned(streaming.StreamingDataset):  # type: ignore[name-defined]
         def __getitem__(self, index: Any) -> Any:
-            sample = super().__getitem__(index)
-            if isinstance(index, numbers.Integral):  # (the library's ids are numpy integers)
-                sample[POSITION] = int(index)
-            return sample
+            # (the library's sample ids are numpy integers)
+            return Placed(super().__getitem__(index),
+                          int(index) if isinstance(index, numbers.Integral) else None)
 
     return Positioned
 
@@ -44,9 +43,6 @@ def __getattr__(name: str) -> Any:
     if name == "Positioned":
         return made_on_first_use(globals(), name, _make_positioned)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-POSITION = "__dsbench_position__"
 
 
 class MdsReader:
@@ -75,11 +71,11 @@ class MdsReader:
 
     def epoch(self, prepared: Any, view: View, worker: int, n_workers: int,
               batch_size: int) -> Iterator[Item]:
-        for n, sample in enumerate(prepared):
-            number = sample.pop(POSITION, None)
-            image = sample[view.image]
-            yield (f"{worker}:{n}", image, {k: v for k, v in sample.items() if k != view.image},
-                   None if number is None else view.locate(number))
+        for n, placed in enumerate(prepared):
+            sample = placed.sample
+            yield (f"{worker}:{n}", sample[view.image],
+                   {k: v for k, v in sample.items() if k != view.image},
+                   None if placed.number is None else view.locate(placed.number))
 
     def close(self, prepared: Any) -> None:
         # The library's shared-memory segments, through their own handles: unlinking them by

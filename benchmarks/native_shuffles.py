@@ -34,19 +34,7 @@ FORMATS = ("mds", "litdata", "hf", "hf-hub", "wds")
 
 def write(name: str, root: Path) -> Path:
     out = root / name
-    if out.exists():
-        return out
-    if name != "wds":
-        return formatlibs.write(name, root)
-    import webdataset
-
-    out.mkdir(parents=True)
-    with webdataset.ShardWriter(str(out / "train-%04d.tar"), maxcount=formatlibs.PER_SHARD,
-                                verbose=0) as sink:
-        for i in range(formatlibs.SAMPLES):
-            sink.write({"__key__": f"s{i:04d}", "jpg": formatlibs.jpeg(i),
-                        "cls": formatlibs.label(i), "txt": formatlibs.caption(i)})
-    return out
+    return out if out.exists() else formatlibs.write(name, root)
 
 
 def row(name: str, order: str, doc: Any) -> list[str]:

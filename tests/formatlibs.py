@@ -168,7 +168,20 @@ def write(fmt: str, root: Path) -> Path:
     if fmt == "litdata":
         return write_litdata(out, root / "litdata-sources")
     return {"hf": write_hf, "hf-hub": write_hf_hub, "lance": write_lance,
-            "tfrecord": write_tfrecord}[fmt](out)
+            "tfrecord": write_tfrecord, "wds": write_wds}[fmt](out)
+
+
+def write_wds(out: Path) -> Path:
+    """webdataset's ShardWriter: tar shards of PER_SHARD samples (jpg, cls, txt members)."""
+    import webdataset
+
+    out.mkdir(parents=True)
+    with webdataset.ShardWriter(str(out / "train-%04d.tar"), maxcount=PER_SHARD,
+                                verbose=0) as sink:
+        for i in range(SAMPLES):
+            sink.write({"__key__": f"s{i:04d}", "jpg": jpeg(i), "cls": label(i),
+                        "txt": caption(i)})
+    return out
 
 
 def _hwc(image: Any) -> np.ndarray:

@@ -432,3 +432,15 @@ def test_native_options_go_to_the_side_read_natively() -> None:
     # --native-option only where a --backend can name native: not the demo's.
     with pytest.raises(SystemExit):
         build_parser(["demo"]).parse_args(["demo", "--native-option", "seed=3"])
+
+
+def test_native_mds_reads_on_past_an_epoch_s_end_with_two_workers(exports: dict[str, Path]
+                                                                  ) -> None:
+    # MosaicML Streaming meets a node's loader workers at each epoch's start: its workers must
+    # begin their epochs together (one DataLoader pass per epoch), or the first to finish
+    # waits there for the others forever. 120 samples in batches of 8 over two workers: 15
+    # batches an epoch; 40 measured batches cross two epoch ends.
+    opts = BenchOptions(workers=(2,), batch_size=8, rounds=1, batches=40, warmup_batches=1,
+                        backend="native", stall_s=20.0)
+    (run,) = run_bench(exports["mds"], opts)["runs"]
+    assert run["samples"] == 40 * 8 and run["idle_workers"] == []

@@ -26,7 +26,7 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "results.md"
 
 def test_results_md_shows_the_schemas_as_they_are() -> None:
     text = DOC.read_text(encoding="utf-8")
-    shown = dict(re.findall(r"<!-- schema: (\w+) -->\n(.*?)<!-- end schema: \1 -->", text,
+    shown = dict(re.findall(r"<!-- schema: ([\w-]+) -->\n(.*?)<!-- end schema: \1 -->", text,
                             re.S))
     assert sorted(shown) == sorted(schema.NAMES)
     for name, block in shown.items():

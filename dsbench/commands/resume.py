@@ -10,11 +10,13 @@ import argparse
 from pathlib import Path
 
 from dsbench import fmt
-from dsbench.commands.options import add_json_argument, emit
+from dsbench.commands.options import add_json_argument, add_native_option_argument, emit
 from dsbench.errors import DsbenchError
-from dsbench.report.resume import render, write_plot
+from dsbench.loader.native import options as native_options
+from dsbench.report.resume import render, render_native, write_plot
 from dsbench.results import machine, schema
 from dsbench.resume.measure import BACKENDS, POLICIES, ResumeOptions, run_resume
+from dsbench.resume.native import CASES, NativeResumeOptions, run_native_resume
 
 HELP = ("interrupt a training job's loader after K steps, restart it by a policy (no state, "
         "fast-forward, stateful) and count the samples replayed and skipped, the time to the "
@@ -30,9 +32,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", default="none",
                    help=f"how the job restarts, one or several comma-separated: "
                         f"{', '.join(POLICIES)}, or all (default %(default)s)")
-    p.add_argument("--backend", choices=BACKENDS, default=_D.backend,
-                   help="the loader that reads the export: dsbench's own, or torch's "
-                        "DataLoader (torchdata's StatefulDataLoader for --policy stateful) "
+    p.add_argument("--backend", choices=(*BACKENDS, "native"), default=_D.backend,
+                   help="the loader that reads the export: dsbench's own, torch's "
+                        "DataLoader (torchdata's StatefulDataLoader for --policy stateful), "
+                        "or native: the format's own library and its own resume (MDS, "
+                        "litdata, Hugging Face, WebDataset), audited case by case (--case) "
                         "(default %(default)s)")
     p.add_argument("--ranks", type=int, default=_D.ranks,
                    help="ranks (one per GPU): those the epoch is sharded over (default "
@@ -63,6 +67,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="only the export's first N units (shards, or files): a quicker run")
     p.add_argument("--plot", type=Path, default=None, metavar="FILE.png",
                    help="draw the label entropy per step around the restart (needs matplotlib)")
+    native = p.add_argument_group("--backend native")
+    native.add_argument("--case", default="all",
+                        help=f"the restarts audited, comma-separated: {', '.join(CASES)}, or "
+                             "all (default %(default)s)")
+    native.add_argument("--hang-after", type=float, default=60.0, metavar="S",
+                        help="a restart with no batch for S seconds is reported as a hang "
+                             "(default %(default)s)")
+    add_native_option_argument(native)
     add_json_argument(p, "the resume result")
 
 
@@ -77,7 +89,34 @@ def _policies(text: str) -> tuple[str, ...]:
     return names
 
 
+def _cases(text: str) -> tuple[str, ...]:
+    if text == "all":
+        return CASES
+    return tuple(t.strip() for t in text.split(",") if t.strip())
+
+
+def _native(args: argparse.Namespace) -> int:
+    """--backend native: the library's own resume (resume/native.py)."""
+    if args.policy != "none" or args.epoch or args.units or args.plot:
+        raise DsbenchError("--backend native restores the library's own state: --policy, "
+                           "--epoch, --units and --plot are for dsbench's and torch's loaders")
+    opts = NativeResumeOptions(
+        restart_at=args.restart_at, ranks=args.ranks, workers=args.workers,
+        ranks_after=args.ranks_after, workers_after=args.workers_after,
+        batch_size=args.batch_size, buffer=args.buffer, seed=args.seed,
+        hang_s=args.hang_after, cases=_cases(args.case),
+        options=native_options.parse(args.native_option))
+    opts.check()
+    doc = run_native_resume(args.export, opts, fmt.progress)
+    doc["machine"] = machine.collect()
+    schema.validate(doc, "resume-native", "the native resume result")
+    emit(args, doc, lambda: render_native(doc))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.backend == "native":
+        return _native(args)
     opts = ResumeOptions(restart_at=args.restart_at, policies=_policies(args.policy),
                          backend=args.backend, ranks=args.ranks, workers=args.workers,
                          batch_size=args.batch_size, buffer=args.buffer, seed=args.seed,

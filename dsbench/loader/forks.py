@@ -15,8 +15,11 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import multiprocessing.util
+import os
+import signal
 from collections.abc import Iterator
 from multiprocessing import forkserver
+from pathlib import Path
 from typing import Any
 
 from dsbench import procs
@@ -49,5 +52,19 @@ def stopped_after() -> Iterator[None]:
         yield
     finally:
         if not before and _running():
+            # A worker still alive keeps the server from stopping (and this wait from ending):
+            # none should be, each loader stops its own; any left is ended first.
+            _end_children(forkserver._forkserver._forkserver_pid)  # type: ignore[attr-defined]
             # multiprocessing stops it only at exit; its own tests stop it this way.
             forkserver._forkserver._stop()  # type: ignore[attr-defined]
+
+
+def _end_children(pid: int) -> None:
+    """SIGKILL the processes forked from the server (Linux's /proc lists them)."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return
+    for child in children:
+        with contextlib.suppress(OSError, ValueError):
+            os.kill(int(child), signal.SIGKILL)

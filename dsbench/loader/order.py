@@ -263,8 +263,11 @@ class WorkerSamples:
     empty slice, or every sample skipped), which would otherwise spin."""
 
     def __init__(self, export: Export, order: Order, worker: int, n_workers: int,
-                 skip: SkipHandler = None) -> None:
+                 skip: SkipHandler = None, once: bool = False) -> None:
         self.export, self.order, self.worker, self.n_workers = export, order, worker, n_workers
+        # One epoch (`order.epoch`) and no more: a loader that starts its workers' epochs
+        # together, as a format's own library expects (torch_source.py).
+        self.once = once
         # A format's own reader (--backend native) yields its share with no units to name.
         self.units: list[str] = export.units() if hasattr(export, "units") else []
         # (key, unit index, offset) of each sample read, in reading order: batches are built
@@ -346,4 +349,6 @@ class WorkerSamples:
                 raise DsbenchError(f"worker {self.worker} of {self.n_workers} read no samples "
                                    "from its slice (empty, or every sample was skipped)",
                                    path=self.export.path)
+            if self.once:
+                return
             epoch += 1

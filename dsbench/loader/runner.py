@@ -188,7 +188,7 @@ def run_round(path: Loc, opts: BenchOptions, n_workers: int) -> dict[str, Any]:
             lib = stack.enter_context(session(export, opts.batch_size,
                                               dict(opts.native_options), shuffle))
             source = TorchSource(path, opts.pipeline(), n_workers, opts, lib.opener,
-                                 lib.context)
+                                 lib.context, one_epoch=True)
         elif opts.dataset is not None:
             source = DatasetSource(opts.dataset, n_workers, opts)
         elif opts.backend == "torch":

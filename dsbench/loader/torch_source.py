@@ -10,6 +10,7 @@ dsbench's own workers send.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -84,27 +85,39 @@ def _make_torch_samples() -> type:
         perf_counter when the sample was begun, (unit index, offset) or None)."""
 
         def __init__(self, path: str, pipeline: Pipeline, seed: int,
-                     opener: Opener | None = None, order: Order = IN_ORDER) -> None:
+                     opener: Opener | None = None, order: Order = IN_ORDER,
+                     one_epoch: bool = False) -> None:
             self.path, self.pipeline, self.seed, self.opener = path, pipeline, seed, opener
-            self.order = order
+            self.order, self.one_epoch = order, one_epoch
+            # In a persistent worker (one_epoch), what the worker's earlier epochs left.
+            self.epochs_begun, self.idle = 0, False
 
         def __iter__(self) -> Iterator[tuple[Any, ...]]:
             global _torch_last_cpu, _torch_setup_opens
             info = get_worker_info()
             worker, n_workers = (info.id, info.num_workers) if info else (0, 1)
+            if self.idle:
+                return  # its share was empty in the first epoch: so it stays
+            first = self.epochs_begun == 0
+            order = dataclasses.replace(self.order, epoch=self.order.epoch + self.epochs_begun)
+            self.epochs_begun += 1
             export = open_export(self.path, self.opener)
-            _torch_setup_opens = base.io_counters()[0]  # set-up, as in worker.py: not counted
-            procs.settle_heap()
+            if first:
+                _torch_setup_opens = base.io_counters()[0]  # set-up, as in worker.py
+                procs.settle_heap()
             streams: list[WorkerSamples] = []  # the one the builder opens, for where()
 
             def read(skip: base.SkipHandler) -> WorkerSamples:
-                streams.append(WorkerSamples(export, self.order, worker, n_workers, skip))
+                streams.append(WorkerSamples(export, order, worker, n_workers, skip,
+                                             once=self.one_epoch))
                 return streams[-1]
 
-            builder = BatchBuilder(self.pipeline, read,
-                                   np.random.default_rng([self.seed, worker]))
+            builder = BatchBuilder(self.pipeline, read, np.random.default_rng(
+                [self.seed, worker] if first else [self.seed, worker, order.epoch]))
             reported = 0
-            _torch_last_cpu = time.process_time()
+            if first:
+                # Later epochs' start (the library's own, in the next batch) is the job's too.
+                _torch_last_cpu = time.process_time()
             while True:
                 # A batch's wall time runs from its first sample's start: before it, the
                 # worker may be waiting for the loader to ask for the batch.
@@ -113,7 +126,10 @@ def _make_torch_samples() -> type:
                 try:
                     key, pixels, fields = builder.next_sample(t)
                 except EmptyShare:
+                    self.idle = True
                     return  # torch's DataLoader goes on with the other workers
+                except StopIteration:
+                    return  # one_epoch: the epoch's end, where the DataLoader's iterator ends
                 new = builder.skipped[reported:ERRORS_KEPT]
                 reported += len(new)
                 yield (worker, key, pixels, fields, t, len(builder.skipped),
@@ -134,22 +150,33 @@ def __getattr__(name: str) -> Any:
 
 
 class TorchSource:
-    """The same work through torch.utils.data.DataLoader (an IterableDataset, spawn workers)."""
+    """The same work through torch.utils.data.DataLoader (an IterableDataset, spawn workers).
+
+    With `one_epoch` (a format's own library, --backend native), each pass of the DataLoader's
+    iterator is one epoch and the next begins when every worker has ended it, with the same
+    (persistent) workers, as a training loop's `for epoch ...: for batch in loader` does: a
+    library may meet its workers at each epoch's start (MosaicML Streaming does, at a barrier
+    shared by a node's workers), which workers that run on into their next epoch alone never
+    reach together."""
 
     def __init__(self, path: Loc, pipeline: Pipeline, n_workers: int, opts: Any,
-                 opener: Callable[[str], Any] | None = None, context: Any = "spawn") -> None:
+                 opener: Callable[[str], Any] | None = None, context: Any = "spawn",
+                 one_epoch: bool = False) -> None:
         installed.require("torch", "--backend torch")
         from torch.utils.data import DataLoader
 
         dataset = __getattr__("TorchSamples")(str(path), pipeline, opts.seed,
                                                opener or opts.export_opener(),
-                                               opts.reading_order())
+                                               opts.reading_order(), one_epoch)
         # Same start method as ShmSource, for the same reason; in-order delivery is the default.
         with more_workers_than_cores():
             self.loader = DataLoader(dataset, batch_size=opts.batch_size,
                                      num_workers=n_workers, prefetch_factor=opts.prefetch,
                                      collate_fn=torch_collate, multiprocessing_context=context,
-                                     timeout=opts.stall_s or STARTUP_STALL_S)
+                                     timeout=opts.stall_s or STARTUP_STALL_S,
+                                     persistent_workers=one_epoch and n_workers > 0)
+        self.one_epoch = one_epoch
+        self.delivered = 0  # batches in the iterator's current pass
         self.it: Any = None
         try:
             with procs.spawning(), more_workers_than_cores():
@@ -163,13 +190,22 @@ class TorchSource:
 
     def next(self) -> BatchReport:
         try:
-            batch = next(self.it)
+            try:
+                batch = next(self.it)
+            except StopIteration:
+                if not (self.one_epoch and self.delivered):
+                    raise
+                self.delivered = 0
+                with more_workers_than_cores():
+                    self.it = iter(self.loader)  # the next epoch, on the same workers
+                batch = next(self.it)
         except StopIteration:
             raise DsbenchError(NOTHING_TO_READ) from None  # every worker's share was empty
         except DsbenchError as exc:
             raise worker_error(exc) from None
         except RuntimeError as exc:
             raise DsbenchError(f"torch DataLoader failed: {str(exc).splitlines()[0]}") from None
+        self.delivered += 1
         report = batch["report"]
         del batch
         return report

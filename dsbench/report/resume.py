@@ -184,3 +184,39 @@ def write_plot(doc: dict[str, Any], path: Path) -> Path:
     finally:
         plt.close(fig)
     return path
+
+
+def native_row(case: dict[str, Any]) -> list[str]:
+    """One case of `resume --backend native`: shape, and replayed and skipped samples of the
+    epoch (or what happened instead), for people and docs/resume.md."""
+    if case["outcome"] in ("hang", "failed"):
+        return [case["case"], "-", case["outcome"], "-", "-", "-", case["detail"] or "-"]
+    (r0, r1), (w0, w1) = case["ranks"], case["workers"]
+    shape = f"{r0}x{w0} -> {r1}x{w1}"
+    note = ("the library keeps no state: the restart began the epoch again"
+            if case["outcome"] == "no state" else
+            "exact" if case["replayed"] == case["skipped"] == 0 else "")
+    return [case["case"], shape, case["outcome"],
+            fmt.plural(case["replayed"], "sample"), fmt.plural(case["skipped"], "sample"),
+            _s(case["first_batch_s"]), note or "-"]
+
+
+NATIVE_HEADERS = ["case", "ranks x workers", "outcome", "replayed", "skipped", "to 1st batch",
+                  "note"]
+
+
+def render_native(doc: dict[str, Any]) -> str:
+    r, st = doc["reader"], doc["settings"]
+    cases = doc["cases"]
+    epoch = next((c["epoch_samples"] for c in cases if c["epoch_samples"] is not None), None)
+    lines = [f"{doc['export']['path']}: {doc['export']['layout']} export read by {r['library']} "
+             f"{r['version']}, resumed by {r['resume']}",
+             f"restart after {fmt.plural(st['restart_at'], 'step')} of batch "
+             f"{st['batch_size']} on every rank"
+             + ("" if epoch is None else f"; the epoch: {fmt.plural(epoch, 'sample')}")
+             + f"; a hang: no batch for {fmt.seconds(st['hang_after_s'])}", "",
+             fmt.table(NATIVE_HEADERS, [native_row(c) for c in cases]),
+             "replayed: deliveries beyond the uninterrupted epoch's count of a sample; skipped: "
+             "its samples that never came (compared by content); to 1st batch: from the "
+             "restarted loader's creation, its state loaded, slowest rank"]
+    return "\n".join(lines)

@@ -25,7 +25,7 @@ from referencing.jsonschema import DRAFT202012
 from dsbench.errors import DsbenchError
 
 NAMES = ("bench", "summary", "comparison", "gate", "extrapolation", "budget", "demo", "probe",
-         "job", "resume", "advice")
+         "job", "resume", "resume-native", "advice")
 
 
 def _urn(name: str) -> str:

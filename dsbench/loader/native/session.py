@@ -58,7 +58,7 @@ def removed_after() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _environment(root: Path) -> Iterator[None]:
+def environment(root: Path) -> Iterator[None]:
     """TMPDIR and the caches pointed into `root` (and tempfile's own idea of it), restored
     after. torch's compiler cache is pinned where it would be without this: torch remembers
     the temporary directory it first saw."""
@@ -99,7 +99,7 @@ def _user() -> str:
         return "unknown"
 
 
-def _context(layout: str) -> Any:
+def reader_context(layout: str) -> Any:
     # torch, which every DataLoader worker needs; the library, where it is fork-safe.
     preload = ["torch", "dsbench.loader.torch_source", READERS[layout]]
     if layout in _PRELOAD:
@@ -124,10 +124,10 @@ def session(export: base.Export, batch_size: int, options: dict[str, Any],
     # multiprocessing's own temporary directory (the server's socket) in the usual place, made
     # before TMPDIR points into ours, which is removed at exit before multiprocessing's is.
     multiprocessing.util.get_temp_dir()
-    with _environment(root):
+    with environment(root):
         # Started here, the server (and its workers) take the private directory's
         # environment.
-        context = _context(export.layout)
+        context = reader_context(export.layout)
         tmp = Path(tempfile.mkdtemp(prefix="round-", dir=root))
         try:
             prepared = reader.prepare(export, batch_size, tmp, options, shuffle)

@@ -1,0 +1,169 @@
+"""`dsbench resume --backend native`: each format's library resuming its own loader, on exports
+that library wrote (tests/formatlibs.py), against the uninterrupted epoch; the counting against
+a scripted loader whose replays and skips are known; a hang caught; a layout without a resume
+of its own refused in one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import formatlibs
+import pytest
+from formatlibs import SAMPLES
+from layouts import assert_one_line_error
+
+from dsbench.cli import main
+from dsbench.resume import native
+from dsbench.resume.native_loaders import Shape
+
+K, BATCH = 3, 8
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
+    root = tmp_path_factory.mktemp("resume-native")
+    # The writers' temporaries (the Hugging Face cache) in the module's directory.
+    saved, saved_tempdir = {n: os.environ.get(n) for n in ("HF_HOME", "TMPDIR")}, tempfile.tempdir
+    os.environ["HF_HOME"] = os.environ["TMPDIR"] = tempfile.tempdir = str(root / "tmp")
+    (root / "tmp").mkdir()
+    try:
+        yield {f: formatlibs.write(f, root) for f in ("mds", "litdata", "hf", "hf-hub", "wds")}
+    finally:
+        tempfile.tempdir = saved_tempdir
+        for n, v in saved.items():
+            if v is None:
+                os.environ.pop(n, None)
+            else:
+                os.environ[n] = v
+
+
+def _audit(path: Path, tmp_path: Path, *extra: str) -> dict[str, Any]:
+    out = tmp_path / "resume.json"
+    assert main(["resume", str(path), "--backend", "native", "--restart-at", str(K),
+                 "--batch-size", str(BATCH), "--workers", "2", "--hang-after", "60",
+                 "--json", str(out), *extra]) == 0
+    doc: dict[str, Any] = json.loads(out.read_text())
+    return doc
+
+
+@pytest.mark.parametrize("fmt", ["mds", "litdata", "hf", "hf-hub"])
+def test_a_library_that_keeps_state_resumes_the_same_shape_exactly(
+        fmt: str, exports: dict[str, Path], tmp_path: Path) -> None:
+    doc = _audit(exports[fmt], tmp_path, "--case", "same shape")
+    (case,) = doc["cases"]
+    assert case["outcome"] == "measured", case
+    # The uninterrupted epoch delivered every sample the library wrote, and the job's K steps
+    # and the restart together delivered each of them once: nothing replayed, nothing skipped.
+    assert case["epoch_samples"] == SAMPLES
+    assert case["delivered"] == SAMPLES
+    assert (case["replayed"], case["skipped"]) == (0, 0)
+    assert case["first_batch_s"] > 0
+    assert doc["reader"]["version"] not in ("", "not installed")
+
+
+def test_webdataset_keeps_no_state_and_its_restart_replays_the_job_s_steps(
+        exports: dict[str, Path], tmp_path: Path) -> None:
+    doc = _audit(exports["wds"], tmp_path, "--case", "same shape")
+    (case,) = doc["cases"]
+    assert case["outcome"] == "no state"
+    # The restart began the epoch again: the K batches already delivered come twice.
+    assert (case["replayed"], case["skipped"]) == (K * BATCH, 0)
+    assert case["delivered"] == SAMPLES + K * BATCH
+
+
+def test_a_streaming_hugging_face_shuffle_loses_its_buffer_on_resume(
+        exports: dict[str, Path], tmp_path: Path) -> None:
+    buffer = 32
+    doc = _audit(exports["hf-hub"], tmp_path, "--case", "with shuffle",
+                 "--buffer", str(buffer))
+    (case,) = doc["cases"]
+    assert case["outcome"] == "measured"
+    # Not restored: the samples waiting in the buffer at the checkpoint never come; a buffer
+    # of 32 loses at least one and at most 32 per worker.
+    assert 0 < case["skipped"] <= 2 * buffer
+    assert case["replayed"] == 0
+    assert case["delivered"] == SAMPLES - case["skipped"]
+
+
+class _Scripted:
+    """A loader over samples 0..n-1 in batches of 2 whose restart resumes `shift` samples
+    off (negative: replays them; positive: skips them)."""
+
+    def __init__(self, shape: Shape, state: Any, n: int, shift: int, block: bool) -> None:
+        self.at = 0 if state is None else state + shift
+        self.n, self.block = n, block
+
+    def next(self) -> list[str] | None:
+        if self.block:
+            time.sleep(30)  # a library waiting for something that never comes
+        if self.at >= self.n:
+            return None
+        batch = [str(i) for i in range(self.at, min(self.n, self.at + 2))]
+        self.at += 2
+        return batch
+
+    def state(self) -> Any:
+        return self.at
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("shift,replayed,skipped", [(0, 0, 0), (-3, 3, 0), (4, 0, 4)])
+def test_replayed_and_skipped_are_counted_against_the_epoch(shift: int, replayed: int,
+                                                            skipped: int) -> None:
+    n = 20
+    phase = native._Phase(lambda shape, state: _Scripted(shape, state, n, shift, False), 5.0)
+    opts = native.NativeResumeOptions(restart_at=3, workers=1)
+    shape = Shape(0, 1, 1, 2, None)
+    reference = Counter(str(i) for i in range(n))
+    case = native._case("same shape", phase, opts, shape, reference)
+    # Brute force: what the job's 3 batches and the restart deliver, counted against 0..19.
+    job = list(range(6))
+    rest = list(range(6 + shift, n))
+    got = Counter(str(i) for i in job + rest)
+    assert case["replayed"] == sum(max(0, c - reference[k]) for k, c in got.items()) == replayed
+    assert case["skipped"] == sum(max(0, c - got[k]) for k, c in reference.items()) == skipped
+    assert case["delivered"] == len(job) + len(rest)
+
+
+def test_a_restart_that_never_delivers_is_reported_as_a_hang_within_the_wait() -> None:
+    opened = []
+
+    def open_loader(shape: Shape, state: Any) -> _Scripted:
+        opened.append(state)
+        return _Scripted(shape, state, 20, 0, block=state is not None)
+
+    phase = native._Phase(open_loader, 0.5)
+    t0 = time.perf_counter()
+    with pytest.raises(native.Hung):
+        native._case("same shape", phase, native.NativeResumeOptions(restart_at=2, workers=1),
+                     Shape(0, 1, 1, 2, None), Counter(str(i) for i in range(20)))
+    assert time.perf_counter() - t0 < 5  # cut short at the wait, not at the 30 s sleep
+    assert opened == [None, 4]  # the job ran; the restart with its state is what hung
+
+
+@pytest.mark.parametrize("fmt", ["tfrecord", "parquet"])
+def test_a_layout_without_a_resume_of_its_own_is_one_line(fmt: str, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]
+                                                         ) -> None:
+    from conftest import write_export
+
+    path = write_export(tmp_path, fmt, 8) if fmt == "parquet" else formatlibs.write(
+        fmt, tmp_path)
+    assert main(["resume", str(path), "--backend", "native", "--restart-at", "1"]) == 2
+    assert_one_line_error(capsys.readouterr().err, "resume", "has no resume of its own")
+
+
+def test_policies_are_refused_with_the_library_s_own_resume(
+        exports: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["resume", str(exports["wds"]), "--backend", "native", "--restart-at", "1",
+                 "--policy", "fast-forward"]) == 2
+    assert_one_line_error(capsys.readouterr().err, "resume", "--policy")

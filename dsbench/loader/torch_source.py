@@ -89,15 +89,12 @@ def _make_torch_samples() -> type:
                      one_epoch: bool = False) -> None:
             self.path, self.pipeline, self.seed, self.opener = path, pipeline, seed, opener
             self.order, self.one_epoch = order, one_epoch
-            # In a persistent worker (one_epoch), what the worker's earlier epochs left.
-            self.epochs_begun, self.idle = 0, False
+            self.epochs_begun = 0  # in a persistent worker (one_epoch), its epochs so far
 
         def __iter__(self) -> Iterator[tuple[Any, ...]]:
             global _torch_last_cpu, _torch_setup_opens
             info = get_worker_info()
             worker, n_workers = (info.id, info.num_workers) if info else (0, 1)
-            if self.idle:
-                return  # its share was empty in the first epoch: so it stays
             first = self.epochs_begun == 0
             order = dataclasses.replace(self.order, epoch=self.order.epoch + self.epochs_begun)
             self.epochs_begun += 1
@@ -126,10 +123,14 @@ def _make_torch_samples() -> type:
                 try:
                     key, pixels, fields = builder.next_sample(t)
                 except EmptyShare:
-                    self.idle = True
-                    return  # torch's DataLoader goes on with the other workers
+                    # torch's DataLoader goes on with the other workers. With one_epoch, the
+                    # worker still began the library's epoch (which MosaicML Streaming meets
+                    # every worker at), and begins the next ones with the others.
+                    return
                 except StopIteration:
-                    return  # one_epoch: the epoch's end, where the DataLoader's iterator ends
+                    if not self.one_epoch:
+                        raise
+                    return  # the epoch's end, where the DataLoader's pass ends
                 new = builder.skipped[reported:ERRORS_KEPT]
                 reported += len(new)
                 yield (worker, key, pixels, fields, t, len(builder.skipped),

@@ -212,11 +212,12 @@ def render_native(doc: dict[str, Any]) -> str:
     lines = [f"{doc['export']['path']}: {doc['export']['layout']} export read by {r['library']} "
              f"{r['version']}, resumed by {r['resume']}",
              f"restart after {fmt.plural(st['restart_at'], 'step')} of batch "
-             f"{st['batch_size']} on every rank"
+             f"{st['batch_size']} on every rank (second resume: and as many again)"
              + ("" if epoch is None else f"; the epoch: {fmt.plural(epoch, 'sample')}")
-             + f"; a hang: no batch for {fmt.seconds(st['hang_after_s'])}", "",
+             + f"; a hang: no batch within {fmt.seconds(st['hang_after_s'])} of asking",
+             f"ranks: {st['ranks_as']}", "",
              fmt.table(NATIVE_HEADERS, [native_row(c) for c in cases]),
              "replayed: deliveries beyond the uninterrupted epoch's count of a sample; skipped: "
              "its samples that never came (compared by content); to 1st batch: from the "
-             "restarted loader's creation, its state loaded, slowest rank"]
+             "restarted loader's creation (its dataset built, its state loaded), slowest rank"]
     return "\n".join(lines)

@@ -22,7 +22,6 @@ process) or that the library refuses (its exception) is that case's finding, not
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import multiprocessing.util
 import shutil
@@ -30,7 +29,7 @@ import signal
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,6 +57,7 @@ from dsbench.resume.native_loaders import (
 
 CASES = ("same shape", "second resume", "other workers", "other ranks", "with shuffle")
 SCHEMA_VERSION = 1
+RANKS_AS = "one process, ranks one after another, each rank its own node"
 
 
 @dataclass(frozen=True)
@@ -88,57 +88,89 @@ class NativeResumeOptions:
             raise DsbenchError(f"--hang-after must be positive, got {self.hang_s:g} s")
 
 
-class Hung(Exception):
-    """No batch came within the case's wait."""
+class Hung(BaseException):
+    """No batch came within the wait (a BaseException: a library's own `except Exception`
+    retry must not swallow it)."""
 
 
-@contextlib.contextmanager
-def _deadline(seconds: float) -> Iterator[None]:
-    """Hung in the main thread after `seconds`: a wait in the main process (a library's own,
-    which torch's DataLoader timeout does not cover) is cut short there."""
-    def alarm(_signum: int, _frame: Any) -> None:
-        raise Hung()
+class _Watch:
+    """SIGALRM in the main thread `seconds` after each `arm()`: a wait in the main process (a
+    library's own, which torch's DataLoader timeout does not cover) is cut short there."""
 
-    old = signal.signal(signal.SIGALRM, alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def __enter__(self) -> _Watch:
+        def alarm(_signum: int, _frame: Any) -> None:
+            raise Hung()
+
+        self.old = signal.signal(signal.SIGALRM, alarm)
+        return self
+
+    def arm(self) -> None:
+        signal.setitimer(signal.ITIMER_REAL, self.seconds)
+
+    def disarm(self) -> None:
         signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
+
+    def __exit__(self, *_: Any) -> None:
+        self.disarm()
+        signal.signal(signal.SIGALRM, self.old)
 
 
 @dataclass
 class _Phase:
-    """Loaders of one shape, opened and read rank after rank."""
+    """Loaders of one shape, opened and read rank after rank; `doing` names the read under way
+    (the uninterrupted epoch, the job, a restart) for a failure's message."""
 
-    open: Callable[[Shape, Any], NativeLoader]
+    open: Callable[[Shape, Any], Any]
     hang_s: float
+    doing: str = ""
 
-    def read(self, shape: Shape, states: list[Any], steps: int | None
-             ) -> tuple[Counter[str], list[Any], list[float]]:
+    def read(self, doing: str, shape: Shape, states: list[Any], steps: int | None
+             ) -> tuple[list[Counter[str]], list[Any], list[float]]:
         """Each rank's loader, with its state, for `steps` batches (None: to the epoch's end):
-        the samples delivered, each rank's state after, and each rank's first batch time."""
-        got: Counter[str] = Counter()
+        each rank's samples delivered, its state after, and its first batch's time from the
+        loader's creation (its dataset built, its state loaded). A hang is no batch within
+        hang_s of asking (or of creating the loader)."""
+        self.doing = doing
+        got: list[Counter[str]] = []
         after, first = [], []
-        for rank in range(shape.ranks):
-            t0 = time.perf_counter()
-            with _deadline(self.hang_s):
-                loader = self.open(dataclasses.replace(shape, rank=rank), states[rank])
+        with _Watch(self.hang_s) as watch:
+            for rank in range(shape.ranks):
+                t0 = time.perf_counter()
+                loader = None
                 try:
+                    watch.arm()
+                    loader = self.open(dataclasses.replace(shape, rank=rank), states[rank])
+                    delivered: Counter[str] = Counter()
                     n = 0
                     while steps is None or n < steps:
+                        watch.arm()
                         ids = loader.next()
+                        watch.disarm()
                         if ids is None:
                             break
                         if n == 0:
                             first.append(time.perf_counter() - t0)
-                        got.update(ids)
+                        delivered.update(ids)
                         n += 1
+                    watch.arm()
                     after.append(loader.state())
+                    watch.disarm()
+                    got.append(delivered)
                 finally:
-                    loader.close()
+                    watch.disarm()
+                    if loader is not None:
+                        loader.close()
         return got, after, first
+
+
+def _total(per_rank: list[Counter[str]]) -> Counter[str]:
+    total: Counter[str] = Counter()
+    for c in per_rank:
+        total += c
+    return total
 
 
 def _case(case: str, phase: _Phase, opts: NativeResumeOptions, shape: Shape,
@@ -148,19 +180,42 @@ def _case(case: str, phase: _Phase, opts: NativeResumeOptions, shape: Shape,
         after = dataclasses.replace(shape, workers=opts.workers_after or opts.workers + 1)
     if case == "other ranks":
         after = dataclasses.replace(shape, ranks=opts.ranks_after or opts.ranks + 1)
-    got, states, _ = phase.read(shape, [None] * shape.ranks, opts.restart_at)
+    job, states, _ = phase.read("the job", shape, [None] * shape.ranks, opts.restart_at)
+    got = _total(job)
     if case == "second resume":
-        more, states, _ = phase.read(shape, states, opts.restart_at)
-        got += more
+        more, states, _ = phase.read("the first restart", shape, states, opts.restart_at)
+        got += _total(more)
     restart_states = states if after.ranks == shape.ranks else [states[0]] * after.ranks
-    rest, _, first = phase.read(after, restart_states, None)
-    got += rest
+    rest, _, first = phase.read("the restart", after, restart_states, None)
+    got += _total(rest)
     return {"case": case, "outcome": "no state" if states[0] is None else "measured",
             "ranks": [shape.ranks, after.ranks], "workers": [shape.workers, after.workers],
             "epoch_samples": sum(reference.values()), "delivered": sum(got.values()),
             "replayed": sum(max(0, n - reference[k]) for k, n in got.items()),
             "skipped": sum(max(0, n - got[k]) for k, n in reference.items()),
             "first_batch_s": max(first) if first else None, "detail": None}
+
+
+def audited(case: str, phase: _Phase, opts: NativeResumeOptions, shape: Shape,
+            reference: Callable[[], list[Counter[str]]]) -> dict[str, Any]:
+    """The case's record: measured, or the hang or the library's failure as its finding."""
+    try:
+        per_rank = reference()
+        steps = opts.restart_at * (2 if case == "second resume" else 1)
+        if steps * shape.batch_size >= min(sum(c.values()) for c in per_rank):
+            raise DsbenchError(f"--restart-at {opts.restart_at} is not inside the epoch: "
+                               f"{case} reads {steps} steps of {shape.batch_size} before its "
+                               f"restart, and a rank's epoch holds "
+                               f"{min(sum(c.values()) for c in per_rank)} samples")
+        return _case(case, phase, opts, shape, _total(per_rank))
+    except DsbenchError:
+        raise
+    except Hung:
+        return _failed(case, "hang", f"{phase.doing}: no batch within {opts.hang_s:g} s")
+    except Exception as exc:  # the library's own refusal or failure: the case's finding
+        detail = failure(exc)
+        timed_out = "DataLoader timed out after" in detail
+        return _failed(case, "hang" if timed_out else "failed", f"{phase.doing}: {detail}")
 
 
 def _failed(case: str, outcome: str, detail: str) -> dict[str, Any]:
@@ -196,45 +251,30 @@ def run_native_resume(path: str, opts: NativeResumeOptions,
                        "resume": RESUMES[export.layout]},
             "settings": {"restart_at": opts.restart_at, "ranks": opts.ranks,
                          "workers": opts.workers, "batch_size": opts.batch_size,
-                         "buffer": opts.buffer, "seed": opts.seed, "hang_after_s": opts.hang_s},
+                         "buffer": opts.buffer, "seed": opts.seed, "hang_after_s": opts.hang_s,
+                         "ranks_as": RANKS_AS},
             "cases": cases}
 
 
 def _cases(export: base.Export, opts: NativeResumeOptions, options: dict[str, Any], tmp: Path,
            context: Any, progress: Callable[[str], None]) -> list[dict[str, Any]]:
-    stall = opts.hang_s
-
     def open_loader(shape: Shape, state: Any) -> NativeLoader:
-        return NativeLoader(export, shape, options, tmp, context, stall, state)
+        return NativeLoader(export, shape, options, tmp, context, opts.hang_s, state)
 
     phase = _Phase(open_loader, opts.hang_s)
+    references: dict[bool, list[Counter[str]]] = {}
     out = []
-    references: dict[bool, Counter[str]] = {}
     for case in opts.cases:
         shuffled = case == "with shuffle"
         shape = Shape(0, opts.ranks, opts.workers, opts.batch_size,
                       Shuffle(opts.seed, opts.buffer) if shuffled else None)
         progress(f"resume {export.layout}: {case}")
-        try:
-            if shuffled not in references:
-                references[shuffled] = phase.read(shape, [None] * opts.ranks, None)[0]
-            if opts.restart_at * opts.batch_size >= min_rank_samples(references[shuffled],
-                                                                     opts.ranks):
-                raise DsbenchError(f"--restart-at {opts.restart_at} is not inside the epoch "
-                                   f"({sum(references[shuffled].values())} samples over "
-                                   f"{opts.ranks} ranks, batch {opts.batch_size})",
-                                   path=export.path)
-            out.append(_case(case, phase, opts, shape, references[shuffled]))
-        except DsbenchError:
-            raise
-        except Hung:
-            out.append(_failed(case, "hang", f"no batch within {opts.hang_s:g} s"))
-        except Exception as exc:  # the library's own refusal or failure: the case's finding
-            detail = failure(exc)
-            out.append(_failed(case, "hang" if "timed out" in detail else "failed", detail))
+
+        def reference(shape: Shape = shape, shuffled: bool = shuffled) -> list[Counter[str]]:
+            if shuffled not in references:  # one uninterrupted epoch serves every case
+                references[shuffled] = phase.read("the uninterrupted epoch", shape,
+                                                  [None] * shape.ranks, None)[0]
+            return references[shuffled]
+
+        out.append(audited(case, phase, opts, shape, reference))
     return out
-
-
-def min_rank_samples(reference: Counter[str], ranks: int) -> int:
-    """The samples one rank reads in the epoch, near enough (the epoch split evenly)."""
-    return sum(reference.values()) // ranks

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import types
 import warnings
 from collections.abc import Iterator
@@ -149,6 +150,16 @@ class NativeLoader:
         self.layout, self.shape = export.layout, shape
         self.prepared: Any = None
         self.it: Any = None
+        self.iterators: list[Any] = []  # torch's, made by the loader (_record)
+        self.loader: Any = None
+        try:
+            self._open(export, shape, options, tmp, context, stall_s, state)
+        except BaseException:
+            self.close()  # what was made before the failure (MDS's shared memory)
+            raise
+
+    def _open(self, export: base.Export, shape: Shape, options: dict[str, Any], tmp: Path,
+              context: Any, stall_s: float, state: Any) -> None:
         with as_rank(shape.rank, shape.ranks):
             dataset = self._dataset(export, shape, options, tmp)
             kwargs: dict[str, Any] = dict(
@@ -159,7 +170,6 @@ class NativeLoader:
                 warnings.filterwarnings("ignore", message=".*set_vital.*")
                 warnings.filterwarnings("ignore", message="This DataLoader will create")
                 self.loader = self._loader(dataset, kwargs)
-                self.iterators: list[Any] = []  # torch's, made by the loader (_record)
                 _record(self.loader, self.iterators)
                 if state is not None:
                     self.loader.load_state_dict(state)
@@ -228,9 +238,11 @@ class NativeLoader:
         for made in self.iterators:
             shutdown(made)
         self.iterators.clear()
-        self.loader._iterator = None
+        if self.loader is not None:
+            self.loader._iterator = None
         if self.prepared is not None:
-            get(self.layout).close(self.prepared)
+            prepared, self.prepared = self.prepared, None
+            get(self.layout).close(prepared)
 
 
 def _record(loader: Any, into: list[Any]) -> None:
@@ -243,7 +255,18 @@ def _record(loader: Any, into: list[Any]) -> None:
     make = loader._get_iterator
 
     def recorded() -> Any:
-        it = make()
+        try:
+            it = make()
+        except BaseException as exc:
+            # An iterator can fail in its own __init__ after its workers started (torchdata
+            # checks a restored state's worker count there): found in the failure's frames.
+            tb = exc.__traceback__
+            while tb is not None:
+                made = tb.tb_frame.f_locals.get("self")
+                if hasattr(made, "_shutdown_workers") and made not in into:
+                    into.append(made)
+                tb = tb.tb_next
+            raise
         into.append(it)
         return it
 
@@ -256,7 +279,9 @@ def failure(exc: BaseException) -> str:
     text = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
     name = type(exc).__name__
     if text and text[0].startswith("Caught ") and len(text) > 1:
-        return text[-1]  # "ValueError: ...", the worker's exception
+        # The worker's exception: the traceback's last "Name: message" line.
+        raised = [t for t in text[1:] if re.match(r"[A-Za-z_][\w.]*: ", t)]
+        return raised[-1] if raised else text[-1]
     if text:
         return f"{name}: {text[0]}"
     tb = exc.__traceback__

@@ -8,13 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
 import shutil
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,26 +34,6 @@ from dsbench.loader.native import options as native_options
 from dsbench.loader.options import BenchOptions
 from dsbench.loader.runner import run_bench, run_benches
 from dsbench.results.document import write_result
-
-
-@pytest.fixture(scope="module")
-def private_tmp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """The libraries' temporaries and caches (MDS's file locks, the Hugging Face cache) in a
-    directory of this module's, so that nothing of theirs is left behind."""
-    tmp = tmp_path_factory.mktemp("libtmp")
-    names = ("TMPDIR", "HF_HOME", "HF_DATASETS_CACHE")
-    saved = {n: os.environ.get(n) for n in names}
-    saved_tempdir = tempfile.tempdir
-    for n in names:
-        os.environ[n] = str(tmp)
-    tempfile.tempdir = str(tmp)
-    yield tmp
-    tempfile.tempdir = saved_tempdir
-    for n, v in saved.items():
-        if v is None:
-            os.environ.pop(n, None)
-        else:
-            os.environ[n] = v
 
 
 @pytest.fixture(scope="module")

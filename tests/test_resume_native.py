@@ -6,12 +6,9 @@ of its own refused in one line."""
 from __future__ import annotations
 
 import json
-import os
 import signal
-import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,21 +25,9 @@ K, BATCH = 3, 8
 
 
 @pytest.fixture(scope="module")
-def exports(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
+def exports(tmp_path_factory: pytest.TempPathFactory, private_tmp: Path) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("resume-native")
-    # The writers' temporaries (the Hugging Face cache) in the module's directory.
-    saved, saved_tempdir = {n: os.environ.get(n) for n in ("HF_HOME", "TMPDIR")}, tempfile.tempdir
-    os.environ["HF_HOME"] = os.environ["TMPDIR"] = tempfile.tempdir = str(root / "tmp")
-    (root / "tmp").mkdir()
-    try:
-        yield {f: formatlibs.write(f, root) for f in ("mds", "litdata", "hf", "hf-hub", "wds")}
-    finally:
-        tempfile.tempdir = saved_tempdir
-        for n, v in saved.items():
-            if v is None:
-                os.environ.pop(n, None)
-            else:
-                os.environ[n] = v
+    return {f: formatlibs.write(f, root) for f in ("mds", "litdata", "hf", "hf-hub", "wds")}
 
 
 def _audit(path: Path, tmp_path: Path, *extra: str) -> dict[str, Any]:

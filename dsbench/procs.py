@@ -14,6 +14,8 @@
 * `reap(processes)` ends processes that were asked to stop: a grace period, then SIGTERM, then
   SIGKILL.
 * `fork_safe()` says whether a child may be forked from this process as it is now.
+* `environ(values)` sets environment variables for a block (inherited by what it starts) and
+  restores them after.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from multiprocessing import resource_tracker
 from multiprocessing.process import BaseProcess
@@ -182,3 +184,19 @@ NOT_FORK_SAFE = ("lance", "obstore")
 def fork_safe() -> bool:
     """Whether a child may be forked from this process as it is now."""
     return not any(name in sys.modules for name in NOT_FORK_SAFE)
+
+
+@contextmanager
+def environ(values: Mapping[str, str]) -> Iterator[None]:
+    """`values` in os.environ for the block; each variable as it was before, after it (unset
+    where it was unset)."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -149,17 +148,8 @@ def forked_writers(monkeypatch: pytest.MonkeyPatch) -> None:
 def private_tmp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The libraries' temporaries and caches (MDS's file locks, the Hugging Face cache) in a
     directory of this module's, so that nothing of theirs is left behind."""
+    from dsbench.loader.native.session import environment
+
     tmp = tmp_path_factory.mktemp("libtmp")
-    names = ("TMPDIR", "HF_HOME", "HF_DATASETS_CACHE")
-    saved = {n: os.environ.get(n) for n in names}
-    saved_tempdir = tempfile.tempdir
-    for n in names:
-        os.environ[n] = str(tmp)
-    tempfile.tempdir = str(tmp)
-    yield tmp
-    tempfile.tempdir = saved_tempdir
-    for n, v in saved.items():
-        if v is None:
-            os.environ.pop(n, None)
-        else:
-            os.environ[n] = v
+    with environment(tmp):  # as a native round points them
+        yield tmp

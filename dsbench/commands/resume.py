@@ -78,21 +78,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_json_argument(p, "the resume result")
 
 
-def _policies(text: str) -> tuple[str, ...]:
+def _listed(text: str, known: tuple[str, ...]) -> tuple[str, ...]:
+    """A comma-separated list of names, or all of `known`."""
     if text == "all":
-        return POLICIES
-    names = tuple(t.strip() for t in text.split(",") if t.strip())
+        return known
+    return tuple(t.strip() for t in text.split(",") if t.strip())
+
+
+def _policies(text: str) -> tuple[str, ...]:
+    names = _listed(text, POLICIES)
     bad = [n for n in names if n not in POLICIES]
     if bad or not names:
         raise DsbenchError(f"unknown policy {(bad or [text])[0]!r} (known: "
                            f"{', '.join(POLICIES)}, all)")
     return names
-
-
-def _cases(text: str) -> tuple[str, ...]:
-    if text == "all":
-        return CASES
-    return tuple(t.strip() for t in text.split(",") if t.strip())
 
 
 def _native(args: argparse.Namespace) -> int:
@@ -104,7 +103,7 @@ def _native(args: argparse.Namespace) -> int:
         restart_at=args.restart_at, ranks=args.ranks, workers=args.workers,
         ranks_after=args.ranks_after, workers_after=args.workers_after,
         batch_size=args.batch_size, buffer=args.buffer, seed=args.seed,
-        hang_s=args.hang_after, cases=_cases(args.case),
+        hang_s=args.hang_after, cases=_listed(args.case, CASES),
         options=native_options.parse(args.native_option))
     opts.check()
     doc = run_native_resume(args.export, opts, fmt.progress)

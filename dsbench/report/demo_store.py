@@ -25,13 +25,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 from collections.abc import Callable, Iterator
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from dsbench import fmt
+from dsbench import fmt, procs
 from dsbench.adapters import open_export
 from dsbench.adapters.base import Export
 from dsbench.analysis.compare import compare
@@ -84,18 +83,12 @@ def _first_shard(root: Path) -> Callable[[Path], bool]:
 @contextlib.contextmanager
 def _environment(values: dict[str, str]) -> Iterator[None]:
     """The client's environment for the duration, inherited by the spawned loader workers."""
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    remote.clear_caches()
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    with procs.environ(values):
         remote.clear_caches()
+        try:
+            yield
+        finally:
+            remote.clear_caches()
 
 
 def worker_share(cluster: ClusterSpec) -> float:

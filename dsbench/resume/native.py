@@ -202,11 +202,11 @@ def audited(case: str, phase: _Phase, opts: NativeResumeOptions, shape: Shape,
     try:
         per_rank = reference()
         steps = opts.restart_at * (2 if case == "second resume" else 1)
-        if steps * shape.batch_size >= min(sum(c.values()) for c in per_rank):
+        shortest = min(sum(c.values()) for c in per_rank)
+        if steps * shape.batch_size >= shortest:
             raise DsbenchError(f"--restart-at {opts.restart_at} is not inside the epoch: "
                                f"{case} reads {steps} steps of {shape.batch_size} before its "
-                               f"restart, and a rank's epoch holds "
-                               f"{min(sum(c.values()) for c in per_rank)} samples")
+                               f"restart, and a rank's epoch holds {shortest} samples")
         return _case(case, phase, opts, shape, _total(per_rank))
     except DsbenchError:
         raise

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
 import re
 import types
 import warnings
@@ -37,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from dsbench import procs
 from dsbench.adapters import base
 from dsbench.errors import DsbenchError
 from dsbench.loader.native import Placed, Shuffle, get, require
@@ -49,7 +49,6 @@ RESUMES = {
           "state for an IterableDataset, the sampler's for a map-style one)",
     "wds": "none: webdataset keeps no state, so a restart begins the epoch again",
 }
-_RANK_ENV = ("RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "LOCAL_RANK", "GLOBAL_RANK", "NNODES")
 
 
 def check(layout: str) -> None:
@@ -96,17 +95,9 @@ def _bytes(value: Any) -> bytes:
 @contextlib.contextmanager
 def as_rank(rank: int, ranks: int) -> Iterator[None]:
     """The environment a launcher gives rank `rank` of `ranks`, each rank its own node."""
-    saved = {k: os.environ.get(k) for k in _RANK_ENV}
-    os.environ.update(RANK=str(rank), GLOBAL_RANK=str(rank), WORLD_SIZE=str(ranks),
-                      LOCAL_WORLD_SIZE="1", LOCAL_RANK="0", NNODES=str(ranks))
-    try:
+    with procs.environ(dict(RANK=str(rank), GLOBAL_RANK=str(rank), WORLD_SIZE=str(ranks),
+                            LOCAL_WORLD_SIZE="1", LOCAL_RANK="0", NNODES=str(ranks))):
         yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def rank_shards(urls: Any, rank: int, ranks: int) -> Any:

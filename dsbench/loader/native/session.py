@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dsbench import fmt
+from dsbench import fmt, procs
 from dsbench.adapters import base
 from dsbench.loader import forks, orphans
 from dsbench.loader.native import READERS, NativeOpener, Shuffle, get, view_of
@@ -62,32 +62,24 @@ def environment(root: Path) -> Iterator[None]:
     """TMPDIR and the caches pointed into `root` (and tempfile's own idea of it), restored
     after. torch's compiler cache is pinned where it would be without this: torch remembers
     the temporary directory it first saw."""
-    saved = {name: os.environ.get(name)
-             for name in (*_CACHE_ENV, "TORCHINDUCTOR_CACHE_DIR", "S3_ENDPOINT_URL",
-                          "AWS_ALLOW_HTTP")}
-    saved_tempdir = tempfile.tempdir
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(
-        tempfile.gettempdir(), f"torchinductor_{_user()}"))
+    values = dict.fromkeys(_CACHE_ENV, str(root))
+    values["TORCHINDUCTOR_CACHE_DIR"] = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or os.path.join(
+        tempfile.gettempdir(), f"torchinductor_{_user()}")
     endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-    try:
-        for name in _CACHE_ENV:
-            os.environ[name] = str(root)
-        if endpoint and saved["S3_ENDPOINT_URL"] is None:
-            # MosaicML Streaming's S3 client takes its endpoint from S3_ENDPOINT_URL only.
-            os.environ["S3_ENDPOINT_URL"] = endpoint
-        if endpoint and endpoint.startswith("http://") and saved["AWS_ALLOW_HTTP"] is None:
-            # litdata's client (obstore) refuses a plain-http endpoint (a local server) unless
-            # told, as dsbench's own client is.
-            os.environ["AWS_ALLOW_HTTP"] = "true"
+    if endpoint and "S3_ENDPOINT_URL" not in os.environ:
+        # MosaicML Streaming's S3 client takes its endpoint from S3_ENDPOINT_URL only.
+        values["S3_ENDPOINT_URL"] = endpoint
+    if endpoint and endpoint.startswith("http://") and "AWS_ALLOW_HTTP" not in os.environ:
+        # litdata's client (obstore) refuses a plain-http endpoint (a local server) unless
+        # told, as dsbench's own client is.
+        values["AWS_ALLOW_HTTP"] = "true"
+    saved_tempdir = tempfile.tempdir
+    with procs.environ(values):
         tempfile.tempdir = str(root)
-        yield
-    finally:
-        tempfile.tempdir = saved_tempdir
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        try:
+            yield
+        finally:
+            tempfile.tempdir = saved_tempdir
 
 
 def _user() -> str:

@@ -1,6 +1,6 @@
 """Each library's own resume, case by case (docs/resume.md's table).
 
-    python -P benchmarks/native_resume.py OUT [--ranks 2] [--workers 2] [--restart-at 3]
+    python -P benchmarks/native_resume.py OUT [--ranks 2] [--workers 2] [--restart-at 2]
         [--batch-size 8] [--buffer 32] [--hang-after 60]
 
 The exports are written by each library itself (tests/formatlibs.py: 120 samples in shards of
@@ -33,7 +33,7 @@ def main() -> None:
     p.add_argument("out", type=Path)
     p.add_argument("--ranks", type=int, default=2)
     p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--restart-at", type=int, default=3)
+    p.add_argument("--restart-at", type=int, default=2)
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--buffer", type=int, default=32)
     p.add_argument("--hang-after", type=float, default=60.0)

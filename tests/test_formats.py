@@ -98,7 +98,8 @@ NATIVE_OPTIONS = {
                 "max_cache_sise=1", "max_cache_size"),
     "hf": (["keep_in_memory=true", "output_all_columns=false", "columns=['image', 'label']"],
            "keep_in_memroy=true", "keep_in_memory"),
-    "hf-hub": (["keep_in_memory=false", "verification_mode=no_checks", "num_proc=none"],
+    # batch_size: a keyword load_dataset hands to the Parquet builder's config.
+    "hf-hub": (["keep_in_memory=false", "verification_mode=no_checks", "batch_size=16"],
                "num_porc=1", "num_proc"),
     "lance": (["shard_granularity=batch", "batch_readahead=2", "with_row_id=false"],
               "batch_readahed=2", "batch_readahead"),

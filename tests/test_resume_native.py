@@ -77,17 +77,23 @@ def test_mds_resumes_exactly_the_same_shape_a_second_time_and_on_more_ranks(
         assert case["outcome"] == "measured", case
         assert (case["epoch_samples"], case["delivered"]) == (SAMPLES, SAMPLES)
         assert (case["replayed"], case["skipped"]) == (0, 0)
+    # Its uninterrupted epoch on three ranks was read too: 120 samples divide among three
+    # ranks as among two, so the same samples, none padded.
+    assert by_case["other ranks"]["shape_epoch"] == {"samples": SAMPLES, "differs": 0}
+    assert by_case["same shape"]["shape_epoch"] is None
     assert "own node" in doc["settings"]["ranks_as"]
 
 
 class _Scripted:
     """A loader over samples 0..n-1 in batches of 2 whose restart resumes `shift` samples
-    off (negative: replays them; positive: skips them)."""
+    off (negative: replays them; positive: skips them); with more than one worker its epoch
+    drops the last `drop` samples (as a library that drops a partial batch in some shapes)."""
 
     def __init__(self, shape: Shape, state: Any, n: int, shift: int, block: bool,
-                 pace_s: float = 0.0) -> None:
+                 pace_s: float = 0.0, drop: int = 0) -> None:
         self.at = 0 if state is None else state + shift
-        self.n, self.block, self.pace_s = n, block, pace_s
+        self.n = n - (drop if shape.workers > 1 else 0)
+        self.block, self.pace_s = block, pace_s
 
     def next(self) -> list[str] | None:
         if self.block:
@@ -113,11 +119,33 @@ def test_replayed_and_skipped_are_counted_against_the_epoch(shift: int, replayed
     phase = native._Phase(lambda shape, state: _Scripted(shape, state, n, shift, False), 5.0)
     opts = native.NativeResumeOptions(restart_at=3, workers=1)
     shape = Shape(0, 1, 1, 2, None)
-    reference = Counter(str(i) for i in range(n))
-    case = native._case("same shape", phase, opts, shape, reference)
+    case = native._case("same shape", phase, opts, shape, _epoch(phase))
     # The job's 3 batches are samples 0-5; the restart reads from 6 + shift to 19.
     assert (case["replayed"], case["skipped"]) == (replayed, skipped)
     assert case["delivered"] == 6 + (n - 6 - shift)
+    assert case["shape_epoch"] is None
+
+
+def _epoch(phase: native._Phase) -> Any:
+    """The uninterrupted epoch in a shape, read by the phase's own loader."""
+    return lambda shape: native._total(phase.read("the epoch", shape, [None] * shape.ranks,
+                                                  None)[0])
+
+
+@pytest.mark.parametrize("shift,skipped", [(0, 0), (4, 4)])
+def test_what_the_new_shape_alone_changes_is_not_counted_as_the_resume_s(shift: int,
+                                                                        skipped: int) -> None:
+    # With two workers the loader's epoch drops its last 2 of 20 samples: a restart on two
+    # workers that ends there has skipped nothing the new shape delivers, and the difference
+    # is reported as the shape's; a restart that also skips 4 samples has skipped those 4.
+    phase = native._Phase(
+        lambda shape, state: _Scripted(shape, state, 20, shift, False, drop=2), 5.0)
+    opts = native.NativeResumeOptions(restart_at=3, workers=1, workers_after=2)
+    case = native._case("other workers", phase, opts, Shape(0, 1, 1, 2, None), _epoch(phase))
+    assert case["workers"] == [1, 2]
+    assert case["shape_epoch"] == {"samples": 18, "differs": 2}
+    assert (case["replayed"], case["skipped"]) == (0, skipped)
+    assert case["delivered"] == 6 + (18 - 6 - shift)
 
 
 def test_a_restart_that_never_delivers_is_reported_as_a_hang_within_the_wait() -> None:
@@ -127,7 +155,7 @@ def test_a_restart_that_never_delivers_is_reported_as_a_hang_within_the_wait() -
         opened.append(state)
         return _Scripted(shape, state, 20, 0, block=state is not None)
 
-    def reference() -> list[Counter[str]]:
+    def reference(_shape: Shape) -> list[Counter[str]]:
         return [Counter(str(i) for i in range(20))]
 
     handler = signal.getsignal(signal.SIGALRM)
@@ -148,7 +176,7 @@ def test_a_slow_loader_that_keeps_delivering_is_not_a_hang() -> None:
 
     case = native.audited("same shape", native._Phase(open_loader, 0.5),
                           native.NativeResumeOptions(restart_at=2, workers=1),
-                          Shape(0, 1, 1, 2, None), lambda: [Counter(str(i) for i in range(40))])
+                          Shape(0, 1, 1, 2, None), lambda _: [Counter(str(i) for i in range(40))])
     assert case["outcome"] == "measured"
     assert (case["replayed"], case["skipped"], case["delivered"]) == (0, 0, 40)
 

@@ -193,9 +193,15 @@ def native_row(case: dict[str, Any]) -> list[str]:
         return [case["case"], "-", case["outcome"], "-", "-", "-", case["detail"] or "-"]
     (r0, r1), (w0, w1) = case["ranks"], case["workers"]
     shape = f"{r0}x{w0} -> {r1}x{w1}"
-    note = ("the library keeps no state: the restart began the epoch again"
-            if case["outcome"] == "no state" else
-            "exact" if case["replayed"] == case["skipped"] == 0 else "")
+    notes = ["the library keeps no state: the restart began the epoch again"
+             if case["outcome"] == "no state" else
+             "exact" if case["replayed"] == case["skipped"] == 0 else ""]
+    other = case.get("shape_epoch")
+    if other is not None:  # absent from documents written before it was measured
+        notes.append(f"the epoch in {r1}x{w1}: {fmt.plural(other['samples'], 'sample')}"
+                     + (f", {fmt.plural(other['differs'], 'delivery', 'deliveries')} unlike "
+                        f"{r0}x{w0}'s" if other["differs"] else ", the same samples"))
+    note = "; ".join(n for n in notes if n)
     return [case["case"], shape, case["outcome"],
             fmt.plural(case["replayed"], "sample"), fmt.plural(case["skipped"], "sample"),
             _s(case["first_batch_s"]), note or "-"]
@@ -218,6 +224,8 @@ def render_native(doc: dict[str, Any]) -> str:
              f"ranks: {st['ranks_as']}", "",
              fmt.table(NATIVE_HEADERS, [native_row(c) for c in cases]),
              "replayed: deliveries beyond the uninterrupted epoch's count of a sample; skipped: "
-             "its samples that never came (compared by content); to 1st batch: from the "
-             "restarted loader's creation (its dataset built, its state loaded), slowest rank"]
+             "its samples that never came (compared by content; a restart in another shape "
+             "against both shapes' epochs, counting only what neither explains); to 1st batch: "
+             "from the restarted loader's creation (its dataset built, its state loaded), "
+             "slowest rank"]
     return "\n".join(lines)

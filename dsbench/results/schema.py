@@ -96,10 +96,15 @@ def _type(prop: dict[str, Any]) -> str:
         return {"int": "integer", "str": "string"}.get(type(prop["const"]).__name__, "any")
     if "$ref" in prop:
         return "object"
+    if "enum" in prop and "type" not in prop:
+        return " or ".join(dict.fromkeys({"int": "integer", "str": "string", "NoneType": "null"}
+                                         .get(type(v).__name__, "any") for v in prop["enum"]))
     kinds = prop.get("type", "any")
     kinds = kinds if isinstance(kinds, list) else [kinds]
     if "array" in kinds and prop.get("minItems") == 2 == prop.get("maxItems"):
-        return "[number, number]"
+        item = prop.get("items", {}).get("type", "number")
+        pair = f"[{item}, {item}]"
+        return pair + (" or null" if "null" in kinds else "")
     names = [k if k != "array" else f"list of {_type(prop.get('items', {}))}" for k in kinds]
     return " or ".join(n for n in names if n != "null") + (" or null" if "null" in kinds else "")
 

@@ -14,6 +14,11 @@ Five cases, each from fresh loaders (native_loaders.py):
 The samples delivered (the job's K steps on every rank, and each restart's) are compared as
 multisets of sample digests with those of the uninterrupted epoch on the job's ranks: replayed
 are deliveries beyond the epoch's count of a sample, skipped the epoch's samples that never came.
+A restart in another shape is also read uninterrupted in that shape, since a library may deliver
+another epoch there (MosaicML Streaming pads the samples to a multiple of the ranks, litdata
+drops a last partial batch with more than one rank): its difference from the job's epoch is
+reported, and only what neither shape's epoch explains is counted (a delivery replayed beyond
+both shapes' counts of its sample, a sample skipped that both deliver).
 A restart's first batch is timed from the loader's creation (its state loaded) on every rank.
 
 A case that hangs (no batch for --hang-after seconds, in the loader's workers or in the main
@@ -173,13 +178,31 @@ def _total(per_rank: list[Counter[str]]) -> Counter[str]:
     return total
 
 
-def _case(case: str, phase: _Phase, opts: NativeResumeOptions, shape: Shape,
-          reference: Counter[str]) -> dict[str, Any]:
-    after = shape
+def _after(case: str, opts: NativeResumeOptions, shape: Shape) -> Shape:
+    """The restart's shape."""
     if case == "other workers":
-        after = dataclasses.replace(shape, workers=opts.workers_after or opts.workers + 1)
+        return dataclasses.replace(shape, workers=opts.workers_after or opts.workers + 1)
     if case == "other ranks":
-        after = dataclasses.replace(shape, ranks=opts.ranks_after or opts.ranks + 1)
+        return dataclasses.replace(shape, ranks=opts.ranks_after or opts.ranks + 1)
+    return shape
+
+
+def _difference(a: Counter[str], b: Counter[str]) -> int:
+    """Deliveries in one multiset and not the other."""
+    return sum(((a - b) + (b - a)).values())
+
+
+def _case(case: str, phase: _Phase, opts: NativeResumeOptions, shape: Shape,
+          epoch: Callable[[Shape], Counter[str]]) -> dict[str, Any]:
+    after = _after(case, opts, shape)
+    reference = epoch(shape)
+    shape_epoch = None
+    most, least = reference, reference
+    if after != shape:
+        other = epoch(after)
+        shape_epoch = {"samples": sum(other.values()),
+                       "differs": _difference(reference, other)}
+        most, least = reference | other, reference & other
     job, states, _ = phase.read("the job", shape, [None] * shape.ranks, opts.restart_at)
     got = _total(job)
     if case == "second resume":
@@ -190,24 +213,28 @@ def _case(case: str, phase: _Phase, opts: NativeResumeOptions, shape: Shape,
     got += _total(rest)
     return {"case": case, "outcome": "no state" if states[0] is None else "measured",
             "ranks": [shape.ranks, after.ranks], "workers": [shape.workers, after.workers],
-            "epoch_samples": sum(reference.values()), "delivered": sum(got.values()),
-            "replayed": sum(max(0, n - reference[k]) for k, n in got.items()),
-            "skipped": sum(max(0, n - got[k]) for k, n in reference.items()),
+            "epoch_samples": sum(reference.values()), "shape_epoch": shape_epoch,
+            "delivered": sum(got.values()),
+            "replayed": sum((got - most).values()),
+            "skipped": sum((least - got).values()),
             "first_batch_s": max(first) if first else None, "detail": None}
 
 
 def audited(case: str, phase: _Phase, opts: NativeResumeOptions, shape: Shape,
-            reference: Callable[[], list[Counter[str]]]) -> dict[str, Any]:
+            reference: Callable[[Shape], list[Counter[str]]]) -> dict[str, Any]:
     """The case's record: measured, or the hang or the library's failure as its finding."""
     try:
-        per_rank = reference()
-        steps = opts.restart_at * (2 if case == "second resume" else 1)
+        per_rank = reference(shape)
+        # Checked against the longest of the cases asked for, so that a K too large fails at
+        # the first case rather than after the others were measured.
+        longest = "second resume" if "second resume" in opts.cases else case
+        steps = opts.restart_at * (2 if longest == "second resume" else 1)
         shortest = min(sum(c.values()) for c in per_rank)
         if steps * shape.batch_size >= shortest:
             raise DsbenchError(f"--restart-at {opts.restart_at} is not inside the epoch: "
-                               f"{case} reads {steps} steps of {shape.batch_size} before its "
-                               f"restart, and a rank's epoch holds {shortest} samples")
-        return _case(case, phase, opts, shape, _total(per_rank))
+                               f"{longest} reads {steps} steps of {shape.batch_size} before "
+                               f"its restart, and a rank's epoch holds {shortest} samples")
+        return _case(case, phase, opts, shape, lambda s: _total(reference(s)))
     except DsbenchError:
         raise
     except Hung:
@@ -220,7 +247,8 @@ def audited(case: str, phase: _Phase, opts: NativeResumeOptions, shape: Shape,
 
 def _failed(case: str, outcome: str, detail: str) -> dict[str, Any]:
     return {"case": case, "outcome": outcome, "ranks": None, "workers": None,
-            "epoch_samples": None, "delivered": None, "replayed": None, "skipped": None,
+            "epoch_samples": None, "shape_epoch": None, "delivered": None, "replayed": None,
+            "skipped": None,
             "first_batch_s": None, "detail": detail}
 
 
@@ -262,19 +290,22 @@ def _cases(export: base.Export, opts: NativeResumeOptions, options: dict[str, An
         return NativeLoader(export, shape, options, tmp, context, opts.hang_s, state)
 
     phase = _Phase(open_loader, opts.hang_s)
-    references: dict[bool, list[Counter[str]]] = {}
+    references: dict[Shape, list[Counter[str]]] = {}
+
+    def reference(shape: Shape) -> list[Counter[str]]:
+        if shape not in references:  # one uninterrupted epoch per shape serves every case
+            where = "" if shape.ranks == opts.ranks and shape.workers == opts.workers else \
+                f" on {shape.ranks} x {shape.workers}"
+            references[shape] = phase.read(f"the uninterrupted epoch{where}", shape,
+                                           [None] * shape.ranks, None)[0]
+        return references[shape]
+
     out = []
     for case in opts.cases:
         shuffled = case == "with shuffle"
         shape = Shape(0, opts.ranks, opts.workers, opts.batch_size,
                       Shuffle(opts.seed, opts.buffer) if shuffled else None)
         progress(f"resume {export.layout}: {case}")
-
-        def reference(shape: Shape = shape, shuffled: bool = shuffled) -> list[Counter[str]]:
-            if shuffled not in references:  # one uninterrupted epoch serves every case
-                references[shuffled] = phase.read("the uninterrupted epoch", shape,
-                                                  [None] * shape.ranks, None)[0]
-            return references[shuffled]
 
         out.append(audited(case, phase, opts, shape, reference))
     return out

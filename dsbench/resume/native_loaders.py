@@ -123,7 +123,7 @@ def process_group(layout: str, tmp: Path) -> Iterator[None]:
         dist.destroy_process_group()
 
 
-@dataclass
+@dataclass(frozen=True)
 class Shape:
     rank: int
     ranks: int

@@ -45,9 +45,16 @@ class HfReader:
             return [(datasets.load_from_disk, "datasets.load_from_disk"),
                     (datasets.Dataset.with_format, "Dataset.with_format")], {
                 "dataset_path": "the export's path", "type": torch}
-        return [(datasets.load_dataset, "datasets.load_dataset")], {
+        # load_dataset hands the keywords it does not name itself to the builder's config
+        # (**config_kwargs): for a Parquet export, ParquetConfig's (batch_size, columns,
+        # filters, on_bad_files).
+        from datasets.packaged_modules.parquet.parquet import ParquetConfig
+
+        return [(datasets.load_dataset, "datasets.load_dataset"),
+                (ParquetConfig, "the Parquet builder's ParquetConfig")], {
             "path": "the export's layout", "data_files": "the export's files",
-            "split": "the export's split", "streaming": "the export's layout", "type": torch}
+            "split": "the export's split", "streaming": "the export's layout", "type": torch,
+            "name": "the builder's default configuration", "data_dir": "the export's files"}
 
     def prepare(self, export: base.Export, batch_size: int, tmp: Path,
                 options: dict[str, Any], shuffle: Shuffle | None = None) -> Prepared:

@@ -39,6 +39,16 @@ def after_like(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.fixture(scope="module")
+def small_after(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """after_like's first 24 samples, for the tests that upload an export to the local S3
+    server: an upload of after_like's 480 objects takes a second, and the staging tests upload
+    several (nothing they check depends on how many samples the export holds)."""
+    out = tmp_path_factory.mktemp("advise-small") / "after"
+    generate(tiny_spec("files", fields=AFTER_FIELDS), out, samples=24, jobs=1)
+    return out
+
+
 def _found(path: Path) -> tuple[object, list]:
     export = adapters.open_export(str(path))
     raws = first_samples(export, 20, str(path))
@@ -299,12 +309,12 @@ def test_a_job_reading_by_index_is_advised_among_layouts_read_by_index(
 
 
 def test_an_export_in_an_object_store_is_advised_from_the_same_store(
-        after_like: Path, tmp_path: Path, s3_env: Any, capsys: pytest.CaptureFixture[str]
+        small_after: Path, tmp_path: Path, s3_env: Any, capsys: pytest.CaptureFixture[str]
         ) -> None:
     # Candidates on local disk against an export read through a store's client would win by
     # where they are read from: they are uploaded beside the export and read from the store.
     url = s3_env.create_bucket("advise") + "/team/after"
-    s3_env.upload_tree(after_like, url)
+    s3_env.upload_tree(small_after, url)
     keys_before = _keys(s3_env, "advise")
     out = tmp_path / "advice.json"
     # Batches of 8: a warm-up batch of 64 would read the 24 samples again, two GETs each.
@@ -332,13 +342,13 @@ def test_an_export_in_an_object_store_is_advised_from_the_same_store(
 
 
 def test_a_killed_runs_candidates_in_the_store_are_removed_by_the_next_run(
-        after_like: Path, tmp_path: Path, s3_env: Any) -> None:
+        small_after: Path, tmp_path: Path, s3_env: Any) -> None:
     from dsbench.advise import staging
     from dsbench.loader import orphans
     from dsbench.storage.remote import RemotePath
 
     url = s3_env.create_bucket("killed") + "/after"
-    s3_env.upload_tree(after_like, url)
+    s3_env.upload_tree(small_after, url)
     keys_before = _keys(s3_env, "killed")
     here, ns = staging._machine(), orphans.namespace()
     # A prefix of this machine's process that is gone (this pid, another start time); one of
@@ -347,7 +357,7 @@ def test_a_killed_runs_candidates_in_the_store_are_removed_by_the_next_run(
     live = f"{url}{staging.TAG}{here}-{os.getppid()}-{orphans.start_ticks(os.getppid())}-{ns}"
     other = f"{url}{staging.TAG}elsewhere-0123456789-{os.getpid()}-1-{ns}"
     for prefix in (dead, live, other):
-        s3_env.upload_tree(after_like / "000000", prefix + "/wds-64MB")
+        s3_env.upload_tree(small_after / "000000", prefix + "/wds-64MB")
     said: list[str] = []
     with staging.stage(RemotePath(url), None, said.append) as prefix:
         assert prefix is not None and str(prefix) not in (dead, live)
@@ -356,18 +366,18 @@ def test_a_killed_runs_candidates_in_the_store_are_removed_by_the_next_run(
     assert left == {live.split("/")[-1], other.split("/")[-1]}
 
 
-def test_a_stage_url_keeps_what_was_there(after_like: Path, s3_env: Any) -> None:
+def test_a_stage_url_keeps_what_was_there(small_after: Path, s3_env: Any) -> None:
     from dsbench.advise import staging
     from dsbench.storage.remote import RemotePath
 
     url = s3_env.create_bucket("stage") + "/after"
-    s3_env.upload_tree(after_like, url)
-    s3_env.upload_tree(after_like / "000000", "s3://stage/scratch/theirs")
+    s3_env.upload_tree(small_after, url)
+    s3_env.upload_tree(small_after / "000000", "s3://stage/scratch/theirs")
     keys_before = _keys(s3_env, "stage")
     # The bucket's root as the stage: the run's own prefix under it, and only that, goes.
     with staging.stage(RemotePath(url), "s3://stage", lambda _m: None) as prefix:
         assert prefix is not None and str(prefix).startswith("s3://stage/.dsbench-advise-")
-        staging.put_candidate(after_like / "000000", prefix)
+        staging.put_candidate(small_after / "000000", prefix)
         assert len(_keys(s3_env, "stage")) > len(keys_before)
     assert _keys(s3_env, "stage") == keys_before
 

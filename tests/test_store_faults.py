@@ -5,6 +5,7 @@ request deadline, and throttling costs a per-sample layout what it does not cost
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import signal
@@ -31,11 +32,13 @@ FAST = ["--workers", "1", "--rounds", "2", "--seconds", "0.3", "--batch-size", "
 @pytest.fixture(scope="module")
 def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """after: a JPEG and a JSON object per sample; before: one shard of 60, one GET; shards:
-    three of 30."""
+    three of 30; few: after's first 24 samples, for the throttled compare (its survey reads
+    every object of the export, at 20 a second there)."""
     root = tmp_path_factory.mktemp("faults")
     return {"after": write_export(root, "files", 60),
             "before": write_export(root, "wds", 60, shard_samples=60),
-            "shards": write_export(root, "wds", 90, shard_samples=30)}
+            "shards": write_export(root, "wds", 90, shard_samples=30),
+            "few": write_export(root, "files", 24)}
 
 
 @pytest.fixture(scope="module")
@@ -75,11 +78,30 @@ def _bench(target: str, out: Path, *more: str) -> dict[str, Any]:
     return doc
 
 
+@pytest.fixture(scope="module")
+def calm_after(s3_server: Any, buckets: dict[str, str],
+               tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """after benched in the calm bucket through a proxy that lets everything through, one
+    request at a time: what the retries test and the in-flight test each compare with (a
+    bench in the store costs seconds; the tests only read it)."""
+    out = tmp_path_factory.mktemp("calm") / "calm.json"
+    with pytest.MonkeyPatch.context() as mp, FaultProxy(s3_server.endpoint, Faults()) as proxy:
+        for name, value in s3_server.env.items():
+            mp.setenv(name, value)
+        mp.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+        remote.clear_caches()
+        try:
+            return _bench(f"{buckets['calm']}/after", out)
+        finally:
+            remote.clear_caches()
+
+
 def test_errors_and_resets_are_retried_and_counted_with_every_sample_read_once(
-        buckets: dict[str, str], through: Any, tmp_path: Path) -> None:
+        buckets: dict[str, str], through: Any, tmp_path: Path,
+        calm_after: dict[str, Any]) -> None:
     through(Faults(error_rate=0.025, reset_rate=0.025, bucket="hot", seed=3))
     doc = _bench(f"{buckets['hot']}/after", tmp_path / "hot.json")
-    calm = _bench(f"{buckets['calm']}/after", tmp_path / "calm.json")
+    calm = copy.deepcopy(calm_after)
     q = doc["requests"]
     # Every sample counted once: the same samples, bytes and requests as where nothing fails.
     assert doc["counts"]["samples"] == calm["counts"]["samples"] == 60
@@ -137,13 +159,15 @@ def test_throttling_costs_a_per_sample_layout_what_it_does_not_cost_shards(
     # is a loose bound that fewer pairs (a wider interval) only loosens: 4 of them.
     through(Faults(throttle_per_s=20, bucket="hot"))
     ratios = {}
-    for name, rounds in (("after", "8"), ("before", "4")):
+    # after's layout as the 24 samples of `few`: surveying the export reads its 48 objects, a
+    # second past the burst at 20 a second, where after's 120 took five.
+    for name, export, rounds in (("after", "few", "8"), ("before", "before", "4")):
         out = tmp_path / f"{name}.json"
         # Windows of 0.25 s: a throttled round's one batch of 8 (16 GETs) takes as long anyway.
-        # after's counts over 16 of its 60 samples: 32 GETs, past the store's burst of 20,
-        # instead of 120 at 20 a second.
+        # after's counts over 16 of its 24 samples: 32 GETs, past the store's burst of 20,
+        # instead of 48 at 20 a second.
         counted = ["--count-samples", "16"] if name == "after" else []
-        assert main(["compare", f"{buckets['calm']}/{name}", f"{buckets['hot']}/{name}",
+        assert main(["compare", f"{buckets['calm']}/{export}", f"{buckets['hot']}/{export}",
                      "--workers", "1", "--rounds", rounds, "--seconds", "0.25",
                      "--batch-size", "8", "--no-cluster", "--json", str(out),
                      *counted]) in (0, 1)
@@ -214,7 +238,11 @@ def test_requests_in_flight_overlap_and_keep_the_samples_and_their_order(
         ahead.close()
     finally:
         remote.use_inflight(1)
-    assert keys == [raw.key for u in units for raw in export.read_units([u])]
+    # Read one at a time, the same objects give these samples in this order: read from the
+    # calm bucket, where its 32 GETs are not 0.1 s each (3.2 s more); the first four are read
+    # one at a time from the hot one above.
+    calm = open_export(f"{buckets['calm']}/after")
+    assert keys == [raw.key for u in calm.units()[:16] for raw in calm.read_units([u])]
     assert keys[:4] == one_by_one
     # 32 GETs (a JPEG and a JSON per sample) at 0.1 s each take 3.2 s one at a time; with
     # 8 samples' requests in flight they overlap. Half the serial time leaves a wide margin.
@@ -236,12 +264,12 @@ def test_requests_in_flight_overlap_and_keep_the_samples_and_their_order(
 
 
 def test_inflight_is_recorded_and_results_read_otherwise_are_not_compared(
-        buckets: dict[str, str], through: Any, tmp_path: Path,
+        buckets: dict[str, str], through: Any, tmp_path: Path, calm_after: dict[str, Any],
         capsys: pytest.CaptureFixture[str]) -> None:
     from dsbench.analysis import compare
 
     through(Faults())
-    one = _bench(f"{buckets['calm']}/after", tmp_path / "one.json")
+    one = copy.deepcopy(calm_after)  # one request at a time, the default
     four = _bench(f"{buckets['calm']}/after", tmp_path / "four.json", "--inflight", "4")
     assert (one["config"]["inflight"], four["config"]["inflight"]) == (1, 4)
     assert one["counts"] == four["counts"]  # the same requests, only overlapped

@@ -9,12 +9,15 @@ library, in its own order, as (label, HWC uint8 pixels) per sample.
 
 from __future__ import annotations
 
+import contextlib
 import io
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from PIL import Image
+
+from dsbench import procs
 
 SAMPLES = 120
 PER_SHARD = 40
@@ -82,13 +85,22 @@ def _litdata_item(path: str) -> dict[str, Any]:
             "embedding": embedding(i)}
 
 
+def litdata_caches(cache: Path) -> contextlib.AbstractContextManager[None]:
+    """optimize() makes its chunk and download caches (left empty when the output is local) in
+    the temp dir (/tmp/chunks, /tmp/data), or where these variables say: under `cache`."""
+    return procs.environ({"DATA_OPTIMIZER_CACHE_FOLDER": str(cache / "chunks"),
+                          "DATA_OPTIMIZER_DATA_CACHE_FOLDER": str(cache / "data")})
+
+
 def write_litdata(out: Path, sources: Path) -> Path:
     """litdata.optimize over JPEG files opened with PIL (litdata stores the files' bytes)."""
     import litdata
 
     files = [str(p) for p in jpeg_files(sources)]
-    litdata.optimize(fn=_litdata_item, inputs=files, output_dir=str(out), chunk_size=PER_SHARD,
-                     num_workers=1, mode="overwrite", start_method="fork")
+    with litdata_caches(out.parent / f"{out.name}-cache"):
+        litdata.optimize(fn=_litdata_item, inputs=files, output_dir=str(out),
+                         chunk_size=PER_SHARD, num_workers=1, mode="overwrite",
+                         start_method="fork")
     return out
 
 

@@ -333,7 +333,7 @@ def test_missing_image_column_is_an_error_naming_the_file(tmp_path: Path, layout
     path = write_columnar(tmp_path / f"labels.{layout}",
                           pa.table({"key": ["a", "b"], "label": [1, 2], "blob": [b"xx", b"yy"]}))
     with pytest.raises(DsbenchError,
-                       match=rf"labels\.{layout}: no image column.*key, label, blob"):
+                       match=rf"labels\.{layout}: no image or token column.*key, label, blob"):
         adapters.open_export(path)
 
 

@@ -242,7 +242,7 @@ def _no_image_column(layout: str) -> Callable[[Path], Bad]:
                 w.write_table(table)
         else:
             pq.write_table(table, path)
-        return path, None, ("no image column", "columns: key, label")
+        return path, None, ("no image or token column", "columns: key, label")
     make.__name__ = f"_no_image_column_{layout}"
     # Inspected by itself: in a directory of its own, the export as a whole lacks the column.
     make.inspect_file = True  # type: ignore[attr-defined]

@@ -254,11 +254,9 @@ class ArrowExport(RandomRowsExport):
                     batch.validate()  # buffer sizes only: the offsets are about to be read
                 except pa.ArrowException as exc:
                     raise Unreadable(f"a record batch is corrupt: {exc}") from None
-                # Each row: its own image bytes plus an equal share of the batch's other columns.
-                image = batch.column(self.plan.image)
-                if self.plan.image_child is not None:
-                    image = image.flatten()[image.type.get_field_index(self.plan.image_child)]
-                lengths = np.maximum(columns.binary_lengths(image), 0)
+                # Each row: its payload's bytes and an equal share of the batch's other columns.
+                lengths = np.maximum(columns.payload_lengths(batch.column(self.plan.image),
+                                                             self.plan), 0)
                 base.count_mapped(4 * (n + 1))  # the offsets that binary_lengths looked at
                 rest = max(0, batch.nbytes - int(lengths.sum()))
                 weights.append(lengths + rest / n)

@@ -44,6 +44,14 @@ EXT_ENCODINGS: dict[str, str] = {
     "json": ENC_JSON, "jsn": ENC_JSON,
     "f32": ENC_F32, "npy": ENC_NPY,
 }
+# What a sample carries: its payload (RawSample.image) is an encoded image, whose codec names
+# it, or a sequence of token ids (codec TOKENS: a 1-d integer array, or bytes a reader views as
+# one), which the loader crops to a sequence length rather than decodes to pixels.
+KINDS = ("image", "tokens")
+TOKENS = "tokens"
+# Column names that carry token ids, where an export's schema does not mark one.
+TOKEN_NAMES = ("input_ids", "tokens", "token_ids", "ids")
+
 IMAGE_EXTS: dict[str, str] = {
     "jpg": "jpeg", "jpeg": "jpeg", "png": "png", "ppm": "ppm", "webp": "webp",
 }
@@ -67,6 +75,19 @@ def decode_stored(encoding: str | None, value: Any) -> Any:
     if encoding == ENC_NPY:
         return np.load(io.BytesIO(value), allow_pickle=False)
     return value
+
+
+def token_ids(payload: object) -> np.ndarray:
+    """A sample's token ids as the reader found them (a view where the layout allows: an MDS
+    ndarray's bytes, an Arrow list's values) or as a format's own library gave them (a list, a
+    tensor): a 1-d integer array, not copied when it already is one. ValueError otherwise."""
+    numpy = getattr(payload, "numpy", None)
+    arr = numpy() if callable(numpy) and not isinstance(payload, np.ndarray) \
+        else np.asarray(payload)
+    if arr.ndim != 1 or arr.dtype.kind not in "iu":
+        raise ValueError(f"expected a 1-d array of integer token ids, got {arr.dtype} of "
+                         f"shape {arr.shape}")
+    return arr
 
 
 ON_ERROR = ("raise", "skip")
@@ -110,7 +131,8 @@ def io_counters() -> tuple[int, int]:
 
 @dataclass(slots=True)
 class RawSample:
-    """One sample as stored: the encoded image and the other fields before parsing.
+    """One sample as stored: its payload (`image`: the encoded image, or token ids when `codec`
+    is TOKENS) and the other fields before parsing.
 
     `encodings` maps each field name to one of the ENC_* constants; readers usually share one
     mapping across all samples of a shard. `sources` names the file of a field where it is not
@@ -119,7 +141,7 @@ class RawSample:
 
     key: str
     source: str
-    image: bytes
+    image: Any  # bytes of an encoded image; for TOKENS, an integer array (or a list of ids)
     codec: str
     fields: dict[str, Any]
     encodings: Mapping[str, str]

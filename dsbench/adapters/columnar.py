@@ -32,16 +32,14 @@ from dsbench.adapters.columns import (
     BadChunk,
     Unreadable,
     batch_rows,
-    image_column,
     make_plan,
+    survey_payloads,
     unify,
 )
 from dsbench.adapters.survey import (
-    add_image,
     apportion,
     finish_image,
     new_survey,
-    probe_image,
     problem,
 )
 from dsbench.errors import DsbenchError, SampleError
@@ -136,9 +134,11 @@ class ColumnarExport(base.ReadsUnits):
             raise DsbenchError(message, path=unit)
         self.schema, self.missing = unify(path, schemas)
         self.plan = make_plan(self.schema, self._probe, path, image_field, image)
+        self.kind, self.payload_field = self.plan.kind, self.plan.image
         lacking = self.missing[self.plan.image]
         if lacking:
-            raise DsbenchError(f"no image column {self.plan.image!r} in {', '.join(lacking[:3])}"
+            raise DsbenchError(f"no {self.kind} column {self.plan.image!r} in "
+                               f"{', '.join(lacking[:3])}"
                                f"{' ...' if len(lacking) > 3 else ''}", path=path)
 
     # ---- hooks of a file format ----
@@ -335,20 +335,13 @@ class ColumnarExport(base.ReadsUnits):
             except Unreadable as exc:
                 problems.append(problem(str(p), None, str(exc)))
                 continue
-            images = image_column(head.column(self.plan.image).combine_chunks(),
-                                  self.plan.image_child)
             keys = (head.column(self.plan.key).to_pylist() if self.plan.key in head.column_names
                     else [firsts[str(p)] + j for j in range(head.num_rows)])
-            for j in range(head.num_rows):
-                data = images[j]
-                try:
-                    if data is None:
-                        raise ValueError("image is null")
-                    add_image(survey, *probe_image(data))
-                except ValueError as exc:
-                    problems.append(problem(str(p), str(keys[j]), str(exc)))
+            survey_payloads(survey, self.plan, head.column(self.plan.image).combine_chunks(),
+                            keys, str(p))
         finish_image(survey)
-        survey["image"]["codec"] = survey["image"]["codec"] or self.plan.codec or "unknown"
+        if self.kind != base.TOKENS:
+            survey["image"]["codec"] = survey["image"]["codec"] or self.plan.codec or "unknown"
 
 
 def _row_problem(name: str, col: pa.Array, seen: dict[str, Any]) -> tuple[int, str] | None:

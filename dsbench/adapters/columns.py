@@ -1,4 +1,4 @@
-"""Columns of Arrow IPC and Parquet exports: schema unification, the image column, rows.
+"""Columns of Arrow IPC and Parquet exports: schema unification, the payload column, rows.
 
 dsbench's own exports (dsbench.export.encode) mark every column with field metadata: KIND
 (the field type, or "image"), ENCODING (one of base.ENC_*: how the loader parses the stored
@@ -10,7 +10,9 @@ instead of vanishing as it does when the first file's schema is taken for the wh
 Exports that dsbench did not write are read too: the image column is the one with dsbench
 metadata, else one named image/jpg/jpeg/png/img, else the first binary column whose values start
 with a JPEG or PNG signature (a struct<bytes, path> column, as Hugging Face datasets stores
-images, counts as binary); the key column is `key` or `__key__`, else the row number in the export.
+images, counts as binary). With no image column, the samples are token ids: the column of integer
+lists (one named input_ids/tokens/token_ids/ids where there are several), each row's ids a view
+of the column's values. The key column is `key` or `__key__`, else the row number in the export.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dsbench.adapters import base
+from dsbench.adapters.survey import add_image, add_tokens, probe_image, problem
 from dsbench.errors import DsbenchError, SampleError
 from dsbench.storage.files import Loc
 
@@ -111,16 +114,24 @@ def _image_candidate(fld: pa.Field) -> tuple[str, str | None] | None:
     return None
 
 
+def _token_candidate(fld: pa.Field) -> bool:
+    """A column of integer lists: each row a document's token ids."""
+    t = fld.type
+    return ((pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t))
+            and pa.types.is_integer(t.value_type))
+
+
 @dataclass(frozen=True)
 class Plan:
     """How to turn the unified schema's columns into RawSamples."""
 
-    image: str
+    image: str  # the payload's column: an image's, or the token ids' (kind TOKENS)
     image_child: str | None  # "bytes" for struct<bytes, path> image columns
     codec: str | None  # from the column's metadata; otherwise sniffed per image
     key: str | None
     fields: tuple[str, ...]
     encodings: dict[str, str]
+    kind: str = "image"
 
 
 def _encoding(fld: pa.Field) -> str:
@@ -131,7 +142,8 @@ def _encoding(fld: pa.Field) -> str:
 
 
 def named_image(schema: pa.Schema, name: str, where: Loc) -> tuple[str, str | None]:
-    """The image column a person named (--image-field): it must hold encoded images."""
+    """The image column a person named (--image-field): it must hold encoded images (or, for
+    make_plan, token ids)."""
     if schema.get_field_index(name) < 0:
         raise DsbenchError(f"--image-field {name}: no such column (columns: "
                            f"{', '.join(schema.names)})", path=where)
@@ -139,8 +151,23 @@ def named_image(schema: pa.Schema, name: str, where: Loc) -> tuple[str, str | No
     if found is None:
         raise DsbenchError(f"--image-field {name}: the column is {schema.field(name).type}, "
                            "not binary (or a struct with a binary 'bytes' child) holding "
-                           "encoded images", path=where)
+                           "encoded images, nor a list of integers (token ids)", path=where)
     return found
+
+
+def _token_plan(schema: pa.Schema, image_field: str | None, where: Loc) -> str | None:
+    """The token column: the one named, else the integer-list column (one named
+    input_ids/tokens/token_ids/ids where there are several); None where there is none."""
+    if image_field is not None:
+        return image_field if _token_candidate(schema.field(image_field)) else None
+    tokens = [f.name for f in schema if _token_candidate(f)]
+    named = [n for n in tokens if n.lower() in base.TOKEN_NAMES]
+    if len(named) == 1 or len(tokens) == 1:
+        return (named or tokens)[0]
+    if tokens:
+        raise DsbenchError(f"several token columns ({', '.join(tokens)}): name the one to "
+                           "read with --image-field", path=where)
+    return None
 
 
 def make_plan(schema: pa.Schema, probe: Callable[[list[str]], pa.Table | None],
@@ -149,6 +176,13 @@ def make_plan(schema: pa.Schema, probe: Callable[[list[str]], pa.Table | None],
     """Find the image and key columns; `probe(columns)` returns a few rows of those columns.
     The image column is the one named by `image_field`, else `image` (what the format's own
     schema says), else found by metadata, name or content."""
+    key = next((n for n in KEY_NAMES if n in schema.names and (
+        pa.types.is_string(t := schema.field(n).type) or pa.types.is_large_string(t)
+        or pa.types.is_integer(t))), None)
+    if image is None and schema.get_field_index(image_field or "") >= 0:
+        tokens = _token_plan(schema, image_field, where)
+        if tokens is not None:
+            return _plan(schema, tokens, None, base.TOKENS, key, base.TOKENS)
     candidates = [c for c in map(_image_candidate, schema) if c]
     found = named_image(schema, image_field, where) if image_field else image
     found = found or next((c for c in candidates
@@ -166,16 +200,21 @@ def make_plan(schema: pa.Schema, probe: Callable[[list[str]], pa.Table | None],
                 found = c
                 break
     if found is None:
-        raise DsbenchError(f"no image column: no column has dsbench image metadata, is named "
-                           f"{'/'.join(IMAGE_NAMES)} or holds JPEG/PNG bytes (columns: "
-                           f"{', '.join(schema.names)})", path=where)
+        tokens = None if image_field else _token_plan(schema, None, where)
+        if tokens is not None:
+            return _plan(schema, tokens, None, base.TOKENS, key, base.TOKENS)
+        raise DsbenchError(f"no image or token column: no column has dsbench image metadata, "
+                           f"is named {'/'.join(IMAGE_NAMES)}, holds JPEG/PNG bytes or is a "
+                           f"list of integers (columns: {', '.join(schema.names)})", path=where)
     codec = (schema.field(found[0]).metadata or {}).get(CODEC, b"").decode() or None
-    key = next((n for n in KEY_NAMES if n in schema.names and (
-        pa.types.is_string(t := schema.field(n).type) or pa.types.is_large_string(t)
-        or pa.types.is_integer(t))), None)
-    fields = tuple(n for n in schema.names if n not in (found[0], key))
-    return Plan(found[0], found[1], codec, key, fields,
-                {n: _encoding(schema.field(n)) for n in fields})
+    return _plan(schema, found[0], found[1], codec, key, "image")
+
+
+def _plan(schema: pa.Schema, payload: str, child: str | None, codec: str | None,
+          key: str | None, kind: str) -> Plan:
+    fields = tuple(n for n in schema.names if n not in (payload, key))
+    return Plan(payload, child, codec, key, fields,
+                {n: _encoding(schema.field(n)) for n in fields}, kind)
 
 
 # ---- rows ---------------------------------------------------------------------------------------
@@ -269,8 +308,9 @@ def batch_rows(batch: pa.RecordBatch, schema: pa.Schema, plan: Plan, source: str
     an unconvertible batch raises here, not midway."""
     image = _conformed(batch, plan.image, schema.field(plan.image).type)
     if image is None:
-        raise DsbenchError(f"no image column {plan.image!r}", path=source)
-    images = image_column(image, plan.image_child)
+        raise DsbenchError(f"no {plan.kind} column {plan.image!r}", path=source)
+    images = column_values(image) if plan.kind == base.TOKENS else \
+        image_column(image, plan.image_child)
     key_arr = _conformed(batch, plan.key, schema.field(plan.key).type) if plan.key else None
     keys = key_arr.to_pylist() if key_arr is not None else None
     values = {}
@@ -290,7 +330,8 @@ def _rows(n: int, images: Any, keys: list[Any] | None, values: dict[str, Any], p
         key = str(first_row + i) if k is None else str(k)
         data = images[i]
         if data is None:
-            yield SampleError(f"image column {plan.image!r} is null", path=source, key=key)
+            yield SampleError(f"{plan.kind} column {plan.image!r} is null", path=source,
+                              key=key)
             continue
         codec = plan.codec or sniff_codec(data)
         if codec is None:
@@ -305,6 +346,37 @@ def _rows(n: int, images: Any, keys: list[Any] | None, values: dict[str, Any], p
 
 
 # ---- survey helpers -----------------------------------------------------------------------------
+
+def survey_payloads(survey: dict[str, Any], plan: Plan, arr: pa.Array, keys: Sequence[Any],
+                    unit: str) -> None:
+    """Each row's payload checked into the survey: an image's codec and size from its header,
+    or its token ids' dtype and length; a row that is neither is a problem naming it."""
+    payloads: Any = (column_values(arr) if plan.kind == base.TOKENS
+                     else image_column(arr, plan.image_child))
+    for j in range(len(arr)):
+        data = payloads[j]
+        try:
+            if data is None:
+                raise ValueError(f"{plan.kind} is null")
+            if plan.kind == base.TOKENS:
+                add_tokens(survey, base.token_ids(data))
+            else:
+                add_image(survey, *probe_image(data))
+        except ValueError as exc:
+            survey["problems"].append(problem(unit, str(keys[j]), str(exc)))
+
+
+def payload_lengths(arr: pa.Array, plan: Plan) -> np.ndarray:
+    """Bytes of each row's payload, from offsets alone: an image's (binary_lengths), or its
+    token ids' (list lengths times the id's width)."""
+    if plan.kind != base.TOKENS:
+        if plan.image_child is not None:
+            arr = arr.flatten()[arr.type.get_field_index(plan.image_child)]
+        return binary_lengths(arr)
+    width = arr.type.value_type.bit_width // 8
+    counts = pc.list_value_length(arr).fill_null(0).to_numpy(zero_copy_only=False)
+    return counts.astype(np.int64) * width
+
 
 def binary_lengths(arr: pa.Array) -> np.ndarray:
     """Byte length of each value of a binary column, read from its offsets alone (0 if null)."""

@@ -34,12 +34,10 @@ from dsbench.adapters import base
 from dsbench.adapters.shard_at import ShardsAt
 from dsbench.adapters.survey import (
     CHECK_LIMIT,
-    add_image,
+    add_payload,
     apportion,
     finish_image,
     new_survey,
-    pil_raw_header,
-    probe_image,
     problem,
 )
 from dsbench.errors import DsbenchError, SampleError
@@ -321,12 +319,7 @@ class IndexedExport(ShardsAt, base.ReadsUnits):
     def _check_image(self, survey: dict[str, Any], entry: Entry, record: memoryview,
                      key: str, unit: str) -> None:
         try:
-            raw = self._sample(entry, record, key, unit)
-            if raw.codec == "pil":
-                _, width, height, _ = pil_raw_header(raw.image)
-                add_image(survey, "pil", width, height)
-            else:
-                add_image(survey, *probe_image(raw.image))
+            add_payload(survey, self._sample(entry, record, key, unit))
         except SampleError as err:
             survey["problems"].append(problem(unit, key, str(err)))
         except ValueError as exc:

@@ -153,11 +153,10 @@ class LanceExport(ColumnarExport):
         try:
             table = self._fragment(path).to_table(columns=[self.plan.image])
         except (OSError, ValueError, RuntimeError) as exc:
-            raise Unreadable(f"cannot read the image column: {_failed(exc)}") from None
-        image = table.column(self.plan.image).combine_chunks()
-        if self.plan.image_child is not None:
-            image = image.field(self.plan.image_child)
-        lengths = np.maximum(columns.binary_lengths(image), 0).astype(np.float64)
+            raise Unreadable(f"cannot read the {self.kind} column: {_failed(exc)}") from None
+        lengths = np.maximum(columns.payload_lengths(table.column(self.plan.image)
+                                                     .combine_chunks(), self.plan),
+                             0).astype(np.float64)
         rest = max(0, size - int(lengths.sum()))
         return lengths + rest / max(1, len(lengths)), size
 

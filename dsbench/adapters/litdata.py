@@ -8,12 +8,14 @@ uint32 item count, N + 1 uint32 offsets, then the items; an item is one uint32 s
 then every leaf's bytes. Compression (zstd): `compression_level` "chunk" compresses the whole
 file, "sample" each item, and "batch" (the default) writes framed chunks: a `LDFZ01` header
 with item offsets into the concatenated item bytes, a frame table, and one zstd frame per run
-of items. Items of PyTreeLoader exports are read; token streams and chunks that hold only an
-Arrow footer (exports without media) are not image datasets and are refused.
+of items. Items of PyTreeLoader exports are read; TokensLoader's token streams (read in blocks
+whose size the reader chooses) and chunks that hold only an Arrow footer are refused.
 
 Leaves: the pytree names them (a dict's keys, "a.b" when nested, list positions as numbers).
-The image is the leaf named by --image-field, else the only one with an image serializer
-(`jpeg`, `image:<ext>`: the stored bytes; `pil`: raw pixels). Other leaves are fields: `str`,
+The payload is the leaf named by --image-field, else the only one with an image serializer
+(`jpeg`, `image:<ext>`: the stored bytes; `pil`: raw pixels); with no image, token ids: the
+integer array leaf (`no_header_numpy`, `no_header_tensor`, `numpy`, `tensor`; one named
+input_ids/tokens/token_ids/ids where there are several). Other leaves are fields: `str`,
 `text` and `json` kept as stored for the fields stage, a float32 `no_header_numpy` as float32
 bytes, numbers and other arrays decoded here, `pickle` and unknown serializers passed on as
 bytes, never unpickled. The key is a `key` or `__key__` str leaf's text, else the sample's
@@ -92,6 +94,34 @@ def _encoding(serializer: str) -> str:
     return base.ENC_BYTES
 
 
+def _token_dtype(serializer: str) -> str | None:
+    """The integer dtype of an array leaf's serializer (token ids); None for other leaves (a
+    serializer with a header states its dtype per item: taken as ids, checked when read)."""
+    name, _, arg = serializer.partition(":")
+    if name in ("numpy", "tensor"):
+        return "per item"
+    try:
+        dtype = (_NUMPY[int(arg)] if name == "no_header_numpy" else
+                 _TORCH[int(arg)] if name == "no_header_tensor" else None)
+    except (ValueError, IndexError, KeyError):
+        return None
+    return dtype if dtype is not None and np.dtype(dtype).kind in "iu" else None
+
+
+class _Tokens:
+    """An item's token leaf as stored: its bytes, viewed as ids by the decode stage, so that
+    the read stage does only the reading."""
+
+    __slots__ = ("data", "serializer")
+
+    def __init__(self, serializer: str, data: bytes) -> None:
+        self.serializer, self.data = serializer, data
+
+    def numpy(self) -> np.ndarray:
+        arr = np.asarray(_value(self.serializer, self.data))
+        return arr.reshape(-1) if arr.ndim == 2 and 1 in arr.shape else arr
+
+
 def _with_header(data: bytes, dtypes: Any) -> np.ndarray:
     code, ndim = struct.unpack_from("<II", data, 0)
     shape = struct.unpack_from(f"<{ndim}I", data, 8)
@@ -129,7 +159,8 @@ class LitdataExport(indexed.IndexedExport):
         loader = config.get("item_loader")
         if loader not in (None, "PyTreeLoader"):
             raise DsbenchError(f"items of {loader} (not samples of a pytree: a token stream "
-                               "or the like) hold no images for dsbench to read", path=where)
+                               "read in blocks, which dsbench does not read yet) hold no "
+                               "samples dsbench reads", path=where)
         self.formats = [str(f) for f in config.get("data_format") or []]
         try:
             spec = json.loads(config.get("data_spec") or "null")
@@ -141,7 +172,8 @@ class LitdataExport(indexed.IndexedExport):
         self.names = names
         self.level = (config.get("compression_level") or "chunk") if config.get(
             "compression") else None
-        self.image = self._image_leaf(image_field, where)
+        self.image, self.kind = self._payload_leaf(image_field, where)
+        self.payload_field = self.image
         self.serializer = dict(zip(names, self.formats, strict=True))
         self.key = next((n for n in KEY_NAMES if self.serializer.get(n) == "str"), None)
         self.field_names = [n for n in names if n not in (self.image, self.key)]
@@ -162,25 +194,35 @@ class LitdataExport(indexed.IndexedExport):
             raise DsbenchError(f"a chunk of the index lacks or misstates {exc}",
                                path=where) from None
 
-    def _image_leaf(self, image_field: str | None, where: Loc) -> str:
+    def _payload_leaf(self, image_field: str | None, where: Loc) -> tuple[str, str]:
+        """The leaf the samples carry and its kind: an image, or token ids (an integer array
+        leaf, as a tokenized export's optimize function returns a document)."""
         names, formats = self.names, self.formats
         if image_field is not None:
             if image_field not in names:
                 raise DsbenchError(f"--image-field {image_field}: no such leaf (leaves: "
                                    f"{', '.join(names)})", path=where)
-            if formats[names.index(image_field)] != "bytes" and \
-                    _image_codec(formats[names.index(image_field)]) is None:
+            serializer = formats[names.index(image_field)]
+            if _token_dtype(serializer) is not None:
+                return image_field, base.TOKENS
+            if serializer != "bytes" and _image_codec(serializer) is None:
                 raise DsbenchError(f"--image-field {image_field}: its serializer is "
-                                   f"{formats[names.index(image_field)]}, not an image one",
-                                   path=where)
-            return image_field
+                                   f"{serializer}, not an image one nor an integer array "
+                                   "(token ids)", path=where)
+            return image_field, "image"
         images = [n for n, f in zip(names, formats, strict=True) if _image_codec(f)]
-        if len(images) != 1:
-            what = f"several image leaves ({', '.join(images)})" if images else (
-                "no image leaf: no jpeg, image or pil serializer among "
-                f"{', '.join(f'{n} ({f})' for n, f in zip(names, formats, strict=True))}")
-            raise DsbenchError(f"{what}; name the one to read with --image-field", path=where)
-        return images[0]
+        tokens = [n for n, f in zip(names, formats, strict=True) if _token_dtype(f)]
+        named = [n for n in tokens if n.lower() in base.TOKEN_NAMES]
+        if len(images) == 1:
+            return images[0], "image"
+        if not images and (len(named) == 1 or len(tokens) == 1):
+            return (named or tokens)[0], base.TOKENS
+        shown = ", ".join(f"{n} ({f})" for n, f in zip(names, formats, strict=True))
+        what = (f"several image leaves ({', '.join(images)})" if images else
+                f"several token leaves ({', '.join(tokens)})" if tokens else
+                f"no image or token leaf: no jpeg, image or pil serializer, nor an integer "
+                f"array, among {shown}")
+        raise DsbenchError(f"{what}; name the one to read with --image-field", path=where)
 
     def _mapped(self, entry: indexed.Entry) -> bool:
         return entry.compression is None and self.level in (None, "sample")
@@ -218,11 +260,19 @@ class LitdataExport(indexed.IndexedExport):
         if self.key is not None:
             key = values[self.key].decode("utf-8", "replace")
         image = values[self.image]
+        if self.kind == base.TOKENS:
+            return base.RawSample(key, where, _Tokens(self.serializer[self.image], image),
+                                  base.TOKENS, self._fields(values, key, where),
+                                  self.field_encodings)
         codec = _image_codec(self.serializer[self.image])
         codec = "pil" if codec == "pil" else (sniff_codec(image) or codec)
         if codec is None:
             raise SampleError(f"leaf {self.image!r} holds bytes that are not an image (they "
                               f"start {image[:8]!r})", path=where, key=key)
+        return base.RawSample(key, where, image, codec, self._fields(values, key, where),
+                              self.field_encodings)
+
+    def _fields(self, values: dict[str, bytes], key: str, where: str) -> dict[str, Any]:
         fields: dict[str, Any] = {}
         for name in self.field_names:
             s = self.serializer[name]
@@ -232,7 +282,7 @@ class LitdataExport(indexed.IndexedExport):
             except (struct.error, ValueError, KeyError, IndexError) as exc:
                 raise SampleError(f"cannot read leaf {name!r} ({s}): {exc}", path=where,
                                   key=key) from None
-        return base.RawSample(key, where, image, codec, fields, self.field_encodings)
+        return fields
 
     def fields(self) -> dict[str, str]:
         return {n: self.serializer[n] for n in self.field_names}

@@ -9,9 +9,11 @@ snappy are read). A shard is a uint32 sample count, N + 1 uint32 offsets, the wr
 as JSON, then the samples; a sample is one uint32 size per variable-size column, then every
 column's bytes, columns in the index's (sorted) order.
 
-Columns: the image is the column named by --image-field, else the only one with an image
+Columns: the payload is the column named by --image-field, else the only one with an image
 encoding (`jpeg`: the stored JPEG's bytes; `png`; `pil`: raw pixels), else a `bytes` column
-named image/jpg/jpeg/png/img. Other columns are fields, kept as stored for the loader's fields
+named image/jpg/jpeg/png/img; with no image, token ids: the integer `ndarray` column (one named
+input_ids/tokens/token_ids/ids where there are several), viewed as ids in the decode stage.
+Other columns are fields, kept as stored for the loader's fields
 stage where dsbench has a parser for the encoding (`str` as text, `json` as JSON, a 1-d
 `ndarray:float32` as float32 bytes, `str_int` as integer text), decoded here where they are
 plain numbers (`int`, the scalar dtypes, other ndarrays); `pkl` and the list encodings are
@@ -70,6 +72,30 @@ def _ndarray(encoding: str, data: bytes) -> np.ndarray:
     return np.frombuffer(data, dtype, offset=pos).reshape(shape)
 
 
+def _token_encoding(encoding: str) -> bool:
+    """An ndarray column of integers (its dtype stated, or left to each sample's header)."""
+    parts = encoding.split(":")
+    if parts[0] != "ndarray":
+        return False
+    if len(parts) < 2 or not parts[1]:
+        return True
+    return parts[1] in _SCALARS and np.dtype(parts[1]).kind in "iu"
+
+
+class _Tokens:
+    """A sample's token column as stored: its bytes, viewed as ids by the decode stage (where
+    an MDS ndarray's header is read), so that the read stage does only the reading."""
+
+    __slots__ = ("data", "encoding")
+
+    def __init__(self, encoding: str, data: bytes) -> None:
+        self.encoding, self.data = encoding, data
+
+    def numpy(self) -> np.ndarray:
+        arr = _ndarray(self.encoding, self.data)
+        return arr.reshape(-1) if arr.ndim == 2 and 1 in arr.shape else arr
+
+
 def _value(encoding: str, data: bytes) -> Any:
     if encoding == "int":
         return int(np.frombuffer(data, "<i8", 1)[0])
@@ -106,7 +132,8 @@ class MdsExport(indexed.IndexedExport):
                             for s in self.index["shards"][0].get("column_sizes", [])]
         if len(self.sizes_fixed) != len(names):
             self.sizes_fixed = [None] * len(names)
-        self.image = self._image_column(image_field)
+        self.image, self.kind = self._payload_column(image_field)
+        self.payload_field = self.image
         self.key = next((n for n in KEY_NAMES if n in names
                          and encodings[names.index(n)] == "str"), None)
         self.field_names = [n for n in names if n not in (self.image, self.key)]
@@ -139,30 +166,41 @@ class MdsExport(indexed.IndexedExport):
                                    path=where) from None
         return out
 
-    def _image_column(self, image_field: str | None) -> str:
+    def _payload_column(self, image_field: str | None) -> tuple[str, str]:
+        """The column the samples carry and its kind: an image, or token ids (an integer
+        ndarray column, as a tokenized export stores a document)."""
         names, encodings = self.names, self.encodings
         where = self.path / indexed.INDEX
         if image_field is not None:
             if image_field not in names:
                 raise DsbenchError(f"--image-field {image_field}: no such column (columns: "
                                    f"{', '.join(names)})", path=where)
-            if encodings[names.index(image_field)] not in (*IMAGE_ENCODINGS, "bytes"):
-                raise DsbenchError(f"--image-field {image_field}: its encoding is "
-                                   f"{encodings[names.index(image_field)]}, not jpeg, png, "
-                                   "pil or bytes", path=where)
-            return image_field
+            encoding = encodings[names.index(image_field)]
+            if _token_encoding(encoding):
+                return image_field, base.TOKENS
+            if encoding not in (*IMAGE_ENCODINGS, "bytes"):
+                raise DsbenchError(f"--image-field {image_field}: its encoding is {encoding}, "
+                                   "not jpeg, png, pil or bytes (an image) nor an integer "
+                                   "ndarray (token ids)", path=where)
+            return image_field, "image"
         images = [n for n, e in zip(names, encodings, strict=True) if e in IMAGE_ENCODINGS]
         if len(images) > 1:
             raise DsbenchError(f"several image columns ({', '.join(images)}): name the one "
                                "to read with --image-field", path=where)
         images = images or [n for n, e in zip(names, encodings, strict=True)
                             if e == "bytes" and n.lower() in IMAGE_NAMES]
-        if not images:
-            shown = ", ".join(f"{n} ({e})" for n, e in zip(names, encodings, strict=True))
-            raise DsbenchError("no image column: no column is encoded jpeg, png or pil, nor "
-                               f"a bytes column named {'/'.join(IMAGE_NAMES)} (columns: "
-                               f"{shown}); name one with --image-field", path=where)
-        return images[0]
+        if images:
+            return images[0], "image"
+        tokens = [n for n, e in zip(names, encodings, strict=True) if _token_encoding(e)]
+        named = [n for n in tokens if n.lower() in base.TOKEN_NAMES]
+        if len(named) == 1 or len(tokens) == 1:
+            return (named or tokens)[0], base.TOKENS
+        shown = ", ".join(f"{n} ({e})" for n, e in zip(names, encodings, strict=True))
+        what = (f"several token columns ({', '.join(tokens)})" if tokens else
+                "no image or token column: no column is encoded jpeg, png or pil, nor a bytes "
+                f"column named {'/'.join(IMAGE_NAMES)}, nor an integer ndarray")
+        raise DsbenchError(f"{what} (columns: {shown}); name one with --image-field",
+                           path=where)
 
     def _sample(self, entry: indexed.Entry, data: Any, key: str, where: str
                 ) -> base.RawSample:
@@ -185,11 +223,18 @@ class MdsExport(indexed.IndexedExport):
             key = values[self.key].decode("utf-8", "replace")
         enc = self.encodings[self.names.index(self.image)]
         image = values[self.image]
+        if self.kind == base.TOKENS:
+            return base.RawSample(key, where, _Tokens(enc, image), base.TOKENS,
+                                  self._fields(values, key, where), self.field_encodings)
         codec = IMAGE_ENCODINGS.get(enc) if enc != "jpeg" else sniff_codec(image) or "jpeg"
         codec = codec or sniff_codec(image)
         if codec is None:
             raise SampleError(f"column {self.image!r} holds bytes that are not an image "
                               f"(they start {image[:8]!r})", path=where, key=key)
+        return base.RawSample(key, where, image, codec, self._fields(values, key, where),
+                              self.field_encodings)
+
+    def _fields(self, values: dict[str, bytes], key: str, where: str) -> dict[str, Any]:
         fields: dict[str, Any] = {}
         for name in self.field_names:
             e = self.encodings[self.names.index(name)]
@@ -199,7 +244,7 @@ class MdsExport(indexed.IndexedExport):
             except (ValueError, KeyError, IndexError, UnicodeDecodeError) as exc:
                 raise SampleError(f"cannot read column {name!r} ({e}): {exc}", path=where,
                                   key=key) from None
-        return base.RawSample(key, where, image, codec, fields, self.field_encodings)
+        return fields
 
     def fields(self) -> dict[str, str]:
         return {n: _type_name(self.encodings[self.names.index(n)]) for n in self.field_names}

@@ -19,6 +19,7 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from dsbench import fmt, stats
+from dsbench.adapters.base import TOKENS, token_ids
 from dsbench.storage.files import Loc
 
 # At most this many images (and JSON documents) are opened to learn codecs, sizes and field
@@ -171,6 +172,27 @@ def add_image(survey: dict[str, Any], codec: str, width: int, height: int) -> No
     image["height"].append(height)
 
 
+def add_tokens(survey: dict[str, Any], ids: Any) -> None:
+    """A checked token sample: its dtype and length."""
+    tokens = survey.setdefault("tokens", {"count_checked": 0, "dtypes": Counter(),
+                                          "lengths": []})
+    tokens["count_checked"] += 1
+    tokens["dtypes"][str(ids.dtype)] += 1
+    tokens["lengths"].append(len(ids))
+
+
+def add_payload(survey: dict[str, Any], raw: Any) -> None:
+    """A checked sample's payload: its image's codec and size from the header, or its token
+    ids' dtype and length; ValueError where it is neither."""
+    if raw.codec == TOKENS:
+        add_tokens(survey, token_ids(raw.image))
+    elif raw.codec == "pil":
+        _, width, height, _ = pil_raw_header(raw.image)
+        add_image(survey, "pil", width, height)
+    else:
+        add_image(survey, *probe_image(raw.image))
+
+
 def finish_image(survey: dict[str, Any]) -> None:
     """Name the image codec from the checked images: the common one, or 'mixed: a, b'."""
     image = survey["image"]
@@ -181,10 +203,11 @@ def finish_image(survey: dict[str, Any]) -> None:
         image["codec"] = "mixed: " + ", ".join(c for c, _ in codecs.most_common())
 
 
-def summarize(survey: dict[str, Any], path: str | Loc = "", ignored: Sequence[str] = ()
-              ) -> dict[str, Any]:
-    """The inspect summary: per-sample figures, field types, image sizes, bad samples, and the
-    files under the export that its layout does not read."""
+def summarize(survey: dict[str, Any], path: str | Loc = "", ignored: Sequence[str] = (),
+              export: object = None) -> dict[str, Any]:
+    """The inspect summary: per-sample figures, field types, what the samples carry (image
+    sizes, token counts), bad samples, and the files under the export that its layout does
+    not read."""
     samples = int(survey["samples"])
     fields = {}
     for name, info in sorted(survey["fields"].items()):
@@ -192,6 +215,7 @@ def summarize(survey: dict[str, Any], path: str | Loc = "", ignored: Sequence[st
         fields[name] = {"type": info["type"], "missing_in": missing[:LIST_LIMIT],
                         "missing_in_count": len(missing)}
     image = survey["image"]
+    tokens = survey.get("tokens")
     widths, heights = image.get("width", []), image.get("height", [])
     sizes = Counter(f"{w}x{h}" for w, h in zip(widths, heights, strict=True))
     problems = survey["problems"]
@@ -216,6 +240,14 @@ def summarize(survey: dict[str, Any], path: str | Loc = "", ignored: Sequence[st
             "width": _range(widths),
             "height": _range(heights),
             "common_sizes": [{"size": s, "count": c} for s, c in sizes.most_common(5)],
+        },
+        "sample": {"kind": getattr(export, "kind", "image"),
+                   "field": getattr(export, "payload_field", None)},
+        "tokens": None if not tokens else {
+            "dtype": ", ".join(d for d, _ in tokens["dtypes"].most_common()),
+            "count_checked": int(tokens["count_checked"]),
+            "per_sample": _range(tokens["lengths"]),
+            "mean_per_sample": float(np.mean(tokens["lengths"])),
         },
         "bad_samples": int(survey["bad_samples"]),
         "problems_count": len(problems),

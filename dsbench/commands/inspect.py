@@ -31,7 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     export = adapters.open_export(args.path, args.layout, args.image_field)
-    summary = summarize(export.survey(), args.path, export.ignored)
+    summary = summarize(export.survey(), args.path, export.ignored, export)
     emit(args, summary, lambda: render(summary))
     if summary["samples"] == 0 and not summary["problems"]:
         raise DsbenchError("the export holds no samples", path=args.path)

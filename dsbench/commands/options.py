@@ -150,6 +150,10 @@ def add_window_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup,
     p.add_argument("--max-pixels", type=int, default=d.max_pixels, metavar="N",
                    help="an image of more pixels is a bad sample, refused from its header "
                         f"before decoding (default {d.max_pixels})")
+    p.add_argument("--seq-len", type=int, default=d.seq_len, metavar="N",
+                   help="token ids per training sequence, for an export of token samples: "
+                        "each is cropped to N at a random offset or padded "
+                        f"(default {d.seq_len})")
     p.add_argument("--order", choices=ORDERS, default=d.order,
                    help="how the workers read the export: sequential (each its units in "
                         "order, epoch after epoch), shuffle (units permuted each epoch and, on "
@@ -220,9 +224,10 @@ def add_native_option_argument(p: argparse.ArgumentParser | argparse._ArgumentGr
 
 def add_image_field_argument(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     p.add_argument("--image-field", default=None, metavar="NAME",
-                   help="the column, feature, leaf or member extension holding the image, "
-                        "where the format's schema leaves a choice (default: the one the "
-                        "format marks as an image, else by name or content)")
+                   help="the column, feature, leaf or member extension holding the image "
+                        "or the token ids, where the format's schema leaves a choice "
+                        "(default: the one the format marks as an image, else by name or "
+                        "content, else the integer-list column)")
 
 
 def window_options(args: argparse.Namespace, **more: Any) -> BenchOptions:
@@ -239,7 +244,7 @@ def window_options(args: argparse.Namespace, **more: Any) -> BenchOptions:
                            image_field=args.image_field, step=args.pipeline, order=args.order,
                            shuffle_buffer=args.shuffle_buffer, block=args.block,
                            epochs=args.epochs, inflight=args.inflight, exact=args.exact,
-                           exact_samples=args.exact_samples, **more)
+                           exact_samples=args.exact_samples, seq_len=args.seq_len, **more)
     remote.use_inflight(options.inflight)
     return options
 

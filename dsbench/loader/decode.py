@@ -1,4 +1,5 @@
-"""The decode stage: an encoded image to pixels, refusing images too large before decoding them.
+"""The decode stage: an encoded image to pixels, refusing images too large before decoding them;
+a token array (codec `tokens`) to a 1-d integer array.
 
 JPEG with Pillow (default) or simplejpeg when asked for, PNG and other codecs with Pillow, raw
 `.npy` with numpy, raw PIL pixels (MDS's and litdata's `pil` encoding) with Pillow; an image a
@@ -18,7 +19,7 @@ import numpy as np
 from PIL import Image
 
 from dsbench import fmt
-from dsbench.adapters.base import RawSample
+from dsbench.adapters.base import TOKENS, RawSample, token_ids
 from dsbench.adapters.survey import MAX_PIXELS, open_image, pil_raw_header
 from dsbench.errors import DsbenchError, SampleError
 
@@ -113,6 +114,8 @@ def make_decoder(name: str = "pillow", max_pixels: int = DEFAULT_MAX_PIXELS
 
     def decode(raw: RawSample) -> Pixels:
         try:
+            if raw.codec == TOKENS:
+                return token_ids(raw.image)
             if raw.codec == "jpeg":
                 return jpeg(raw.image)
             if raw.codec in ("raw", "npy"):
@@ -123,7 +126,8 @@ def make_decoder(name: str = "pillow", max_pixels: int = DEFAULT_MAX_PIXELS
                 return _decoded(raw.image, max_pixels)
             return _pillow_decode(raw.image, max_pixels)
         except _BAD_DATA as exc:
-            raise SampleError(f"cannot decode {raw.codec} image: {exc}", path=raw.source,
+            what = "token ids" if raw.codec == TOKENS else f"{raw.codec} image"
+            raise SampleError(f"cannot decode {what}: {exc}", path=raw.source,
                               key=raw.key) from None
 
     return decode

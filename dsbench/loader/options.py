@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from dsbench import adapters
+from dsbench.adapters.base import TOKENS
 from dsbench.errors import DsbenchError
 from dsbench.loader.counts import DEFAULT_MAX_SAMPLES, REMOTE_MAX_SAMPLES
 from dsbench.loader.decode import DECODERS, DEFAULT_MAX_PIXELS
@@ -22,7 +23,7 @@ from dsbench.loader.order import (
     SHUFFLE,
     Order,
 )
-from dsbench.loader.pipeline import Pipeline, TrainTransform, Transform
+from dsbench.loader.pipeline import Pipeline, TokenCrop, TrainTransform, Transform
 from dsbench.loader.user import UserStep, load
 from dsbench.loader.worker import Opener
 from dsbench.results.types import Config
@@ -64,6 +65,10 @@ class BenchOptions:
     # rather than each detecting it again at every round's start (see runner._run_benches).
     found_layout: str | None = None
     image_field: str | None = None  # the column or member holding the image, where ambiguous
+    # What the export's samples carry (adapters.base.KINDS), as the run's survey found it:
+    # token ids are cropped to --seq-len instead of the image transform.
+    found_kind: str = "image"
+    seq_len: int = 2048  # --seq-len: ids per training sequence, for token samples
     max_pixels: int = DEFAULT_MAX_PIXELS  # larger images are bad samples
     stall_s: float | None = None  # a worker silent this long fails the run (None: adaptive)
     # Samples of whole units to count; 0: every unit; None: the default for where the export is.
@@ -94,7 +99,7 @@ class BenchOptions:
             raise bad("workers", self.workers, "a list of positive integers")
         for name, lo in (("batch_size", 1), ("rounds", 1), ("warmup_batches", 1),
                          ("prefetch", 1), ("count_samples", 0), ("shuffle_buffer", 0),
-                         ("block", 1), ("exact_samples", 1)):
+                         ("block", 1), ("exact_samples", 1), ("seq_len", 1)):
             value = getattr(self, name)
             if name == "count_samples" and value is None:
                 continue
@@ -163,7 +168,8 @@ class BenchOptions:
             step = UserStep(self.step, self.step_bytes)
             return Pipeline(decoder=self.decoder, transform=step, on_error=self.on_error,
                             max_pixels=self.max_pixels, user=step)
-        transform = self.transform or TrainTransform(normalize=self.normalize)
+        transform = self.transform or (TokenCrop(self.seq_len) if self.found_kind == TOKENS
+                                       else TrainTransform(normalize=self.normalize))
         return Pipeline(decoder=self.decoder, transform=transform, on_error=self.on_error,
                         max_pixels=self.max_pixels)
 
@@ -204,4 +210,5 @@ class BenchOptions:
                 "shuffle_buffer": self.shuffle_buffer if self.order == SHUFFLE else None,
                 "block": self.block if self.order == BLOCK else None,
                 "ceiling": self.ceiling, "epochs": self.epochs, "inflight": self.inflight,
-                "exact_samples": self.exact_samples}
+                "exact_samples": self.exact_samples,
+                "seq_len": self.seq_len if self.found_kind == TOKENS else None}

@@ -4,15 +4,17 @@ Stages (their CPU time is what `dsbench bench` reports per sample):
 
 * ``read``: the reader's ``next()``; the adapter's own work (opening, seeking, untarring).
 * ``decode``: the image to pixels (decode.py: Pillow or simplejpeg, a pixel limit checked from
-  the header first).
+  the header first); token ids viewed as a 1-d integer array.
 * ``fields``: every non-image field parsed by its stored encoding (``base.ENC_*``). Numeric
   lists become numpy arrays, as a job must before it can stack them; a JSON document holding an
   object is spread into one field per key.
 * ``transform``: an ImageNet-style training transform on uint8 pixels: random-resized-crop to
   224 x 224 (scale (0.08, 1), ratio (3/4, 4/3), torchvision's sampling rule) and a horizontal
-  flip with p = 0.5, from a seeded numpy Generator; optionally normalised to float32.
+  flip with p = 0.5, from a seeded numpy Generator; optionally normalised to float32. Token ids
+  are cropped to the sequence length at a random offset (or padded), as int64 (transforms.py).
 * ``collate``: B transformed images copied into one contiguous (B, 224, 224, 3) array (HWC, the
-  layout of the decoded pixels) and the parsed fields stacked where they are arrays or numbers.
+  layout of the decoded pixels), or B sequences into (B, seq_len), and the parsed fields stacked
+  where they are arrays or numbers.
 
 CPU time is taken with `time.process_time` (the OS's per-process CPU clock) so that threads an
 adapter starts (pyarrow's) are charged to the stage that caused them.
@@ -20,28 +22,27 @@ adapter starts (pyarrow's) are charged to the stage that caused them.
 
 from __future__ import annotations
 
-import functools
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
-from PIL import Image
 
 from dsbench.adapters import base
 from dsbench.adapters.base import RawSample
 from dsbench.errors import DsbenchError, SampleError
-from dsbench.loader.decode import _BAD_DATA, DEFAULT_MAX_PIXELS, Pixels
+from dsbench.loader.decode import _BAD_DATA, DEFAULT_MAX_PIXELS
 from dsbench.loader.decode import DECODERS as DECODERS  # the stage's names, re-exported
 from dsbench.loader.decode import make_decoder as make_decoder
+from dsbench.loader.transforms import IMAGENET_MEAN as IMAGENET_MEAN  # re-exported
+from dsbench.loader.transforms import IMAGENET_STD as IMAGENET_STD
+from dsbench.loader.transforms import TokenCrop as TokenCrop
+from dsbench.loader.transforms import TrainTransform, Transform
+from dsbench.loader.transforms import resized_crop_params as resized_crop_params
 from dsbench.loader.user import UserStep, collate
 from dsbench.results.stages import STAGES
-
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
-
 
 
 def _numeric(value: Any) -> Any:
@@ -163,93 +164,6 @@ def _check_kind(raw: RawSample, kinds: dict[str, str], name: str, value: Any, so
     elif kind is not None and kind != seen:
         raise SampleError(f"field {name!r} is a {kind} here but a {seen} in earlier samples",
                           path=source, key=raw.key)
-
-
-def resized_crop_params(width: int, height: int, rng: np.random.Generator,
-                        scale: tuple[float, float] = (0.08, 1.0),
-                        ratio: tuple[float, float] = (3 / 4, 4 / 3)) -> tuple[int, int, int, int]:
-    """(top, left, crop height, crop width) drawn as torchvision's RandomResizedCrop draws them.
-
-    Ten tries at an area fraction uniform in `scale` and a log-uniform aspect ratio in `ratio`;
-    when none fits, a centre crop clamped to the ratio range.
-    """
-    area = width * height
-    log_lo, log_hi = math.log(ratio[0]), math.log(ratio[1])
-    for _ in range(10):
-        target_area = area * rng.uniform(scale[0], scale[1])
-        aspect = math.exp(rng.uniform(log_lo, log_hi))
-        w = round(math.sqrt(target_area * aspect))
-        h = round(math.sqrt(target_area / aspect))
-        if 0 < w <= width and 0 < h <= height:
-            top = int(rng.integers(0, height - h + 1))
-            left = int(rng.integers(0, width - w + 1))
-            return top, left, h, w
-    in_ratio = width / height
-    if in_ratio < min(ratio):
-        w, h = width, round(width / min(ratio))
-    elif in_ratio > max(ratio):
-        w, h = round(height * max(ratio)), height
-    else:
-        w, h = width, height
-    return (height - h) // 2, (width - w) // 2, h, w
-
-
-class Transform(Protocol):
-    """A per-sample transform; the runner sizes its batch buffers from `out_shape`/`out_dtype`."""
-
-    @property
-    def out_shape(self) -> tuple[int, ...]: ...
-
-    @property
-    def out_dtype(self) -> str: ...
-
-    def __call__(self, pixels: Pixels, rng: np.random.Generator) -> np.ndarray: ...
-
-
-@dataclass(frozen=True)
-class TrainTransform:
-    """Random-resized-crop to `size` and a random horizontal flip; float32 mean/std optional."""
-
-    size: int = 224
-    scale: tuple[float, float] = (0.08, 1.0)
-    ratio: tuple[float, float] = (3 / 4, 4 / 3)
-    flip_p: float = 0.5
-    normalize: bool = False
-    mean: tuple[float, float, float] = IMAGENET_MEAN
-    std: tuple[float, float, float] = IMAGENET_STD
-
-    @property
-    def out_shape(self) -> tuple[int, ...]:
-        return (self.size, self.size, 3)
-
-    @property
-    def out_dtype(self) -> str:
-        return "float32" if self.normalize else "uint8"
-
-    def __call__(self, pixels: Pixels, rng: np.random.Generator) -> np.ndarray:
-        im = pixels if isinstance(pixels, Image.Image) else Image.fromarray(pixels)
-        top, left, h, w = resized_crop_params(im.width, im.height, rng, self.scale, self.ratio)
-        # resize(box=...) resamples straight from the crop box: torchvision's crop-then-resize
-        # without the intermediate copy.
-        out = im.resize((self.size, self.size), Image.Resampling.BILINEAR,
-                        box=(left, top, left + w, top + h))
-        if rng.random() < self.flip_p:
-            out = out.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
-        arr = np.asarray(out)
-        if not self.normalize:
-            return arr
-        # (x / 255 - mean) / std as one multiply into a new float32 array and one subtract.
-        gain, offset = _normalization(self.mean, self.std)
-        norm = np.multiply(arr, gain, dtype=np.float32)
-        norm -= offset
-        return norm
-
-
-@functools.lru_cache(maxsize=8)
-def _normalization(mean: tuple[float, ...], std: tuple[float, ...]
-                   ) -> tuple[np.ndarray, np.ndarray]:
-    s = np.asarray(std, dtype=np.float32)
-    return (1.0 / (255.0 * s)).astype(np.float32), np.asarray(mean, dtype=np.float32) / s
 
 
 def collate_fields(items: Sequence[dict[str, Any]]) -> dict[str, Any]:

@@ -237,7 +237,7 @@ def prepare(path: Loc, opts: BenchOptions) -> tuple[dict[str, Any], Counts]:
     check_random_access(export, order.name)
     # More workers than units (or blocks) is measured, not refused: the workers left without
     # any are reported (summary.worker_warnings), as a job's loader would leave them idle.
-    summary = summarize(export.survey(), path, export.ignored)
+    summary = summarize(export.survey(), path, export.ignored, export)
     mixed = [p for p in summary["problems"] if p["error"].startswith("field ")]
     if mixed and opts.on_error == "raise":
         # Reading would not fail: the loader would collate the mixed values as a list.
@@ -307,6 +307,9 @@ def _run_benches(paths: Sequence[str | Path | Loc], opts: BenchOptions,
     # shard imports of pyarrow that cost 0.13 s of CPU at every worker's start (measured).
     side = [dataclasses.replace(o, found_layout=s["layout"])
             if o.layout is None and o.opener is None and s["layout"] in adapters.FORMATS else o
+            for o, (s, _) in zip(side, prepared, strict=True)]
+    # What the samples carry picks the transform: token ids are cropped to --seq-len.
+    side = [dataclasses.replace(o, found_kind=s["sample"]["kind"])
             for o, (s, _) in zip(side, prepared, strict=True)]
     measured = len(ps)
     exacts = exact.count(ps, side, say)

@@ -104,6 +104,18 @@ def simulate(cost: LoaderCost, cluster: ClusterSpec, rng: np.random.Generator, *
                    timeline_job=cluster.ranks, timeline_bucket_s=timeline_bucket_s)
 
 
+def _tokens(cost: LoaderCost, cluster: ClusterSpec, supply: float, demand: float,
+            delivered: float) -> dict[str, Any] | None:
+    """Token samples' rates in token ids, as a language-model job states them: each sample a
+    sequence of seq_len ids (padding included: what the GPU computes on)."""
+    n = cost.seq_len
+    if n is None:
+        return None
+    return {"seq_len": n, "per_step_per_gpu": n * cluster.batch_size,
+            "supply_per_s_per_node": supply * n, "demand_per_s_per_node": demand * n,
+            "per_s_per_node": delivered * n}
+
+
 def extrapolate(source: Mapping[str, Any] | LoaderCost, cluster: ClusterSpec,
                 rng: np.random.Generator, *, steps: int = DEFAULT_STEPS,
                 scaling: Sequence[int] = DEFAULT_SCALING, path: str | None = None,
@@ -150,6 +162,8 @@ def extrapolate(source: Mapping[str, Any] | LoaderCost, cluster: ClusterSpec,
         "data_wait_share": float(result.data_wait_share[main]),
         "samples_per_s_per_node": cluster.gpus_per_node * cluster.batch_size
         / result.stats(cluster.ranks)["mean"],
+        "tokens": _tokens(cost, cluster, rates.supply, rates.demand,
+                          cluster.gpus_per_node * cluster.batch_size / step["mean"]),
         "timeline": {"ranks": result.timeline_ranks, "bucket_s": result.timeline_bucket_s,
                      "gpu_util": [round(float(u), 4) for u in result.timeline],
                      "note": explain.timeline_note(rates, cluster, result)},

@@ -103,6 +103,9 @@ class LoaderCost:
     # Measured in an object store: data requests per sample (GET and range GET); None on disk
     requests_per_sample: float | None = None
     export_samples: int | None = None  # the measured export's samples: one epoch's, by default
+    # Token samples: ids per training sequence (bench --seq-len), so that rates can be said in
+    # tokens as language-model jobs state them; None for images.
+    seq_len: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("cpu_s_per_sample", "cpu_cv", "files_per_sample", "bytes_per_sample"):
@@ -165,7 +168,7 @@ class LoaderCost:
                 "memory_workers": self.memory_workers, "memory_kind": self.memory_kind,
                 "order": self.order, "epoch_start_s": self.epoch_start_s,
                 "requests_per_sample": self.requests_per_sample,
-                "export_samples": self.export_samples}
+                "export_samples": self.export_samples, "seq_len": self.seq_len}
 
     def source_of(self, name: str) -> str:
         """'measured' or 'stated', for one of this cost's figures."""
@@ -237,7 +240,9 @@ def _from_result(doc: Mapping[str, Any], path: str | None) -> LoaderCost:
                       unit_name=str(export.get("unit_name") or "units"),
                       order=order_label(config if isinstance(config, Mapping) else {}),
                       epoch_start_s=_epoch_start(base), requests_per_sample=_requests(doc),
-                      export_samples=_count(export.get("samples")), **_memory(parsed))
+                      export_samples=_count(export.get("samples")),
+                      seq_len=_count(config.get("seq_len")) if isinstance(config, Mapping)
+                      else None, **_memory(parsed))
 
 
 def _requests(doc: Mapping[str, Any]) -> float | None:

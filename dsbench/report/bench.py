@@ -14,6 +14,29 @@ HOST_NOTE = ("CPU: the loader's processes (getrusage); host CPU: the whole machi
              "window, kernel and neighbours included")
 
 
+def tokens_text(doc: BenchResult) -> str:
+    """Token samples: the sequences' throughput in token ids (padding included: what the GPUs
+    compute on), how much of each sequence the export's documents fill, and the cost per id
+    the export holds (the mean of the ids checked by the survey)."""
+    seq_len = doc["config"].get("seq_len")
+    tokens = doc["export"].get("tokens")
+    if not seq_len or not tokens:
+        return ""
+    run, n = doc["runs"][0], tokens["per_sample"]
+    mean = tokens["mean_per_sample"]
+    fill = (f"{fmt.percent(mean / seq_len)} of each sequence is the document's, "
+            f"{fmt.percent(1 - mean / seq_len)} padding" if n["max"] <= seq_len else
+            f"a document longer than {seq_len} ids is cropped")
+    per_id = (f"per id stored: {fmt.seconds(run['cpu_s_per_sample'] / mean)} CPU, "
+              f"{fmt.nbytes(run['bytes_per_sample'] / mean)} read" if mean else "")
+    return (f"\n\nToken samples ({doc['export']['sample']['field']}, {tokens['dtype']}): "
+            f"sequences of {seq_len} ids, each document cropped at a random offset or padded: "
+            f"{fmt.count(run['samples_per_s'] * seq_len)} tokens/s at "
+            f"{fmt.plural(run['workers'], 'worker')}, padding included\n"
+            f"the export's documents: {n['min']}-{n['max']} ids, mean {fmt.sig(mean)} ids "
+            f"({tokens['count_checked']} checked): {fill}; {per_id}")
+
+
 def requests_text(doc: BenchResult) -> str:
     """An export in an object store: its requests per sample, latency and client CPU."""
     q = doc.get("requests")
@@ -219,6 +242,7 @@ def render(doc: BenchResult) -> str:
             if cfg.get("dataset") else
             f"{cfg['path']}: {doc['export'].get('layout', '?')} export, {backend}, "
             + (f"your step {cfg['pipeline']}" if cfg.get("pipeline")
+               else f"token ids cropped to {cfg['seq_len']}" if cfg.get("seq_len")
                else f"decoder {cfg['decoder']}"))
     order = "" if cfg.get("dataset") else f", read in order: {order_of(doc)}"
     each = (f"{fmt.plural(cfg.get('epochs') or 0, 'epoch')}, each from fresh workers"
@@ -229,8 +253,8 @@ def render(doc: BenchResult) -> str:
             + (", cold cache" if cfg["cold"] else ""))
     skipped = sum(r["skipped_samples"] for r in runs)
     tail = f"\nskipped {skipped} bad samples (see 'skipped' in --json)" if skipped else ""
-    more = (exact_text(doc) + requests_text(doc) + workers_text(doc) + order_text(doc)
-            + ceiling_text(doc) + epochs_text(doc))
+    more = (tokens_text(doc) + exact_text(doc) + requests_text(doc) + workers_text(doc)
+            + order_text(doc) + ceiling_text(doc) + epochs_text(doc))
     return (f"{head}\n\n{main}\n{HOST_NOTE}{more}\n\n"
             "CPU per sample by stage (other: main process, hand-over, idle wake-ups)\n"
             f"{stages}{tail}")

@@ -39,6 +39,7 @@ def render(doc: dict[str, Any]) -> str:
               f"and time-sharing {fmt.ratio(node['oversubscription'])}, file latency "
               f"{fmt.seconds(node['latency_s'])}, transfer {fmt.seconds(node['transfer_s'])})",
               f"  demand   {fmt.rate(doc['demand_samples_per_s_per_node'])}: {per}",
+              *_token_lines(doc.get("tokens")),
               *memory_lines(doc.get("memory")),
               f"  verdict  {doc['verdict_text']}", ""]
     lines += [f"Step time ({doc['ranks']} ranks, {doc['steps']} steps simulated, the first "
@@ -177,3 +178,13 @@ def _usd(value: float) -> str:
     if value >= 0.01 or value == 0:
         return f"${value:,.2f}"
     return "$" + f"{value:.8f}".rstrip("0")  # $0.00008, not $8e-05
+
+
+def _token_lines(tokens: dict[str, Any] | None) -> list[str]:
+    """Supply and demand in token ids, for a job of token samples."""
+    if not tokens:
+        return []
+    return [f"  in tokens: supply {fmt.count(tokens['supply_per_s_per_node'])} tokens/s, demand "
+            f"{fmt.count(tokens['demand_per_s_per_node'])} tokens/s per node (sequences of "
+            f"{tokens['seq_len']} ids: {fmt.count(tokens['per_step_per_gpu'])} tokens per step "
+            f"per GPU)"]

@@ -64,7 +64,8 @@ def render(s: dict[str, Any]) -> str:
                         "in place (memory-mapped), not read whole"))
     lines.append("fields:")
     if not s["fields"]:
-        lines.append("  (none besides the image)")
+        payload = "token ids" if (s.get("sample") or {}).get("kind") == "tokens" else "image"
+        lines.append(f"  (none besides the {payload})")
     width = max((len(n) for n in s["fields"]), default=0)
     where_name = s["containers"]["name"] if s["containers"] else s["unit_name"]
     for name, info in s["fields"].items():
@@ -75,8 +76,18 @@ def render(s: dict[str, Any]) -> str:
             where = (f"missing in {counted(info['missing_in_count'], where_name)}: {shown}"
                      + (f" and {more} more" if more > 0 else ""))
         lines.append(f"  {name:<{width}}  {info['type']}  ({where})")
-    im = s["image"]
-    if im["count_checked"]:
+    im, tokens = s["image"], s.get("tokens")
+    sample = s.get("sample") or {"kind": "image", "field": None}
+    if sample["kind"] == "tokens":
+        lines.append(f"samples carry:      token ids ({sample['field']})")
+    if tokens:
+        n = tokens["per_sample"]
+        lines += [
+            f"tokens:             {tokens['dtype']} ({tokens['count_checked']} samples checked)",
+            f"  per sample:       {n['min']}-{n['max']} ids, p50 {fmt.sig(n['p50'])} ids, "
+            f"mean {fmt.sig(tokens['mean_per_sample'])} ids",
+        ]
+    elif im["count_checked"]:
         w, h = im["width"], im["height"]
         common = ", ".join(f"{c['size']} px ({fmt.percent(c['count'] / im['count_checked'])})"
                            for c in im["common_sizes"][:3])
@@ -86,7 +97,7 @@ def render(s: dict[str, Any]) -> str:
             f"  height:           {h['min']}-{h['max']} px, p50 {fmt.sig(h['p50'])} px",
             f"  common sizes:     {common}",
         ]
-    else:
+    elif sample["kind"] == "image":
         lines.append("image:              none checked")
     ign = s["ignored_files"]
     if ign["count"]:

@@ -70,6 +70,7 @@ class Config(TypedDict):
     epochs: NotRequired[int | None]
     inflight: NotRequired[int]
     exact_samples: NotRequired[int]
+    seq_len: NotRequired[int | None]
 
 
 class Statistics(TypedDict):

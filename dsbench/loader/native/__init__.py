@@ -210,7 +210,8 @@ class NativeExport:
                 text = str(exc).strip().splitlines()
                 raise SampleError(f"{reader.library} failed: {type(exc).__name__}: "
                                   f"{text[0] if text else ''}", path=where) from None
-            yield base.RawSample(key, where, image, _codec(image), fields,
+            codec = base.TOKENS if self.view.kind == base.TOKENS else _codec(image)
+            yield base.RawSample(key, where, image, codec, fields,
                                  dict.fromkeys(fields, base.ENC_VALUE))
 
 
@@ -247,6 +248,7 @@ class View:
     image: str | None
     units: tuple[str, ...]
     starts: tuple[int, ...] | None = None
+    kind: str = "image"  # what the samples carry (base.KINDS): token ids are not decoded
 
     def locate(self, number: int) -> Position | None:
         """Sample `number` of the export (front to back) as (unit, offset)."""
@@ -268,4 +270,4 @@ def view_of(export: base.Export) -> View:
     # sample's number in the export (the others place samples by unit and offset).
     starts = unit_starts(export, len(units)) if units and export.layout in NUMBERED else None
     return View(image if isinstance(image, str) else None, units,
-                tuple(starts) if starts else None)
+                tuple(starts) if starts else None, getattr(export, "kind", "image"))

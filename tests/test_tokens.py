@@ -1,0 +1,164 @@
+"""Samples of token ids: exports written by each library itself (tests/tokenlibs.py) are
+inspected, read id for id as written, benchmarked with dsbench's reader and the library's own,
+and a planted regression (doc ids as a JSON string per sample) is found in the fields stage."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tokenlibs
+from layouts import assert_one_line_error
+
+from dsbench import adapters
+from dsbench.adapters import base
+from dsbench.adapters.survey import summarize
+from dsbench.cli import main
+from dsbench.loader.options import BenchOptions
+from dsbench.loader.pipeline import TokenCrop, parse_fields
+from dsbench.loader.runner import run_benches
+from dsbench.model.cluster import extrapolate
+from dsbench.model.costs import Distribution
+from dsbench.model.node import ClusterSpec
+from dsbench.report.bench import render as render_bench
+from dsbench.report.extrapolation import render
+from dsbench.results import schema
+
+READ = ("mds-tokens", "hf-tokens", "parquet-tokens", "litdata-tokens-pytree")
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory: pytest.TempPathFactory, private_tmp: Path) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("tokens")
+    out = {k: tokenlibs.write(k, root) for k in (*READ, "mds-tokens-json")}
+    out["mds-tokens-int32"] = tokenlibs.write("mds-tokens", root / "int32", dtype="int32")
+    return out
+
+
+@pytest.mark.parametrize("kind", [*READ, "mds-tokens-int32"])
+def test_every_token_is_read_as_written(kind: str, exports: dict[str, Path]) -> None:
+    export = adapters.open_export(exports[kind])
+    dtype = "int32" if kind.endswith("int32") else "uint16"
+    samples = list(export.read())
+    assert len(samples) == tokenlibs.SAMPLES
+    for i, raw in enumerate(samples):
+        assert raw.codec == base.TOKENS
+        ids = base.token_ids(raw.image)
+        # Every id equal, in the stored width (a reader that widened or narrowed them would
+        # hide what a re-export in another dtype costs).
+        assert ids.dtype == np.dtype(dtype) and np.array_equal(ids, tokenlibs.tokens(i, dtype))
+        assert parse_fields(raw)["doc_id"] == tokenlibs.doc_id(i)
+    library = {"mds-tokens-int32": "mds-tokens"}.get(kind, kind)
+    theirs = tokenlibs.read_back(library, exports[kind])
+    assert all(np.array_equal(base.token_ids(raw.image), ids)
+               for raw, ids in zip(samples, theirs, strict=True))
+
+
+@pytest.mark.parametrize("kind", READ)
+def test_inspect_says_the_samples_carry_token_ids(kind: str, exports: dict[str, Path]) -> None:
+    export = adapters.open_export(exports[kind])
+    s = summarize(export.survey(), exports[kind], export.ignored, export)
+    assert s["sample"] == {"kind": "tokens", "field": "input_ids"}
+    lengths = [tokenlibs.length(i) for i in range(s["tokens"]["count_checked"])]
+    assert s["tokens"]["dtype"] == "uint16"
+    assert (s["tokens"]["per_sample"]["min"], s["tokens"]["per_sample"]["max"]) == (
+        min(lengths), max(lengths))
+    assert s["tokens"]["mean_per_sample"] == pytest.approx(np.mean(lengths))
+    assert list(s["fields"]) == ["doc_id"]
+    assert s["image"]["count_checked"] == 0 and s["bad_samples"] == 0
+
+
+def test_a_token_sample_is_cropped_at_a_random_offset_or_padded() -> None:
+    crop = TokenCrop(seq_len=8)
+    rng = np.random.default_rng(0)
+    doc = np.arange(100, 130, dtype=np.uint16)
+    starts = set()
+    for _ in range(20):
+        out = crop(doc, rng)
+        assert out.dtype == np.int64 and out.shape == (8,)
+        # A window of the document, its ids consecutive as stored.
+        assert np.array_equal(out, np.arange(out[0], out[0] + 8))
+        starts.add(int(out[0]))
+    assert len(starts) > 1 and min(starts) >= 100 and max(starts) <= 122
+    short = crop(np.array([5, 6, 7], dtype=np.uint32), rng)
+    assert short.tolist() == [5, 6, 7, 0, 0, 0, 0, 0]
+
+
+@pytest.mark.parametrize("kind", ["mds-tokens", "hf-tokens", "litdata-tokens-pytree"])
+def test_token_exports_are_benchmarked_with_both_readers(kind: str, exports: dict[str, Path],
+                                                         tmp_path: Path) -> None:
+    opts = BenchOptions(workers=(1,), batch_size=4, rounds=1, batches=4, warmup_batches=1,
+                        seq_len=64, exact=False)
+    docs = run_benches([exports[kind]] * 2, opts,
+                       each=[opts, dataclasses.replace(opts, backend="native")])
+    for doc in docs:
+        schema.validate(doc, "bench")
+        assert doc["config"]["transform"] == "TokenCrop" and doc["config"]["seq_len"] == 64
+        assert doc["export"]["sample"]["kind"] == "tokens"
+        (run,) = doc["runs"]
+        assert run["samples"] == 16 and run["cpu_s_per_sample"] > 0
+        said = " ".join(render_bench(doc).split())
+        assert "Token samples (input_ids, uint16): sequences of 64 ids" in said
+        assert "a document longer than 64 ids is cropped; per id stored:" in said
+    assert docs[1]["reader"]["library"] != ""
+    # Carried to a job, the rates are said in token ids too: 8 sequences of 64 ids per GPU.
+    cluster = ClusterSpec(nodes=2, gpus_per_node=8, batch_size=8,
+                          compute=Distribution.parse("0.2"))
+    model = extrapolate(docs[0], cluster, np.random.default_rng(0), steps=200, scaling=[1])
+    schema.validate(model, "extrapolation")
+    tokens = model["tokens"]
+    assert tokens["seq_len"] == 64 and tokens["per_step_per_gpu"] == 8 * 64
+    assert tokens["demand_per_s_per_node"] == pytest.approx(64 * 8 * 8 / 0.2)
+    assert tokens["supply_per_s_per_node"] == pytest.approx(
+        64 * model["supply_samples_per_s_per_node"])
+    assert "in tokens: supply" in render(model)
+
+
+def test_doc_ids_as_a_json_string_cost_the_fields_stage(exports: dict[str, Path],
+                                                        tmp_path: Path) -> None:
+    # The planted regression: the same tokens, the doc id moved into a JSON document per
+    # sample. Counted exactly, the extra instructions are the fields stage's.
+    out = tmp_path / "cmp.json"
+    assert main(["compare", str(exports["mds-tokens"]), str(exports["mds-tokens-json"]),
+                 "--workers", "1", "--rounds", "2", "--seconds", "0.2", "--batch-size", "8",
+                 "--seq-len", "64", "--exact", "--exact-samples", "32", "--no-cluster",
+                 "--json", str(out)]) in (0, 1)
+    run = json.loads(out.read_text())["runs"][0]
+    counted = {a["what"].removesuffix(" instructions"): a for a in run["attribution"]
+               if a["unit"] == "instructions/sample"}
+    assert set(counted) == {"read", "decode", "fields", "transform", "collate"}
+    grew = max(counted.values(), key=lambda a: a["delta"])
+    assert grew["what"] == "fields instructions" and grew["distinguishable"], counted
+    # The ids themselves cost the same: viewed and cropped alike on both sides.
+    assert not counted["decode"]["distinguishable"]
+    assert not counted["transform"]["distinguishable"]
+
+
+def _truncated(src: Path, dst: Path) -> Path:
+    import shutil
+
+    shutil.copytree(src, dst)
+    shard = sorted(dst.glob("shard.*.mds"))[1]
+    data = shard.read_bytes()
+    shard.write_bytes(data[:len(data) - 100])
+    return shard
+
+
+def test_a_truncated_token_shard_is_one_line(exports: dict[str, Path], tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    shard = _truncated(exports["mds-tokens"], tmp_path / "cut")
+    assert main(["bench", str(tmp_path / "cut"), "--workers", "1", "--rounds", "1",
+                 "--seconds", "0.2", "--no-exact", "--count-samples", "0"]) == 2
+    assert_one_line_error(capsys.readouterr().err, "bench", shard.name)
+
+
+@pytest.mark.parametrize("field,needle", [("doc_id", "not jpeg, png, pil or bytes"),
+                                          ("nope", "no such column")])
+def test_a_named_payload_that_is_not_token_ids_is_one_line(
+        field: str, needle: str, exports: dict[str, Path],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["inspect", str(exports["mds-tokens"]), "--image-field", field]) == 2
+    assert_one_line_error(capsys.readouterr().err, "inspect", needle)

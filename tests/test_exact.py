@@ -286,3 +286,21 @@ def test_the_pass_sees_the_same_environment_size_whatever_the_callers_holds(
     assert env["A_VARIABLE_OF_THE_CALLERS"] == value  # a pipeline step may read its own
     size = sum(len(k) + len(v) + 2 for k, v in env.items()) + sum(len(a) + 1 for a in argv)
     assert size % exact.PAGE == 0
+
+
+@pytest.mark.parametrize("batch", [1, 2, 16])
+def test_the_pass_runs_at_a_batch_smaller_than_its_warm_up(batch: int,
+                                                          shards: dict[str, Path]) -> None:
+    # Run directly (mode "kernel": the kernel's counts, no counter): the warm-up's samples go
+    # through the stages in the run's batches, as the counted samples do, never more rows than
+    # the batch's buffer holds.
+    from dsbench.loader.exact_pass import WARMUP, Plan, run
+
+    assert batch < WARMUP or batch == 16
+    plan = Plan(str(shards["plain"]), None, BenchOptions().pipeline(), 8, batch, 0,
+                "kernel", tuple(sys.path))
+    got = run(plan)
+    assert (got["samples"], got["units_read"], got["whole_units"]) == (8, 1, True)
+    counted = [stage for stage, _ in got["snapshots"]]
+    assert counted[:2] == ["start", "snapshot"]
+    assert counted.count("decode") == -(-8 // batch)  # one per batch of the kept samples

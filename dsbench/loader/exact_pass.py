@@ -141,8 +141,8 @@ def run(plan: Plan) -> dict[str, Any]:
     try:
         warm = [raw for _, raw in zip(range(min(WARMUP, plan.samples)), first, strict=False)]
         _limit_threads()
-        if warm:
-            stages(warm)
+        for at in range(0, len(warm), batch):  # in the run's batches: a batch's rows, no more
+            stages(warm[at:at + batch])
     finally:
         getattr(first, "close", lambda: None)()
     getattr(export, "forget", lambda: None)()

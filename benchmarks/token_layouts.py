@@ -8,7 +8,8 @@ The exports are written by each library itself (tests/tokenlibs.py: 120 document
 token ids, uint16, Zipf-distributed over a 50,000-id vocabulary, and a doc id, in 3 shards):
 MosaicML Streaming (an `ndarray:uint16` column; and the same tokens with the doc id in a JSON
 column, the planted regression), litdata's `optimize` (a NumPy leaf), Hugging Face `datasets`
-(`save_to_disk`, a list of uint16) and Parquet (pyarrow, a list of uint16). Every export and
+(`save_to_disk`, a list of uint16), Parquet (pyarrow, a list of uint16) and Megatron's
+IndexedDatasetBuilder (a blend of three .bin/.idx datasets, no doc ids). Every export and
 reader is measured in one interleaved run, so the ratios between rows are measured together;
 CPU is also counted exactly (valgrind) where it is installed. Prints a Markdown table: samples
 per second with their 95% interval, sequence tokens per second (samples/s x seq_len), CPU (timed
@@ -38,7 +39,7 @@ from dsbench.loader.runner import run_benches
 
 # (export, read by the library's own reader too)
 KINDS = (("mds-tokens", True), ("mds-tokens-json", False), ("litdata-tokens-pytree", True),
-         ("hf-tokens", True), ("parquet-tokens", False))
+         ("hf-tokens", True), ("parquet-tokens", False), ("megatron-tokens", True))
 
 
 def write(kind: str, root: Path) -> Path:

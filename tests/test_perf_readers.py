@@ -22,7 +22,8 @@ from layouts import record_per_sample
 from pytest_benchmark.fixture import BenchmarkFixture
 
 import dsbench
-from dsbench.adapters import FORMATS, open_export
+from dsbench.adapters import open_export
+from dsbench.export import spec
 from dsbench.export.generate import generate
 from dsbench.export.spec import ExportSpec, ImageSpec, load_spec, member_ext
 from dsbench.export.synth import sample_key
@@ -30,7 +31,8 @@ from dsbench.export.synth import sample_key
 FORMATS_DIR = Path(dsbench.__file__).parent / "export" / "formats"
 SAMPLES = 48
 UNIT = 16
-LAYOUTS = sorted(FORMATS)
+# The layouts dsbench writes (a Megatron dataset is read, not written: tests/test_tokens.py).
+LAYOUTS = sorted(spec.LAYOUTS)
 JPEG_SOI = b"\xff\xd8"
 
 

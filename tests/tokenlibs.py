@@ -24,7 +24,8 @@ MIN_LEN, MAX_LEN = 20, 300
 # The context a TokensLoader reader cuts the token stream into (litdata's `block_size`).
 BLOCK = 64
 KINDS = ("mds-tokens", "mds-tokens-json", "litdata-tokens", "litdata-tokens-pytree",
-         "hf-tokens", "parquet-tokens", "text-jsonl")
+         "hf-tokens", "parquet-tokens", "text-jsonl", "megatron-tokens", "mds-text", "hf-text",
+         "parquet-text")
 
 # Zipf's law over the vocabulary (p(rank k) ∝ 1/k^1.1), as a CDF to sample by inverse transform:
 # a few ids are very common, most are rare, as in real tokenized text.
@@ -180,8 +181,40 @@ def write_jsonl(out: Path) -> Path:
     return out
 
 
+def write_text(kind: str, out: Path) -> Path:
+    """The same texts and doc ids as text-jsonl, through MDSWriter (a `str` column), `datasets`
+    (save_to_disk) and pyarrow (Parquet): a text column each, as raw-text exports store it."""
+    if kind == "mds-text":
+        from streaming import MDSWriter
+
+        with MDSWriter(out=str(out), columns={"text": "str", "doc_id": "int"},
+                       size_limit=sum(len(text(i)) for i in range(SAMPLES)) // SHARDS + 4096,
+                       progress_bar=False) as w:
+            for i in range(SAMPLES):
+                w.write({"text": text(i), "doc_id": doc_id(i)})
+        return out
+    if kind == "hf-text":
+        import datasets
+
+        datasets.Dataset.from_dict({"text": [text(i) for i in range(SAMPLES)],
+                                    "doc_id": [doc_id(i) for i in range(SAMPLES)]}
+                                   ).save_to_disk(str(out), num_shards=SHARDS)
+        return out
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out.mkdir(parents=True)
+    for k, rows in enumerate(_per_shard()):
+        pq.write_table(pa.table({"text": [text(i) for i in rows],
+                                 "doc_id": pa.array([doc_id(i) for i in rows], pa.int64())}),
+                       out / f"part-{k:05d}.parquet")
+    return out
+
+
 def write(kind: str, root: Path, dtype: str = "uint16") -> Path:
     out = root / kind
+    if kind in ("mds-text", "hf-text", "parquet-text"):
+        return write_text(kind, out)
     if kind.startswith("mds"):
         return write_mds(out, dtype, with_json=kind == "mds-tokens-json")
     if kind.startswith("litdata"):
@@ -192,6 +225,8 @@ def write(kind: str, root: Path, dtype: str = "uint16") -> Path:
         return write_parquet(out, dtype)
     if kind == "text-jsonl":
         return write_jsonl(out)
+    if kind == "megatron-tokens":
+        return write_megatron(out, dtype)
     raise ValueError(f"unknown kind {kind!r}")
 
 
@@ -228,8 +263,8 @@ def read_back(kind: str, path: Path) -> list[np.ndarray]:
 
 def read_doc_ids(kind: str, path: Path) -> list[int]:
     """The doc ids, where the export keeps them (a TokensLoader export keeps only tokens)."""
-    if kind == "litdata-tokens":
-        raise ValueError("a TokensLoader export keeps no doc ids")
+    if kind in ("litdata-tokens", "megatron-tokens"):
+        raise ValueError(f"a {kind} export keeps no doc ids")
     return [int(d) for _, d in _read(kind, path)]
 
 
@@ -260,6 +295,15 @@ def _read(kind: str, path: Path) -> list[tuple[Any, Any]]:
         # Arrow rows, not with_format("numpy"): datasets' numpy formatter widens every integer
         # list to int64, hiding the stored uint16.
         return _arrow_rows(datasets.load_from_disk(str(path)).with_format("arrow")[:])
+    if kind == "megatron-tokens":
+        from megatron.core.datasets.indexed_dataset import IndexedDataset
+
+        # Megatron's own reader, dataset by dataset of the blend; it keeps no doc ids. Each
+        # sequence copied out: a dataset unmaps its .bin when it is collected, and a view of
+        # it read after that crashes the process.
+        prefixes = sorted(str(p)[:-4] for p in path.glob("*.idx"))
+        return [(np.array(ds[i]), None) for ds in map(IndexedDataset, prefixes)
+                for i in range(len(ds))]
     files = sorted(p for p in path.iterdir() if not p.name.startswith(("_", ".")))
     if kind == "parquet-tokens":
         import pyarrow.parquet as pq
@@ -275,3 +319,20 @@ def _arrow_rows(table: Any) -> list[tuple[Any, Any]]:
     col = table.column("input_ids").combine_chunks()
     ids = table.column("doc_id").to_pylist()
     return [(col[j].values.to_numpy(), ids[j]) for j in range(len(col))]
+
+
+def write_megatron(out: Path, dtype: str) -> Path:
+    """Megatron's IndexedDatasetBuilder: a blend of SHARDS datasets (a .bin and its .idx each),
+    every document one sequence, as Megatron's preprocessing writes a corpus."""
+    import torch
+    from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
+
+    out.mkdir(parents=True, exist_ok=True)
+    for k, rows in enumerate(_per_shard()):
+        prefix = out / f"corpus-{k}_text_document"
+        builder = IndexedDatasetBuilder(f"{prefix}.bin", dtype=np.dtype(dtype).type)
+        for i in rows:
+            builder.add_item(torch.from_numpy(tokens(i, dtype).astype(np.int64)))
+            builder.end_document()
+        builder.finalize(f"{prefix}.idx")
+    return out

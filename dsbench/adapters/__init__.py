@@ -30,11 +30,12 @@ FORMATS = {"wds": "dsbench.adapters.wds", "files": "dsbench.adapters.files",
            "arrow": "dsbench.adapters.arrow", "parquet": "dsbench.adapters.parquet",
            "mds": "dsbench.adapters.mds", "litdata": "dsbench.adapters.litdata",
            "hf": "dsbench.adapters.hf", "lance": "dsbench.adapters.lance",
-           "tfrecord": "dsbench.adapters.tfrecord"}
+           "tfrecord": "dsbench.adapters.tfrecord", "megatron": "dsbench.adapters.megatron"}
 # Formats a directory is told by at its root (MDS's and litdata's index.json, `datasets`'
 # dataset_info.json and state.json or Parquet footers holding its features, Lance's
-# _versions/): asked first, in this order. Each such export lists what it does not read.
-SIGNED = ("mds", "litdata", "hf", "lance")
+# _versions/, Megatron's .idx beside its .bin): asked first, in this order. Each such export
+# lists what it does not read.
+SIGNED = ("mds", "litdata", "hf", "lance", "megatron")
 # Formats told by their data files' names; a directory may hold only one of them.
 NAMED = ("wds", "files", "arrow", "parquet", "tfrecord")
 # The order in which magic bytes are tried when names do not tell.

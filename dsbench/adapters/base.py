@@ -90,6 +90,15 @@ def token_ids(payload: object) -> np.ndarray:
     return arr
 
 
+def images_only(export: Any, what: str) -> None:
+    """One line where a command that writes images is given an export of another kind."""
+    kind = getattr(export, "kind", "image")
+    if kind != "image":
+        raise DsbenchError(f"{what}, and this export's samples carry {kind} "
+                           f"({getattr(export, 'payload_field', None)}): not written yet "
+                           "(read, inspect, bench and compare take it)", path=export.path)
+
+
 ON_ERROR = ("raise", "skip")
 
 # File name endings that tell a layout's data files (the per-sample layout goes by its images).

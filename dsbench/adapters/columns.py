@@ -359,7 +359,8 @@ def survey_payloads(survey: dict[str, Any], plan: Plan, arr: pa.Array, keys: Seq
             if data is None:
                 raise ValueError(f"{plan.kind} is null")
             if plan.kind == base.TOKENS:
-                add_tokens(survey, base.token_ids(data))
+                ids = base.token_ids(data)
+                add_tokens(survey, str(ids.dtype), len(ids))
             else:
                 add_image(survey, *probe_image(data))
         except ValueError as exc:

@@ -34,7 +34,7 @@ MAX_PIXELS = 89_478_485
 
 UNIT_NAMES = {"wds": "shards", "arrow": "shards", "parquet": "files", "files": "sample groups",
               "mds": "shards", "litdata": "chunks", "hf": "shards", "lance": "fragments",
-              "tfrecord": "files"}
+              "tfrecord": "files", "megatron": "sequence ranges"}
 _PIL_CODECS = {"JPEG": "jpeg", "PNG": "png", "WEBP": "webp", "PPM": "ppm", "GIF": "gif"}
 _NPY_MAGIC = b"\x93NUMPY"
 
@@ -172,20 +172,21 @@ def add_image(survey: dict[str, Any], codec: str, width: int, height: int) -> No
     image["height"].append(height)
 
 
-def add_tokens(survey: dict[str, Any], ids: Any) -> None:
-    """A checked token sample: its dtype and length."""
+def add_tokens(survey: dict[str, Any], dtype: str, length: int) -> None:
+    """A checked token sample: its ids' dtype and how many."""
     tokens = survey.setdefault("tokens", {"count_checked": 0, "dtypes": Counter(),
                                           "lengths": []})
     tokens["count_checked"] += 1
-    tokens["dtypes"][str(ids.dtype)] += 1
-    tokens["lengths"].append(len(ids))
+    tokens["dtypes"][dtype] += 1
+    tokens["lengths"].append(length)
 
 
 def add_payload(survey: dict[str, Any], raw: Any) -> None:
     """A checked sample's payload: its image's codec and size from the header, or its token
     ids' dtype and length; ValueError where it is neither."""
     if raw.codec == TOKENS:
-        add_tokens(survey, token_ids(raw.image))
+        ids = token_ids(raw.image)
+        add_tokens(survey, str(ids.dtype), len(ids))
     elif raw.codec == "pil":
         _, width, height, _ = pil_raw_header(raw.image)
         add_image(survey, "pil", width, height)

@@ -101,6 +101,7 @@ def advise(source: str, opts: AdviseOptions, bench: BenchOptions, cluster: Clust
     in_store = loc if isinstance(loc, RemotePath) else None
     staging.check(in_store, opts.stage_url)
     export = adapters.open_export(source, opts.layout)
+    adapters.base.images_only(export, "advise rewrites an export's images in the candidate layouts")
     total = sum(count_units(export, export.units(), opts.samples or DEFAULT_SAMPLES))
     if opts.samples is None:
         opts = dataclasses.replace(opts, samples=min(DEFAULT_SAMPLES, total))

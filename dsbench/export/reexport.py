@@ -266,6 +266,7 @@ def reexport(spec: ExportSpec, out_dir: str | Path, source: str, samples: int | 
         raise DsbenchError("the output directory is inside the source export; choose one "
                            "outside it", path=out)
     export = adapters.open_export(source, layout)
+    base.images_only(export, "a re-export writes the source's images in the definition's layout")
     first = first_samples(export, 1, source)[0]
     if first.codec not in IMAGE_EXT:
         raise DsbenchError(f"the images are {first.codec}: a re-export copies them as stored "

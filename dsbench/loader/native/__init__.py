@@ -37,7 +37,8 @@ from dsbench.storage.files import Loc, location
 
 READERS = {"mds": "dsbench.loader.native.mds", "litdata": "dsbench.loader.native.litdata",
            "hf": "dsbench.loader.native.hf", "lance": "dsbench.loader.native.lance",
-           "tfrecord": "dsbench.loader.native.tfrecord", "wds": "dsbench.loader.native.wds"}
+           "tfrecord": "dsbench.loader.native.tfrecord", "wds": "dsbench.loader.native.wds",
+           "megatron": "dsbench.loader.native.megatron"}
 DECODED = "decoded"  # a RawSample's codec when the library already decoded its image
 
 Position = tuple[int, int]  # a sample's unit (index in the export's units) and offset there
@@ -101,7 +102,7 @@ NUMBERED = ("mds", "litdata", "hf")
 
 # The extra that installs each format's library.
 EXTRAS = {"mds": "mds", "litdata": "litdata", "hf": "hf", "lance": "lance",
-          "tfrecord": "tfrecord", "wds": "torch"}
+          "tfrecord": "tfrecord", "wds": "torch", "megatron": "megatron"}
 
 
 def check(layout: str, shuffled: bool = False) -> None:

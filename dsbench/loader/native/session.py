@@ -32,7 +32,7 @@ from dsbench.loader.native import READERS, NativeOpener, Shuffle, get, view_of
 _CACHE_ENV = ("TMPDIR", "HF_HOME", "HF_DATASETS_CACHE")
 # The module each reader imports, preloaded into the server its workers are forked from.
 _PRELOAD = {"mds": "streaming", "litdata": "litdata", "hf": "datasets", "tfrecord": "tfrecord",
-            "wds": "webdataset"}
+            "wds": "webdataset", "megatron": "megatron.core.datasets.indexed_dataset"}
 _private: Path | None = None
 
 

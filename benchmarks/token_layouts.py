@@ -1,15 +1,18 @@
 """Token exports in each layout their library writes, read by dsbench's reader and by the
 library's own: what each costs per token (docs/tokens.md's table).
 
-    python -P benchmarks/token_layouts.py OUT [--workers 1] [--rounds 6] [--seconds 1]
-        [--seq-len 2048] [--batch-size 16]
+    python -P benchmarks/token_layouts.py OUT [--kind tokens|text] [--workers 1] [--rounds 6]
+        [--seconds 1] [--seq-len 2048] [--batch-size 16]
 
 The exports are written by each library itself (tests/tokenlibs.py: 120 documents of 20-300
 token ids, uint16, Zipf-distributed over a 50,000-id vocabulary, and a doc id, in 3 shards):
 MosaicML Streaming (an `ndarray:uint16` column; and the same tokens with the doc id in a JSON
 column, the planted regression), litdata's `optimize` (a NumPy leaf), Hugging Face `datasets`
 (`save_to_disk`, a list of uint16), Parquet (pyarrow, a list of uint16) and Megatron's
-IndexedDatasetBuilder (a blend of three .bin/.idx datasets, no doc ids). Every export and
+IndexedDatasetBuilder (a blend of three .bin/.idx datasets, no doc ids). With `--kind text`:
+120 English-like texts with a doc id as JSON Lines, through MDSWriter (a `str` column),
+`datasets` and Parquet, tokenized in the workers by a BPE trained on them; the columns are then
+per character. Every export and
 reader is measured in one interleaved run, so the ratios between rows are measured together;
 CPU is also counted exactly (valgrind) where it is installed. Prints a Markdown table: samples
 per second with their 95% interval, sequence tokens per second (samples/s x seq_len), CPU (timed
@@ -37,9 +40,15 @@ from dsbench import fmt
 from dsbench.loader.options import BenchOptions
 from dsbench.loader.runner import run_benches
 
-# (export, read by the library's own reader too)
-KINDS = (("mds-tokens", True), ("mds-tokens-json", False), ("litdata-tokens-pytree", True),
-         ("hf-tokens", True), ("parquet-tokens", False), ("megatron-tokens", True))
+# (export, read by the library's own reader too), for token samples and for raw text
+KINDS = {"tokens": (("mds-tokens", True), ("mds-tokens-json", False),
+                    ("litdata-tokens-pytree", True), ("hf-tokens", True),
+                    ("parquet-tokens", False), ("megatron-tokens", True)),
+         "text": (("text-jsonl", False), ("mds-text", True), ("hf-text", True),
+                  ("parquet-text", False))}
+# What the per-unit columns divide by: the ids a token export stores, a text's characters.
+UNIT = {"tokens": ("id", "tokens", "mean_per_sample"),
+        "text": ("character", "text", "mean_chars_per_sample")}
 
 
 def write(kind: str, root: Path) -> Path:
@@ -56,10 +65,11 @@ def alone(path: Path, opts: BenchOptions) -> float | None:
     return None if value is None else float(value)
 
 
-def row(kind: str, doc: Any, seq_len: int, memory: float | None) -> list[str]:
+def row(kind: str, doc: Any, seq_len: int, memory: float | None, what: str) -> list[str]:
     run = doc["runs"][0]
     lo, hi = run["samples_per_s_ci95"]
-    ids = doc["export"]["tokens"]["mean_per_sample"]  # every document checked: 120 of 120
+    _, block, key = UNIT[what]
+    ids = doc["export"][block][key]  # every document checked: 120 of 120
     per_sample = (doc.get("exact") or {}).get("instructions_per_sample")
     reader = (f"{doc['reader']['library']} {doc['reader']['version']}"
               if doc.get("reader") else "dsbench")
@@ -80,12 +90,14 @@ def main() -> int:
     p.add_argument("--seconds", type=float, default=1.0)
     p.add_argument("--seq-len", type=int, default=2048)
     p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--kind", choices=sorted(KINDS), default="tokens",
+                   help="token exports, or raw text tokenized in the workers")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     opts = BenchOptions(workers=(args.workers,), batch_size=args.batch_size,
                         rounds=args.rounds, seconds=args.seconds, seq_len=args.seq_len)
     paths, each, names = [], [], []
-    for kind, native in KINDS:
+    for kind, native in KINDS[args.kind]:
         with contextlib.redirect_stdout(sys.stderr):  # the libraries' own printing
             path = write(kind, args.out)
         for backend in ("dsbench", "native") if native else ("dsbench",):
@@ -95,13 +107,16 @@ def main() -> int:
             names.append((kind, backend))
     with contextlib.redirect_stdout(sys.stderr):
         docs = run_benches(paths, opts, each=each, progress=fmt.progress)
-    head = ["export", "reader", "samples/s (95% CI)", "tokens/s (sequences)", "CPU/id stored",
-            "instructions/id (exact)", "read/id", "peak anon. memory"]
+    unit = UNIT[args.kind][0]
+    head = ["export", "reader", "samples/s (95% CI)", "tokens/s (sequences)",
+            f"CPU/{unit} stored", f"instructions/{unit} (exact)", f"read/{unit}",
+            "peak anon. memory"]
     print("| " + " | ".join(head) + " |")
     print("|" + " --- |" * len(head))
     for (kind, backend), doc, path, side in zip(names, docs, paths, each, strict=True):
         (args.out / f"{kind}-{backend}.json").write_text(json.dumps(doc))
-        print("| " + " | ".join(row(kind, doc, args.seq_len, alone(path, side))) + " |")
+        print("| " + " | ".join(row(kind, doc, args.seq_len, alone(path, side), args.kind))
+              + " |")
     return 0
 
 

@@ -30,14 +30,15 @@ FORMATS = {"wds": "dsbench.adapters.wds", "files": "dsbench.adapters.files",
            "arrow": "dsbench.adapters.arrow", "parquet": "dsbench.adapters.parquet",
            "mds": "dsbench.adapters.mds", "litdata": "dsbench.adapters.litdata",
            "hf": "dsbench.adapters.hf", "lance": "dsbench.adapters.lance",
-           "tfrecord": "dsbench.adapters.tfrecord", "megatron": "dsbench.adapters.megatron"}
+           "tfrecord": "dsbench.adapters.tfrecord", "megatron": "dsbench.adapters.megatron",
+           "jsonl": "dsbench.adapters.jsonl"}
 # Formats a directory is told by at its root (MDS's and litdata's index.json, `datasets`'
 # dataset_info.json and state.json or Parquet footers holding its features, Lance's
 # _versions/, Megatron's .idx beside its .bin): asked first, in this order. Each such export
 # lists what it does not read.
 SIGNED = ("mds", "litdata", "hf", "lance", "megatron")
 # Formats told by their data files' names; a directory may hold only one of them.
-NAMED = ("wds", "files", "arrow", "parquet", "tfrecord")
+NAMED = ("wds", "files", "arrow", "parquet", "tfrecord", "jsonl")
 # The order in which magic bytes are tried when names do not tell.
 BY_MAGIC = ("arrow", "parquet", "tfrecord", "wds", "files")
 
@@ -57,13 +58,14 @@ NAMES = {"wds": ("WebDataset shard", "WebDataset shards"),
          "arrow": ("Arrow IPC file", "Arrow IPC files"),
          "parquet": ("Parquet file", "Parquet files"),
          "tfrecord": ("TFRecord file", "TFRecord files"),
-         "files": ("per-sample image file", "per-sample image files")}
+         "files": ("per-sample image file", "per-sample image files"),
+         "jsonl": ("JSON Lines file", "JSON Lines files")}
 _OTHER = ""  # a field member of a per-sample layout, or a file no layout reads (README.md)
 
 
 def _layout_of(rel: str, images: dict[str, str]) -> str:
     low = rel.lower()
-    for layout in ("wds", "arrow", "parquet", "tfrecord"):
+    for layout in ("wds", "arrow", "parquet", "tfrecord", "jsonl"):
         if low.endswith(SUFFIXES[layout]):
             return layout
     parsed = members.split_name(rel)

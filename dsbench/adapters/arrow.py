@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from dsbench.adapters import base, columns
+from dsbench.adapters import base, payloads
 from dsbench.adapters.columnar import ColumnarAdapter
 from dsbench.adapters.columns import BadChunk, Unreadable
 from dsbench.adapters.rows import RandomRowsExport
@@ -255,7 +255,7 @@ class ArrowExport(RandomRowsExport):
                 except pa.ArrowException as exc:
                     raise Unreadable(f"a record batch is corrupt: {exc}") from None
                 # Each row: its payload's bytes and an equal share of the batch's other columns.
-                lengths = np.maximum(columns.payload_lengths(batch.column(self.plan.image),
+                lengths = np.maximum(payloads.payload_lengths(batch.column(self.plan.image),
                                                              self.plan), 0)
                 base.count_mapped(4 * (n + 1))  # the offsets that binary_lengths looked at
                 rest = max(0, batch.nbytes - int(lengths.sum()))

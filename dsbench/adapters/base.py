@@ -45,12 +45,15 @@ EXT_ENCODINGS: dict[str, str] = {
     "f32": ENC_F32, "npy": ENC_NPY,
 }
 # What a sample carries: its payload (RawSample.image) is an encoded image, whose codec names
-# it, or a sequence of token ids (codec TOKENS: a 1-d integer array, or bytes a reader views as
-# one), which the loader crops to a sequence length rather than decodes to pixels.
-KINDS = ("image", "tokens")
+# it; a sequence of token ids (codec TOKENS: a 1-d integer array, or bytes a reader views as
+# one), which the loader crops to a sequence length rather than decodes to pixels; or raw text
+# (codec TEXT: a str), which the loader tokenizes, then crops as token ids.
+KINDS = ("image", "tokens", "text")
 TOKENS = "tokens"
-# Column names that carry token ids, where an export's schema does not mark one.
+TEXT = "text"
+# Column names that carry token ids, or text, where an export's schema does not mark one.
 TOKEN_NAMES = ("input_ids", "tokens", "token_ids", "ids")
+TEXT_NAMES = ("text", "content", "document", "raw_content")
 
 IMAGE_EXTS: dict[str, str] = {
     "jpg": "jpeg", "jpeg": "jpeg", "png": "png", "ppm": "ppm", "webp": "webp",
@@ -90,6 +93,16 @@ def token_ids(payload: object) -> np.ndarray:
     return arr
 
 
+def text_of(payload: object) -> str:
+    """A text sample's text: a str as stored, or UTF-8 bytes (a `str` column's raw value).
+    UnicodeDecodeError (a ValueError) where the bytes are not UTF-8."""
+    if isinstance(payload, str):
+        return payload
+    if isinstance(payload, bytes | bytearray | memoryview):
+        return bytes(payload).decode("utf-8")
+    raise ValueError(f"expected text, got {type(payload).__name__}")
+
+
 def images_only(export: Any, what: str) -> None:
     """One line where a command that writes images is given an export of another kind."""
     kind = getattr(export, "kind", "image")
@@ -103,7 +116,8 @@ ON_ERROR = ("raise", "skip")
 
 # File name endings that tell a layout's data files (the per-sample layout goes by its images).
 SUFFIXES = {"wds": (".tar", ".tar.gz", ".tgz"), "arrow": (".arrow", ".feather", ".ipc", ".arrows"),
-            "parquet": (".parquet",), "tfrecord": (".tfrecord", ".tfrecords", ".tfrec")}
+            "parquet": (".parquet",), "tfrecord": (".tfrecord", ".tfrecords", ".tfrec"),
+            "jsonl": (".jsonl", ".ndjson", ".jsonl.gz", ".ndjson.gz")}
 
 # Per-process counters; a loader worker reads them before and after its measured window.
 _opens = 0
@@ -150,7 +164,7 @@ class RawSample:
 
     key: str
     source: str
-    image: Any  # bytes of an encoded image; for TOKENS, an integer array (or a list of ids)
+    image: Any  # an encoded image's bytes; TOKENS: an integer array (or ids); TEXT: a str
     codec: str
     fields: dict[str, Any]
     encodings: Mapping[str, str]

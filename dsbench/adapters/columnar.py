@@ -33,9 +33,9 @@ from dsbench.adapters.columns import (
     Unreadable,
     batch_rows,
     make_plan,
-    survey_payloads,
     unify,
 )
+from dsbench.adapters.payloads import survey_payloads
 from dsbench.adapters.survey import (
     apportion,
     finish_image,

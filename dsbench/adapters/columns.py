@@ -23,10 +23,8 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from dsbench.adapters import base
-from dsbench.adapters.survey import add_image, add_tokens, probe_image, problem
 from dsbench.errors import DsbenchError, SampleError
 from dsbench.storage.files import Loc
 
@@ -155,6 +153,21 @@ def named_image(schema: pa.Schema, name: str, where: Loc) -> tuple[str, str | No
     return found
 
 
+def _text_candidate(fld: pa.Field) -> bool:
+    t = fld.type
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
+
+
+def _text_plan(schema: pa.Schema, image_field: str | None, key: str | None) -> str | None:
+    """The text column: the one named, else the one named text/content/document/raw_content,
+    else the only string column besides the key; None where there is none."""
+    if image_field is not None:
+        return image_field if _text_candidate(schema.field(image_field)) else None
+    texts = [f.name for f in schema if _text_candidate(f) and f.name != key]
+    named = [n for n in texts if n.lower() in base.TEXT_NAMES]
+    return named[0] if len(named) == 1 else texts[0] if len(texts) == 1 else None
+
+
 def _token_plan(schema: pa.Schema, image_field: str | None, where: Loc) -> str | None:
     """The token column: the one named, else the integer-list column (one named
     input_ids/tokens/token_ids/ids where there are several); None where there is none."""
@@ -183,6 +196,9 @@ def make_plan(schema: pa.Schema, probe: Callable[[list[str]], pa.Table | None],
         tokens = _token_plan(schema, image_field, where)
         if tokens is not None:
             return _plan(schema, tokens, None, base.TOKENS, key, base.TOKENS)
+        text = _text_plan(schema, image_field, key)
+        if text is not None:
+            return _plan(schema, text, None, base.TEXT, key, base.TEXT)
     candidates = [c for c in map(_image_candidate, schema) if c]
     found = named_image(schema, image_field, where) if image_field else image
     found = found or next((c for c in candidates
@@ -203,9 +219,13 @@ def make_plan(schema: pa.Schema, probe: Callable[[list[str]], pa.Table | None],
         tokens = None if image_field else _token_plan(schema, None, where)
         if tokens is not None:
             return _plan(schema, tokens, None, base.TOKENS, key, base.TOKENS)
+        text = None if image_field else _text_plan(schema, None, key)
+        if text is not None:
+            return _plan(schema, text, None, base.TEXT, key, base.TEXT)
         raise DsbenchError(f"no image or token column: no column has dsbench image metadata, "
-                           f"is named {'/'.join(IMAGE_NAMES)}, holds JPEG/PNG bytes or is a "
-                           f"list of integers (columns: {', '.join(schema.names)})", path=where)
+                           f"is named {'/'.join(IMAGE_NAMES)}, holds JPEG/PNG bytes, is a "
+                           f"list of integers or text named {'/'.join(base.TEXT_NAMES)} "
+                           f"(columns: {', '.join(schema.names)})", path=where)
     codec = (schema.field(found[0]).metadata or {}).get(CODEC, b"").decode() or None
     return _plan(schema, found[0], found[1], codec, key, "image")
 
@@ -309,7 +329,7 @@ def batch_rows(batch: pa.RecordBatch, schema: pa.Schema, plan: Plan, source: str
     image = _conformed(batch, plan.image, schema.field(plan.image).type)
     if image is None:
         raise DsbenchError(f"no {plan.kind} column {plan.image!r}", path=source)
-    images = column_values(image) if plan.kind == base.TOKENS else \
+    images = column_values(image) if plan.kind in (base.TOKENS, base.TEXT) else \
         image_column(image, plan.image_child)
     key_arr = _conformed(batch, plan.key, schema.field(plan.key).type) if plan.key else None
     keys = key_arr.to_pylist() if key_arr is not None else None
@@ -343,42 +363,3 @@ def _rows(n: int, images: Any, keys: list[Any] | None, values: dict[str, Any], p
         yield base.RawSample(key, source, data, codec, fields,
                              {**encodings, **dict.fromkeys(nulls, base.ENC_VALUE)} if nulls
                              else encodings)
-
-
-# ---- survey helpers -----------------------------------------------------------------------------
-
-def survey_payloads(survey: dict[str, Any], plan: Plan, arr: pa.Array, keys: Sequence[Any],
-                    unit: str) -> None:
-    """Each row's payload checked into the survey: an image's codec and size from its header,
-    or its token ids' dtype and length; a row that is neither is a problem naming it."""
-    payloads: Any = (column_values(arr) if plan.kind == base.TOKENS
-                     else image_column(arr, plan.image_child))
-    for j in range(len(arr)):
-        data = payloads[j]
-        try:
-            if data is None:
-                raise ValueError(f"{plan.kind} is null")
-            if plan.kind == base.TOKENS:
-                ids = base.token_ids(data)
-                add_tokens(survey, str(ids.dtype), len(ids))
-            else:
-                add_image(survey, *probe_image(data))
-        except ValueError as exc:
-            survey["problems"].append(problem(unit, str(keys[j]), str(exc)))
-
-
-def payload_lengths(arr: pa.Array, plan: Plan) -> np.ndarray:
-    """Bytes of each row's payload, from offsets alone: an image's (binary_lengths), or its
-    token ids' (list lengths times the id's width)."""
-    if plan.kind != base.TOKENS:
-        if plan.image_child is not None:
-            arr = arr.flatten()[arr.type.get_field_index(plan.image_child)]
-        return binary_lengths(arr)
-    width = arr.type.value_type.bit_width // 8
-    counts = pc.list_value_length(arr).fill_null(0).to_numpy(zero_copy_only=False)
-    return counts.astype(np.int64) * width
-
-
-def binary_lengths(arr: pa.Array) -> np.ndarray:
-    """Byte length of each value of a binary column, read from its offsets alone (0 if null)."""
-    return pc.binary_length(arr).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)

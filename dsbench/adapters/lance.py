@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from dsbench.adapters import base, columns
+from dsbench.adapters import base, payloads
 from dsbench.adapters.columnar import ColumnarExport
 from dsbench.adapters.columns import BadChunk, Unreadable
 from dsbench.adapters.rows import one_row
@@ -154,7 +154,7 @@ class LanceExport(ColumnarExport):
             table = self._fragment(path).to_table(columns=[self.plan.image])
         except (OSError, ValueError, RuntimeError) as exc:
             raise Unreadable(f"cannot read the {self.kind} column: {_failed(exc)}") from None
-        lengths = np.maximum(columns.payload_lengths(table.column(self.plan.image)
+        lengths = np.maximum(payloads.payload_lengths(table.column(self.plan.image)
                                                      .combine_chunks(), self.plan),
                              0).astype(np.float64)
         rest = max(0, size - int(lengths.sum()))

@@ -205,6 +205,8 @@ class LitdataExport(indexed.IndexedExport):
             serializer = formats[names.index(image_field)]
             if _token_dtype(serializer) is not None:
                 return image_field, base.TOKENS
+            if serializer == "str":
+                return image_field, base.TEXT
             if serializer != "bytes" and _image_codec(serializer) is None:
                 raise DsbenchError(f"--image-field {image_field}: its serializer is "
                                    f"{serializer}, not an image one nor an integer array "
@@ -217,6 +219,10 @@ class LitdataExport(indexed.IndexedExport):
             return images[0], "image"
         if not images and (len(named) == 1 or len(tokens) == 1):
             return (named or tokens)[0], base.TOKENS
+        texts = [n for n, f in zip(names, formats, strict=True)
+                 if f == "str" and n.lower() in base.TEXT_NAMES]
+        if not images and not tokens and len(texts) == 1:
+            return texts[0], base.TEXT
         shown = ", ".join(f"{n} ({f})" for n, f in zip(names, formats, strict=True))
         what = (f"several image leaves ({', '.join(images)})" if images else
                 f"several token leaves ({', '.join(tokens)})" if tokens else
@@ -260,10 +266,11 @@ class LitdataExport(indexed.IndexedExport):
         if self.key is not None:
             key = values[self.key].decode("utf-8", "replace")
         image = values[self.image]
-        if self.kind == base.TOKENS:
-            return base.RawSample(key, where, _Tokens(self.serializer[self.image], image),
-                                  base.TOKENS, self._fields(values, key, where),
-                                  self.field_encodings)
+        if self.kind != "image":  # token ids viewed, text decoded, in the decode stage
+            payload = _Tokens(self.serializer[self.image], image) if self.kind == base.TOKENS \
+                else image
+            return base.RawSample(key, where, payload, self.kind,
+                                  self._fields(values, key, where), self.field_encodings)
         codec = _image_codec(self.serializer[self.image])
         codec = "pil" if codec == "pil" else (sniff_codec(image) or codec)
         if codec is None:

@@ -178,6 +178,8 @@ class MdsExport(indexed.IndexedExport):
             encoding = encodings[names.index(image_field)]
             if _token_encoding(encoding):
                 return image_field, base.TOKENS
+            if encoding == "str":
+                return image_field, base.TEXT
             if encoding not in (*IMAGE_ENCODINGS, "bytes"):
                 raise DsbenchError(f"--image-field {image_field}: its encoding is {encoding}, "
                                    "not jpeg, png, pil or bytes (an image) nor an integer "
@@ -195,6 +197,10 @@ class MdsExport(indexed.IndexedExport):
         named = [n for n in tokens if n.lower() in base.TOKEN_NAMES]
         if len(named) == 1 or len(tokens) == 1:
             return (named or tokens)[0], base.TOKENS
+        texts = [n for n, e in zip(names, encodings, strict=True)
+                 if e == "str" and n.lower() in base.TEXT_NAMES]
+        if not tokens and len(texts) == 1:
+            return texts[0], base.TEXT
         shown = ", ".join(f"{n} ({e})" for n, e in zip(names, encodings, strict=True))
         what = (f"several token columns ({', '.join(tokens)})" if tokens else
                 "no image or token column: no column is encoded jpeg, png or pil, nor a bytes "
@@ -223,9 +229,10 @@ class MdsExport(indexed.IndexedExport):
             key = values[self.key].decode("utf-8", "replace")
         enc = self.encodings[self.names.index(self.image)]
         image = values[self.image]
-        if self.kind == base.TOKENS:
-            return base.RawSample(key, where, _Tokens(enc, image), base.TOKENS,
-                                  self._fields(values, key, where), self.field_encodings)
+        if self.kind != "image":  # token ids viewed, text decoded, in the decode stage
+            return base.RawSample(key, where, _Tokens(enc, image) if self.kind == base.TOKENS
+                                  else image, self.kind, self._fields(values, key, where),
+                                  self.field_encodings)
         codec = IMAGE_ENCODINGS.get(enc) if enc != "jpeg" else sniff_codec(image) or "jpeg"
         codec = codec or sniff_codec(image)
         if codec is None:

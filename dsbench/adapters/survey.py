@@ -19,7 +19,7 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from dsbench import fmt, stats
-from dsbench.adapters.base import TOKENS, token_ids
+from dsbench.adapters.base import TEXT, TOKENS, text_of, token_ids
 from dsbench.storage.files import Loc
 
 # At most this many images (and JSON documents) are opened to learn codecs, sizes and field
@@ -34,7 +34,7 @@ MAX_PIXELS = 89_478_485
 
 UNIT_NAMES = {"wds": "shards", "arrow": "shards", "parquet": "files", "files": "sample groups",
               "mds": "shards", "litdata": "chunks", "hf": "shards", "lance": "fragments",
-              "tfrecord": "files", "megatron": "sequence ranges"}
+              "tfrecord": "files", "megatron": "sequence ranges", "jsonl": "files"}
 _PIL_CODECS = {"JPEG": "jpeg", "PNG": "png", "WEBP": "webp", "PPM": "ppm", "GIF": "gif"}
 _NPY_MAGIC = b"\x93NUMPY"
 
@@ -181,12 +181,21 @@ def add_tokens(survey: dict[str, Any], dtype: str, length: int) -> None:
     tokens["lengths"].append(length)
 
 
+def add_text(survey: dict[str, Any], chars: int) -> None:
+    """A checked text sample: its length in characters."""
+    text = survey.setdefault("text", {"count_checked": 0, "chars": []})
+    text["count_checked"] += 1
+    text["chars"].append(chars)
+
+
 def add_payload(survey: dict[str, Any], raw: Any) -> None:
     """A checked sample's payload: its image's codec and size from the header, or its token
     ids' dtype and length; ValueError where it is neither."""
     if raw.codec == TOKENS:
         ids = token_ids(raw.image)
         add_tokens(survey, str(ids.dtype), len(ids))
+    elif raw.codec == TEXT:
+        add_text(survey, len(text_of(raw.image)))
     elif raw.codec == "pil":
         _, width, height, _ = pil_raw_header(raw.image)
         add_image(survey, "pil", width, height)
@@ -216,7 +225,7 @@ def summarize(survey: dict[str, Any], path: str | Loc = "", ignored: Sequence[st
         fields[name] = {"type": info["type"], "missing_in": missing[:LIST_LIMIT],
                         "missing_in_count": len(missing)}
     image = survey["image"]
-    tokens = survey.get("tokens")
+    tokens, text = survey.get("tokens"), survey.get("text")
     widths, heights = image.get("width", []), image.get("height", [])
     sizes = Counter(f"{w}x{h}" for w, h in zip(widths, heights, strict=True))
     problems = survey["problems"]
@@ -249,6 +258,11 @@ def summarize(survey: dict[str, Any], path: str | Loc = "", ignored: Sequence[st
             "count_checked": int(tokens["count_checked"]),
             "per_sample": _range(tokens["lengths"]),
             "mean_per_sample": float(np.mean(tokens["lengths"])),
+        },
+        "text": None if not text else {
+            "count_checked": int(text["count_checked"]),
+            "chars_per_sample": _range(text["chars"]),
+            "mean_chars_per_sample": float(np.mean(text["chars"])),
         },
         "bad_samples": int(survey["bad_samples"]),
         "problems_count": len(problems),

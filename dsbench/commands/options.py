@@ -154,6 +154,10 @@ def add_window_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup,
                    help="token ids per training sequence, for an export of token samples: "
                         "each is cropped to N at a random offset or padded "
                         f"(default {d.seq_len})")
+    p.add_argument("--tokenizer", default=None, metavar="FILE",
+                   help="the job's tokenizer for an export of text samples: a Hugging Face "
+                        "tokenizers JSON (tokenizer.json); default: a byte-level BPE trained "
+                        "on the export's first texts")
     p.add_argument("--order", choices=ORDERS, default=d.order,
                    help="how the workers read the export: sequential (each its units in "
                         "order, epoch after epoch), shuffle (units permuted each epoch and, on "
@@ -244,7 +248,8 @@ def window_options(args: argparse.Namespace, **more: Any) -> BenchOptions:
                            image_field=args.image_field, step=args.pipeline, order=args.order,
                            shuffle_buffer=args.shuffle_buffer, block=args.block,
                            epochs=args.epochs, inflight=args.inflight, exact=args.exact,
-                           exact_samples=args.exact_samples, seq_len=args.seq_len, **more)
+                           exact_samples=args.exact_samples, seq_len=args.seq_len,
+                           tokenizer=args.tokenizer, **more)
     remote.use_inflight(options.inflight)
     return options
 

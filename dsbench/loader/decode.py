@@ -1,5 +1,6 @@
 """The decode stage: an encoded image to pixels, refusing images too large before decoding them;
-a token array (codec `tokens`) to a 1-d integer array.
+a token array (codec `tokens`) to a 1-d integer array; a text (codec `text`) to its ids, by the
+run's tokenizer (tokenize.py).
 
 JPEG with Pillow (default) or simplejpeg when asked for, PNG and other codecs with Pillow, raw
 `.npy` with numpy, raw PIL pixels (MDS's and litdata's `pil` encoding) with Pillow; an image a
@@ -19,7 +20,7 @@ import numpy as np
 from PIL import Image
 
 from dsbench import fmt
-from dsbench.adapters.base import TOKENS, RawSample, token_ids
+from dsbench.adapters.base import TEXT, TOKENS, RawSample, text_of, token_ids
 from dsbench.adapters.survey import MAX_PIXELS, open_image, pil_raw_header
 from dsbench.errors import DsbenchError, SampleError
 
@@ -91,8 +92,8 @@ def _decoded(image: object, limit: int) -> Pixels:
     return np.ascontiguousarray(arr)
 
 
-def make_decoder(name: str = "pillow", max_pixels: int = DEFAULT_MAX_PIXELS
-                 ) -> Callable[[RawSample], Pixels]:
+def make_decoder(name: str = "pillow", max_pixels: int = DEFAULT_MAX_PIXELS,
+                 tokenizer: str | None = None) -> Callable[[RawSample], Pixels]:
     """A function from a raw sample to its pixels; SampleError naming file and key on bad data."""
     if name not in DECODERS:
         raise DsbenchError(f"unknown decoder {name!r} (known: {', '.join(DECODERS)})")
@@ -112,10 +113,21 @@ def make_decoder(name: str = "pillow", max_pixels: int = DEFAULT_MAX_PIXELS
             _check_size(width, height, max_pixels)
             return simplejpeg.decode_jpeg(data, colorspace="RGB")
 
+    encode = None
+    if tokenizer is not None:  # a text export's: built once, as the worker starts
+        from dsbench.loader.tokenize import encoder
+
+        encode = encoder(tokenizer)
+
     def decode(raw: RawSample) -> Pixels:
         try:
             if raw.codec == TOKENS:
                 return token_ids(raw.image)
+            if raw.codec == TEXT:
+                if encode is None:
+                    raise DsbenchError("a text sample, and no tokenizer: the run did not find "
+                                       "the export's samples to be text")
+                return encode(text_of(raw.image))
             if raw.codec == "jpeg":
                 return jpeg(raw.image)
             if raw.codec in ("raw", "npy"):
@@ -126,7 +138,7 @@ def make_decoder(name: str = "pillow", max_pixels: int = DEFAULT_MAX_PIXELS
                 return _decoded(raw.image, max_pixels)
             return _pillow_decode(raw.image, max_pixels)
         except _BAD_DATA as exc:
-            what = "token ids" if raw.codec == TOKENS else f"{raw.codec} image"
+            what = {TOKENS: "token ids", TEXT: "text"}.get(raw.codec, f"{raw.codec} image")
             raise SampleError(f"cannot decode {what}: {exc}", path=raw.source,
                               key=raw.key) from None
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from dsbench import adapters
-from dsbench.adapters.base import TOKENS
+from dsbench.adapters.base import TEXT, TOKENS
 from dsbench.errors import DsbenchError
 from dsbench.loader.counts import DEFAULT_MAX_SAMPLES, REMOTE_MAX_SAMPLES
 from dsbench.loader.decode import DECODERS, DEFAULT_MAX_PIXELS
@@ -24,6 +24,7 @@ from dsbench.loader.order import (
     Order,
 )
 from dsbench.loader.pipeline import Pipeline, TokenCrop, TrainTransform, Transform
+from dsbench.loader.tokenize import TokenizerSpec
 from dsbench.loader.user import UserStep, load
 from dsbench.loader.worker import Opener
 from dsbench.results.types import Config
@@ -69,6 +70,9 @@ class BenchOptions:
     # token ids are cropped to --seq-len instead of the image transform.
     found_kind: str = "image"
     seq_len: int = 2048  # --seq-len: ids per training sequence, for token samples
+    tokenizer: str | None = None  # --tokenizer FILE: text samples' tokenizer (tokenize.py)
+    # The tokenizer text samples are encoded with, once the run has loaded or trained it.
+    tokenizer_spec: TokenizerSpec | None = None
     max_pixels: int = DEFAULT_MAX_PIXELS  # larger images are bad samples
     stall_s: float | None = None  # a worker silent this long fails the run (None: adaptive)
     # Samples of whole units to count; 0: every unit; None: the default for where the export is.
@@ -168,10 +172,12 @@ class BenchOptions:
             step = UserStep(self.step, self.step_bytes)
             return Pipeline(decoder=self.decoder, transform=step, on_error=self.on_error,
                             max_pixels=self.max_pixels, user=step)
-        transform = self.transform or (TokenCrop(self.seq_len) if self.found_kind == TOKENS
+        transform = self.transform or (TokenCrop(self.seq_len)
+                                       if self.found_kind in (TOKENS, TEXT)
                                        else TrainTransform(normalize=self.normalize))
         return Pipeline(decoder=self.decoder, transform=transform, on_error=self.on_error,
-                        max_pixels=self.max_pixels)
+                        max_pixels=self.max_pixels,
+                        tokenizer=self.tokenizer_spec.json if self.tokenizer_spec else None)
 
     def reading_order(self) -> Order:
         return Order(self.order, self.shuffle_buffer, self.seed, self.block,
@@ -211,4 +217,5 @@ class BenchOptions:
                 "block": self.block if self.order == BLOCK else None,
                 "ceiling": self.ceiling, "epochs": self.epochs, "inflight": self.inflight,
                 "exact_samples": self.exact_samples,
-                "seq_len": self.seq_len if self.found_kind == TOKENS else None}
+                "seq_len": self.seq_len if self.found_kind in (TOKENS, TEXT) else None,
+                "tokenizer": self.tokenizer_spec.describe() if self.tokenizer_spec else None}

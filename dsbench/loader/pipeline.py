@@ -4,7 +4,8 @@ Stages (their CPU time is what `dsbench bench` reports per sample):
 
 * ``read``: the reader's ``next()``; the adapter's own work (opening, seeking, untarring).
 * ``decode``: the image to pixels (decode.py: Pillow or simplejpeg, a pixel limit checked from
-  the header first); token ids viewed as a 1-d integer array.
+  the header first); token ids viewed as a 1-d integer array; text encoded to its ids by the
+  run's tokenizer (tokenize.py).
 * ``fields``: every non-image field parsed by its stored encoding (``base.ENC_*``). Numeric
   lists become numpy arrays, as a job must before it can stack them; a JSON document holding an
   object is spread into one field per key.
@@ -197,6 +198,7 @@ class Pipeline:
     on_error: str = "raise"
     max_pixels: int = DEFAULT_MAX_PIXELS
     user: UserStep | None = None  # --pipeline: the user's step replaces decode to transform
+    tokenizer: str | None = None  # text samples: the tokenizer's JSON (tokenize.py)
 
     def __post_init__(self) -> None:
         if self.on_error not in base.ON_ERROR:
@@ -230,7 +232,7 @@ class BatchBuilder:
     def __init__(self, pipeline: Pipeline,
                  read: Callable[[base.SkipHandler], Iterator[RawSample]],
                  rng: np.random.Generator) -> None:
-        self.decode = make_decoder(pipeline.decoder, pipeline.max_pixels)
+        self.decode = make_decoder(pipeline.decoder, pipeline.max_pixels, pipeline.tokenizer)
         self.transform = pipeline.transform
         self.user = pipeline.user
         self.skip = pipeline.on_error == "skip"

@@ -43,7 +43,7 @@ import psutil
 from dsbench import adapters, procs, stats
 from dsbench.adapters.survey import new_survey, summarize
 from dsbench.errors import DsbenchError, SampleError
-from dsbench.loader import epochs, exact, forks, memory, native, worker
+from dsbench.loader import epochs, exact, forks, memory, native, tokenize, worker
 from dsbench.loader.batch_order import order_figures
 from dsbench.loader.counts import NOT_COUNTED, Counts, count_pass
 from dsbench.loader.dataset_source import DatasetSource
@@ -308,9 +308,11 @@ def _run_benches(paths: Sequence[str | Path | Loc], opts: BenchOptions,
     side = [dataclasses.replace(o, found_layout=s["layout"])
             if o.layout is None and o.opener is None and s["layout"] in adapters.FORMATS else o
             for o, (s, _) in zip(side, prepared, strict=True)]
-    # What the samples carry picks the transform: token ids are cropped to --seq-len.
-    side = [dataclasses.replace(o, found_kind=s["sample"]["kind"])
-            for o, (s, _) in zip(side, prepared, strict=True)]
+    # What the samples carry picks the transform: token ids are cropped to --seq-len; text is
+    # tokenized first, by the job's tokenizer or one trained on the export's first texts.
+    side = [tokenize.settled(p, dataclasses.replace(o, found_kind=s["sample"]["kind"]),
+                             worker.open_export)
+            for p, o, (s, _) in zip(ps, side, prepared, strict=True)]
     measured = len(ps)
     exacts = exact.count(ps, side, say)
     if opts.ceiling:

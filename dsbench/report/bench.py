@@ -20,6 +20,8 @@ def tokens_text(doc: BenchResult) -> str:
     the export holds (the mean of the ids checked by the survey)."""
     seq_len = doc["config"].get("seq_len")
     tokens = doc["export"].get("tokens")
+    if seq_len and doc["export"].get("text"):
+        return _text_text(doc, seq_len)
     if not seq_len or not tokens:
         return ""
     run, n = doc["runs"][0], tokens["per_sample"]
@@ -35,6 +37,23 @@ def tokens_text(doc: BenchResult) -> str:
             f"{fmt.plural(run['workers'], 'worker')}, padding included\n"
             f"the export's documents: {n['min']}-{n['max']} ids, mean {fmt.sig(mean)} ids "
             f"({tokens['count_checked']} checked): {fill}; {per_id}")
+
+
+def _text_text(doc: BenchResult, seq_len: int) -> str:
+    """Text samples: the tokenizer that ran in the workers, the sequences' throughput, and the
+    cost per character the export stores."""
+    run, text = doc["runs"][0], doc["export"]["text"]
+    tok = doc["config"].get("tokenizer") or {}
+    mean = text["mean_chars_per_sample"]
+    per_char = (f"; per character stored: {fmt.seconds(run['cpu_s_per_sample'] / mean)} CPU, "
+                f"{fmt.nbytes(run['bytes_per_sample'] / mean)} read" if mean else "")
+    return (f"\n\nText samples ({doc['export']['sample']['field']}), tokenized in the workers "
+            f"by {tok.get('source', '?')} ({tok.get('vocab_size', '?')} ids; decode is the "
+            f"tokenizing): sequences of {seq_len} ids, each cropped at a random offset or padded: "
+            f"{fmt.count(run['samples_per_s'] * seq_len)} tokens/s at "
+            f"{fmt.plural(run['workers'], 'worker')}, padding included\n"
+            f"the export's texts: mean {fmt.sig(mean)} characters "
+            f"({text['count_checked']} checked){per_char}")
 
 
 def requests_text(doc: BenchResult) -> str:

@@ -64,7 +64,8 @@ def render(s: dict[str, Any]) -> str:
                         "in place (memory-mapped), not read whole"))
     lines.append("fields:")
     if not s["fields"]:
-        payload = "token ids" if (s.get("sample") or {}).get("kind") == "tokens" else "image"
+        payload = {"tokens": "token ids", "text": "text"}.get(
+            (s.get("sample") or {}).get("kind", "image"), "image")
         lines.append(f"  (none besides the {payload})")
     width = max((len(n) for n in s["fields"]), default=0)
     where_name = s["containers"]["name"] if s["containers"] else s["unit_name"]
@@ -78,8 +79,17 @@ def render(s: dict[str, Any]) -> str:
         lines.append(f"  {name:<{width}}  {info['type']}  ({where})")
     im, tokens = s["image"], s.get("tokens")
     sample = s.get("sample") or {"kind": "image", "field": None}
-    if sample["kind"] == "tokens":
-        lines.append(f"samples carry:      token ids ({sample['field']})")
+    if sample["kind"] != "image":
+        what = {"tokens": "token ids", "text": "text, tokenized by the loader"}[sample["kind"]]
+        lines.append(f"samples carry:      {what} ({sample['field']})")
+    text = s.get("text")
+    if text:
+        n = text["chars_per_sample"]
+        lines += [
+            f"text:               {text['count_checked']} samples checked",
+            f"  per sample:       {n['min']}-{n['max']} characters, p50 {fmt.sig(n['p50'])}, "
+            f"mean {fmt.sig(text['mean_chars_per_sample'])} characters",
+        ]
     if tokens:
         n = tokens["per_sample"]
         lines += [

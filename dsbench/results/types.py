@@ -71,6 +71,7 @@ class Config(TypedDict):
     inflight: NotRequired[int]
     exact_samples: NotRequired[int]
     seq_len: NotRequired[int | None]
+    tokenizer: NotRequired[dict[str, Any] | None]
 
 
 class Statistics(TypedDict):

@@ -211,7 +211,7 @@ class NativeExport:
                 text = str(exc).strip().splitlines()
                 raise SampleError(f"{reader.library} failed: {type(exc).__name__}: "
                                   f"{text[0] if text else ''}", path=where) from None
-            codec = base.TOKENS if self.view.kind == base.TOKENS else _codec(image)
+            codec = self.view.kind if self.view.kind != "image" else _codec(image)
             yield base.RawSample(key, where, image, codec, fields,
                                  dict.fromkeys(fields, base.ENC_VALUE))
 

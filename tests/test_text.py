@@ -1,0 +1,112 @@
+"""Samples of raw text: exports written by each library itself (tests/tokenlibs.py) are
+inspected, read character for character, and benchmarked with the text tokenized in the loader
+workers by a real tokenizer (Hugging Face tokenizers: trained on the export's own texts, or the
+job's own file), then cropped to sequences like token samples."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import tokenlibs
+from layouts import assert_one_line_error
+
+from dsbench import adapters
+from dsbench.adapters import base
+from dsbench.adapters.survey import summarize
+from dsbench.cli import main
+from dsbench.loader import tokenize
+from dsbench.loader.options import BenchOptions
+from dsbench.loader.pipeline import parse_fields
+from dsbench.loader.runner import run_benches
+from dsbench.report.bench import render
+from dsbench.results import schema
+
+KINDS = ("text-jsonl", "mds-text", "hf-text", "parquet-text")
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory: pytest.TempPathFactory, private_tmp: Path) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("text")
+    return {k: tokenlibs.write(k, root) for k in KINDS}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_text_is_read_as_written(kind: str, exports: dict[str, Path]) -> None:
+    export = adapters.open_export(exports[kind])
+    samples = list(export.read())
+    assert [raw.codec for raw in samples] == [base.TEXT] * tokenlibs.SAMPLES
+    # As stored: a str, or its UTF-8 bytes (an MDS str column), decoded in the decode stage.
+    assert [base.text_of(raw.image) for raw in samples] == [
+        tokenlibs.text(i) for i in range(len(samples))]
+    assert [parse_fields(raw)["doc_id"] for raw in samples] == [
+        tokenlibs.doc_id(i) for i in range(len(samples))]
+    s = summarize(export.survey(), exports[kind], export.ignored, export)
+    assert s["sample"] == {"kind": "text", "field": "text"}
+    chars = [len(tokenlibs.text(i)) for i in range(s["text"]["count_checked"])]
+    assert (s["text"]["chars_per_sample"]["min"], s["text"]["chars_per_sample"]["max"]) == (
+        min(chars), max(chars))
+
+
+def test_a_trained_tokenizer_encodes_and_decodes_the_exports_text_exactly() -> None:
+    texts = [tokenlibs.text(i) for i in range(tokenlibs.SAMPLES)]
+    spec = tokenize.trained(texts, vocab=512)
+    assert 256 < spec.vocab_size <= 512 and "first 120 texts" in spec.source
+    encode = tokenize.encoder(spec.json)
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_str(spec.json)
+    for t in texts[:10]:
+        ids = encode(t)
+        assert ids.dtype.kind == "u" and 0 < len(ids) < len(t.encode())  # merges learned
+        assert tok.decode(ids.tolist()) == t
+
+
+@pytest.mark.parametrize("kind", ["text-jsonl", "hf-text"])
+def test_text_is_tokenized_in_the_workers_and_cropped(kind: str, exports: dict[str, Path],
+                                                      tmp_path: Path) -> None:
+    opts = BenchOptions(workers=(1,), batch_size=4, rounds=1, batches=4, warmup_batches=1,
+                        seq_len=128, exact=False)
+    own = tmp_path / "tokenizer.json"
+    own.write_text(tokenize.trained([tokenlibs.text(i) for i in range(40)], vocab=300).json)
+    each = [opts, dataclasses.replace(opts, tokenizer=str(own))]
+    sources = ["first 120 texts", f"--tokenizer {own}"]
+    if kind == "hf-text":  # and the library's own reader, its texts tokenized the same way
+        each.append(dataclasses.replace(opts, backend="native"))
+        sources.append("first 120 texts")
+    docs = run_benches([exports[kind]] * len(each), opts, each=each)
+    for doc, source in zip(docs, sources, strict=True):
+        schema.validate(doc, "bench")
+        cfg = doc["config"]
+        assert cfg["transform"] == "TokenCrop" and cfg["seq_len"] == 128
+        assert source in cfg["tokenizer"]["source"]
+        (run,) = doc["runs"]
+        assert run["samples"] == 16 and run["stages"]["decode"] > 0  # the tokenizing
+        assert "Text samples (text), tokenized in the workers by" in " ".join(
+            render(doc).split())
+    assert docs[1]["config"]["tokenizer"]["vocab_size"] <= 300
+
+
+def test_a_bad_json_line_is_one_line_naming_its_file_and_line(
+        exports: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    lines = (exports["text-jsonl"] / "part-00001.jsonl").read_text().splitlines()
+    lines[7] = lines[7][:25]
+    (bad / "part-00001.jsonl").write_text("\n".join(lines) + "\n")
+    assert main(["bench", str(bad), "--workers", "1", "--rounds", "1", "--seconds", "0.2",
+                 "--count-samples", "0"]) == 2
+    assert_one_line_error(capsys.readouterr().err, "bench", "part-00001.jsonl",
+                          "[sample part-00001.jsonl:7]", "not a JSON line")
+
+
+def test_a_tokenizer_file_that_is_not_one_is_one_line(exports: dict[str, Path], tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]
+                                                     ) -> None:
+    wrong = tmp_path / "tokenizer.json"
+    wrong.write_text(json.dumps({"not": "a tokenizer"}))
+    assert main(["bench", str(exports["text-jsonl"]), "--tokenizer", str(wrong)]) == 2
+    assert_one_line_error(capsys.readouterr().err, "bench", str(wrong),
+                          "not a tokenizers JSON file")

@@ -241,8 +241,12 @@ def test_generate_from_an_export_writes_what_the_library_reads_back_byte_for_byt
 
 def test_a_wrong_image_field_is_one_line(exports: dict[str, Path],
                                          capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["inspect", str(exports["mds"]), "--image-field", "caption"]) == 2
-    assert_one_line_error(capsys.readouterr().err, "inspect", "--image-field caption", "str")
+    assert main(["inspect", str(exports["mds"]), "--image-field", "label"]) == 2
+    assert_one_line_error(capsys.readouterr().err, "inspect", "--image-field label", "int")
+    # A text column named is a payload too: the samples are then its text (docs/tokens.md).
+    assert main(["inspect", str(exports["mds"]), "--image-field", "caption"]) == 0
+    assert "samples carry:      text, tokenized by the loader (caption)" in \
+        capsys.readouterr().out
     assert main(["inspect", str(exports["lance"]), "--image-field", "nope"]) == 2
     assert_one_line_error(capsys.readouterr().err, "inspect", "no such column")
 

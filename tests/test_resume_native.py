@@ -198,3 +198,41 @@ def test_policies_are_refused_with_the_library_s_own_resume(
     assert main(["resume", str(exports["wds"]), "--backend", "native", "--restart-at", "1",
                  "--policy", "fast-forward"]) == 2
     assert_one_line_error(capsys.readouterr().err, "resume", "--policy")
+
+
+@pytest.mark.parametrize(("sig", "delay"), [(signal.SIGINT, 2.0), (signal.SIGTERM, 3.0)],
+                         ids=["SIGINT-2s", "SIGTERM-3s"])
+def test_a_signal_during_the_libraries_own_resume_ends_it_cleanly(
+        sig: int, delay: float, exports: dict[str, Path], tmp_path: Path) -> None:
+    # MosaicML Streaming on two ranks (its shared memory, a process group, torch's workers
+    # forked from a server): a Ctrl-C to the group, or a CI runner's SIGTERM to the command,
+    # in its uninterrupted epoch or its job, ends it as every command ends (tests/test_signals.py).
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    from leftovers import as_in_a_terminal, ended, group_killed_after, left_behind
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dsbench", "resume", str(exports["mds"]), "--backend", "native",
+         "--restart-at", "2", "--ranks", "2", "--batch-size", "4", "--workers", "2",
+         "--json", str(tmp_path / "a.json")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        preexec_fn=as_in_a_terminal)
+    with group_killed_after(proc):
+        time.sleep(delay)
+        assert proc.poll() is None, "the audit ended before the signal: move the moment"
+        if sig == signal.SIGINT:
+            os.killpg(proc.pid, sig)
+        else:
+            proc.send_signal(sig)
+        err, took = ended(proc, timeout=60)
+    assert "Traceback" not in err, err
+    assert proc.returncode == (130 if sig == signal.SIGINT else 143), err
+    assert err.strip().splitlines()[-1].endswith(
+        "interrupted" if sig == signal.SIGINT else "terminated"), err
+    assert took < 10, f"took {took:.1f} s"
+    assert left_behind(proc.pid) == []
+    assert list(Path(tempfile.gettempdir()).glob(f"dsbench-*-{proc.pid}-*")) == []
+    assert not (tmp_path / "a.json").exists()

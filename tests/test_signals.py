@@ -71,7 +71,7 @@ def _argv(command: str, exports: dict[str, Path], tmp: Path) -> list[str]:
 
 
 # (command, signal, seconds after start), spread over a whole run of each (here compare and gate
-# take about 6.5 s, generate about 4.4 s, probe about 1 s, job 8 s, resume 3.5 s, the demo 33 s,
+# take about 6.5 s, generate about 4.4 s, probe about 1 s, job 8 s, resume 2 s, the demo 33 s,
 # advise 12 s): 17 moments, with bench's 6 named ones (test_bench_cli.py) 23. gate is compare's
 # run and a verdict: it gets fewer; probe's moments cost a second each, compare's three, the
 # demo's a quarter of a minute: the suite's time is shared. The demo's moment falls in its
@@ -79,7 +79,7 @@ def _argv(command: str, exports: dict[str, Path], tmp: Path) -> list[str]:
 # its S3 server must be stopped too); its compare, probe and job are the commands above, and
 # that a job puts back the handlers torch's launcher replaces is checked in tests/test_job.py.
 SPAN = {"compare": (0.0, 6.0, 2), "gate": (0.0, 6.0, 2), "generate": (0.0, 4.2, 3),
-        "probe": (0.0, 1.0, 4), "job": (0.0, 8.0, 1), "resume": (0.0, 3.5, 2),
+        "probe": (0.0, 1.0, 4), "job": (0.0, 8.0, 1), "resume": (0.2, 1.2, 2),
         "resume-torch": (2.0, 6.0, 1), "demo": (12.0, 14.0, 1), "advise": (0.0, 11.0, 1)}
 MOMENTS = [(c, _RNG.choice((signal.SIGINT, signal.SIGTERM)), round(_RNG.uniform(a, b), 3))
            for c, (a, b, n) in SPAN.items() for _ in range(n)]

@@ -64,20 +64,21 @@ def test_a_trained_tokenizer_encodes_and_decodes_the_exports_text_exactly() -> N
         assert tok.decode(ids.tolist()) == t
 
 
-@pytest.mark.parametrize("kind", ["text-jsonl", "hf-text"])
-def test_text_is_tokenized_in_the_workers_and_cropped(kind: str, exports: dict[str, Path],
+def test_text_is_tokenized_in_the_workers_and_cropped(exports: dict[str, Path],
                                                       tmp_path: Path) -> None:
+    # JSON Lines and a `datasets` text column, each with the tokenizer trained on its texts
+    # and with the job's own file; the `datasets` one through the library's reader too: all in
+    # one interleaved run.
     opts = BenchOptions(workers=(1,), batch_size=4, rounds=1, batches=4, warmup_batches=1,
                         seq_len=128, exact=False)
     own = tmp_path / "tokenizer.json"
     own.write_text(tokenize.trained([tokenlibs.text(i) for i in range(40)], vocab=300).json)
-    each = [opts, dataclasses.replace(opts, tokenizer=str(own))]
-    sources = ["first 120 texts", f"--tokenizer {own}"]
-    if kind == "hf-text":  # and the library's own reader, its texts tokenized the same way
-        each.append(dataclasses.replace(opts, backend="native"))
-        sources.append("first 120 texts")
-    docs = run_benches([exports[kind]] * len(each), opts, each=each)
-    for doc, source in zip(docs, sources, strict=True):
+    sides = [("text-jsonl", opts, "first 120 texts"),
+             ("text-jsonl", dataclasses.replace(opts, tokenizer=str(own)), f"--tokenizer {own}"),
+             ("hf-text", opts, "first 120 texts"),
+             ("hf-text", dataclasses.replace(opts, backend="native"), "first 120 texts")]
+    docs = run_benches([exports[k] for k, _, _ in sides], opts, each=[o for _, o, _ in sides])
+    for doc, (_, _, source) in zip(docs, sides, strict=True):
         schema.validate(doc, "bench")
         cfg = doc["config"]
         assert cfg["transform"] == "TokenCrop" and cfg["seq_len"] == 128
@@ -87,6 +88,7 @@ def test_text_is_tokenized_in_the_workers_and_cropped(kind: str, exports: dict[s
         assert "Text samples (text), tokenized in the workers by" in " ".join(
             render(doc).split())
     assert docs[1]["config"]["tokenizer"]["vocab_size"] <= 300
+    assert docs[3]["reader"]["library"] == "datasets"
 
 
 def test_a_bad_json_line_is_one_line_naming_its_file_and_line(

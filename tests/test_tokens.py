@@ -89,27 +89,28 @@ def test_a_token_sample_is_cropped_at_a_random_offset_or_padded() -> None:
     assert short.tolist() == [5, 6, 7, 0, 0, 0, 0, 0]
 
 
-@pytest.mark.parametrize("kind", ["mds-tokens", "hf-tokens", "litdata-tokens-pytree",
-                                  "megatron-tokens"])
-def test_token_exports_are_benchmarked_with_both_readers(kind: str, exports: dict[str, Path],
-                                                         tmp_path: Path) -> None:
+NATIVE = ("mds-tokens", "hf-tokens", "litdata-tokens-pytree", "megatron-tokens")
+
+
+def test_token_exports_are_benchmarked_with_both_readers(exports: dict[str, Path]) -> None:
+    # Every token export with a library of its own, read by dsbench's reader and by the
+    # library's, all in one interleaved run.
     opts = BenchOptions(workers=(1,), batch_size=4, rounds=1, batches=4, warmup_batches=1,
                         seq_len=64, exact=False)
-    docs = run_benches([exports[kind]] * 2, opts,
-                       each=[opts, dataclasses.replace(opts, backend="native")])
-    for doc in docs:
+    each = [dataclasses.replace(opts, backend=b) for _ in NATIVE for b in ("dsbench", "native")]
+    docs = run_benches([exports[k] for k in NATIVE for _ in (0, 1)], opts, each=each)
+    for doc, kind in zip(docs, [k for k in NATIVE for _ in (0, 1)], strict=True):
         schema.validate(doc, "bench")
         assert doc["config"]["transform"] == "TokenCrop" and doc["config"]["seq_len"] == 64
         assert doc["export"]["sample"]["kind"] == "tokens"
         (run,) = doc["runs"]
-        assert run["samples"] == 16 and run["cpu_s_per_sample"] > 0
+        assert run["samples"] == 16 and run["cpu_s_per_sample"] > 0, kind
         said = " ".join(render_bench(doc).split())
         assert f"Token samples ({FIELD.get(kind, 'input_ids')}, uint16): sequences of 64 ids" \
             in said
         assert "a document longer than 64 ids is cropped; per id stored:" in said
-    assert docs[1]["reader"]["library"] != ""
-    if kind != "mds-tokens":
-        return
+    assert [d["config"]["backend"] for d in docs] == ["dsbench", "native"] * len(NATIVE)
+    assert all(d["reader"]["library"] for d in docs[1::2])
     # Carried to a job, the rates are said in token ids too: 8 sequences of 64 ids per GPU.
     cluster = ClusterSpec(nodes=2, gpus_per_node=8, batch_size=8,
                           compute=Distribution.parse("0.2"))
@@ -139,9 +140,10 @@ def test_doc_ids_as_a_json_string_cost_the_fields_stage(exports: dict[str, Path]
     assert set(counted) == {"read", "decode", "fields", "transform", "collate"}
     grew = max(counted.values(), key=lambda a: a["delta"])
     assert grew["what"] == "fields instructions" and grew["distinguishable"], counted
-    # The ids themselves cost the same: viewed and cropped alike on both sides.
-    assert not counted["decode"]["distinguishable"]
-    assert not counted["transform"]["distinguishable"]
+    # The ids themselves cost about the same: viewed and cropped alike on both sides (a few
+    # hundred instructions apart at most, where fields grew by tens of thousands).
+    for stage in ("decode", "transform"):
+        assert abs(counted[stage]["delta"]) < 0.02 * grew["delta"], counted
 
 
 def _truncated(src: Path, dst: Path) -> Path:

@@ -82,7 +82,7 @@ EXIT = {"dsbench inspect s3://nobucket/after": 2}
 # `calm` and `hot` are the same exports in the buckets the throttling example reads (here
 # without the proxy: what is checked is that the commands run).
 BUCKETS, IN_BUCKET = ("exports", "calm", "hot"), ("before", "after")
-SAMPLES, SECONDS, ROUNDS, STEPS, BATCH = 40, 0.3, 1, 400, 8
+SAMPLES, SECONDS, ROUNDS, STEPS, BATCH = 40, 0.2, 1, 400, 8
 # `python export.py` in the CI example is a project's own export pipeline: an export written by
 # dsbench stands in for it.
 STAND_INS = {"python export.py": ["generate", "after"]}

@@ -124,6 +124,20 @@ _opens = 0
 _mapped_bytes = 0
 
 
+def data_files(path: Loc, exts: tuple[str, ...], what: str) -> dict[Loc, int]:
+    """The files of an export whose names end in one of `exts` (all of them when `path` is a
+    file), with their sizes, sorted; a DsbenchError when there are none."""
+    if not files.is_dir(path):
+        size = files.size(path)
+        if size is None:
+            raise DsbenchError("no such file or directory", path=path)
+        return {path: size}
+    found = {path / rel: n for rel, n in walk(path) if rel.lower().endswith(exts)}
+    if not found:
+        raise DsbenchError(f"no {what} files ({', '.join(exts)}) here", path=path)
+    return found
+
+
 def open_file(path: str | os.PathLike[str] | Loc, seekable: bool = False) -> IO[bytes]:
     """Open a file of the export for reading, counting the open. A remote one is streamed
     from one GET, or read over range GETs when it must be `seekable`."""

@@ -89,18 +89,7 @@ def detect_files(path: Loc, exts: tuple[str, ...], magic: Callable[[bytes], bool
         return False
 
 
-def data_files(path: Loc, exts: tuple[str, ...], what: str) -> dict[Loc, int]:
-    """The data files of an export and their sizes, sorted; a DsbenchError when there are
-    none."""
-    if not store.is_dir(path):
-        size = store.size(path)
-        if size is None:
-            raise DsbenchError("no such file or directory", path=path)
-        return {path: size}
-    found = {p: n for p, n in _walk(path) if p.suffix.lower() in exts}
-    if not found:
-        raise DsbenchError(f"no {what} files ({', '.join(exts)}) here", path=path)
-    return found
+data_files = base.data_files  # the columnar layouts' data files, by their names' endings
 
 
 class ColumnarExport(base.ReadsUnits):

@@ -136,18 +136,6 @@ class JsonlExport(base.ReadsUnits):
         return survey
 
 
-def _files(path: Loc) -> dict[Loc, int]:
-    if not store.is_dir(path):
-        size = store.size(path)
-        if size is None:
-            raise DsbenchError("no such file or directory", path=path)
-        return {path: size}
-    found = {path / rel: n for rel, n in base.walk(path) if rel.lower().endswith(EXTS)}
-    if not found:
-        raise DsbenchError(f"no JSON Lines files ({', '.join(EXTS)}) here", path=path)
-    return found
-
-
 class JsonlAdapter:
     name = "jsonl"
 
@@ -158,7 +146,7 @@ class JsonlAdapter:
             return False
 
     def open(self, path: Loc, image_field: str | None = None) -> JsonlExport:
-        return JsonlExport(path, _files(path), image_field)
+        return JsonlExport(path, base.data_files(path, EXTS, "JSON Lines"), image_field)
 
 
 ADAPTER = JsonlAdapter()

@@ -53,7 +53,7 @@ def test_every_text_is_read_as_written(kind: str, exports: dict[str, Path]) -> N
 def test_a_trained_tokenizer_encodes_and_decodes_the_exports_text_exactly() -> None:
     texts = [tokenlibs.text(i) for i in range(tokenlibs.SAMPLES)]
     spec = tokenize.trained(texts, vocab=512)
-    assert 256 < spec.vocab_size <= 512 and "first 120 texts" in spec.source
+    assert 256 < spec.vocab_size <= 512 and spec.source.endswith("first 120 texts of the export")
     encode = tokenize.encoder(spec.json)
     from tokenizers import Tokenizer
 
@@ -89,6 +89,11 @@ def test_text_is_tokenized_in_the_workers_and_cropped(exports: dict[str, Path],
             render(doc).split())
     assert docs[1]["config"]["tokenizer"]["vocab_size"] <= 300
     assert docs[3]["reader"]["library"] == "datasets"
+    # One run, one tokenizer: the sides without a --tokenizer share the first one trained (on
+    # the first export's texts), as one job tokenizes whatever export it reads.
+    trained = {doc["config"]["tokenizer"]["source"] for doc in (docs[0], docs[2], docs[3])}
+    assert trained == {f"a byte-level BPE trained on the first 120 texts of "
+                       f"{exports['text-jsonl']}"}
 
 
 def test_a_bad_json_line_is_one_line_naming_its_file_and_line(

@@ -4,10 +4,11 @@ text tokenizes it in its workers.
 A run on text takes the job's own tokenizer (`--tokenizer FILE`: a tokenizers JSON, as
 `Tokenizer.save` writes it and a Hub model ships its tokenizer.json), or trains a byte-level BPE
 of VOCAB ids on the export's first TRAIN_SAMPLES texts in the main process before the rounds,
-so that nothing is downloaded. The tokenizer travels to the workers as its JSON text inside the
-pipeline (no file to clean up); each worker builds it once as it starts, outside the measured
-window, and the decode stage encodes each sample's text to its ids, one text at a time (single
-threaded, as a loader worker that owns one core).
+so that nothing is downloaded; the sides of one run (a comparison) share the first side's, so
+that both exports are tokenized alike. The tokenizer travels to the workers as its JSON text
+inside the pipeline (no file to clean up); each worker builds it once as it starts, outside the
+measured window, and the decode stage encodes each sample's text to its ids, one text at a time
+(single threaded, as a loader worker that owns one core).
 """
 
 from __future__ import annotations
@@ -65,8 +66,8 @@ def from_file(path: str) -> TokenizerSpec:
     return TokenizerSpec(text, f"--tokenizer {path}", int(tok.get_vocab_size()))
 
 
-def trained(texts: Iterable[str], vocab: int = VOCAB) -> TokenizerSpec:
-    """A byte-level BPE trained on `texts` (the export's first samples)."""
+def trained(texts: Iterable[str], vocab: int = VOCAB, where: str = "the export") -> TokenizerSpec:
+    """A byte-level BPE trained on `texts` (the first samples of the export `where`)."""
     tokenizers = _library()
     from tokenizers import decoders, models, pre_tokenizers, trainers
 
@@ -77,8 +78,8 @@ def trained(texts: Iterable[str], vocab: int = VOCAB) -> TokenizerSpec:
     trainer = trainers.BpeTrainer(vocab_size=vocab, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(taken, trainer=trainer)
-    return TokenizerSpec(tok.to_str(), f"a byte-level BPE trained on the export's first "
-                         f"{len(taken)} texts", int(tok.get_vocab_size()))
+    return TokenizerSpec(tok.to_str(), f"a byte-level BPE trained on the first {len(taken)} "
+                         f"texts of {where}", int(tok.get_vocab_size()))
 
 
 def encoder(spec_json: str) -> Callable[[str], np.ndarray]:
@@ -90,6 +91,22 @@ def encoder(spec_json: str) -> Callable[[str], np.ndarray]:
         return np.asarray(tok.encode(text, add_special_tokens=False).ids, dtype=np.uint32)
 
     return encode
+
+
+def settled_all(paths: list[Any], sides: list[Any],
+                open_export: Callable[[str, Any], Any]) -> list[Any]:
+    """Every side of a run settled (`settled`), the text sides without a --tokenizer of their
+    own sharing the first one's: a comparison tokenizes both exports alike, as one job would."""
+    out: list[Any] = []
+    shared = None
+    for path, opts in zip(paths, sides, strict=True):
+        if opts.found_kind == TEXT and opts.tokenizer is None and shared is not None:
+            out.append(dataclasses.replace(opts, tokenizer_spec=shared))
+            continue
+        out.append(settled(path, opts, open_export))
+        if opts.found_kind == TEXT and opts.tokenizer is None:
+            shared = out[-1].tokenizer_spec
+    return out
 
 
 def settled(path: Any, opts: Any, open_export: Callable[[str, Any], Any]) -> Any:
@@ -104,4 +121,5 @@ def settled(path: Any, opts: Any, open_export: Callable[[str, Any], Any]) -> Any
     if opts.tokenizer is not None:
         return dataclasses.replace(opts, tokenizer_spec=from_file(opts.tokenizer))
     first = itertools.islice(open_export(str(path), opts.export_opener()).read(), TRAIN_SAMPLES)
-    return dataclasses.replace(opts, tokenizer_spec=trained(text_of(r.image) for r in first))
+    return dataclasses.replace(opts, tokenizer_spec=trained(
+        (text_of(r.image) for r in first), where=str(path)))

@@ -109,22 +109,36 @@ NATIVE_OPTIONS = {
 
 
 # mds-zstd is read by the same readers as mds, after decompression (read whole above).
-@pytest.mark.parametrize("fmt", [f for f in FORMATS if f != "mds-zstd"])
-def test_bench_measures_with_both_readers_at_1_and_2_workers(fmt: str, exports: dict[str, Path],
-                                                             tmp_path: Path) -> None:
+BOTH = [f for f in FORMATS if f != "mds-zstd"]
+
+
+def _order(fmt: str) -> str:
+    # The libraries whose shuffle dsbench drives read with it (--order shuffle).
+    return "sequential" if fmt in ("lance", "tfrecord") else "shuffle"
+
+
+@pytest.fixture(scope="module")
+def both_readers(exports: dict[str, Path]) -> dict[str, dict[str, Any]]:
+    """Every format read by dsbench's reader and by its library, at 1 and 2 workers, all in one
+    interleaved run (as `compare EXPORT EXPORT --cand-backend native` pairs two), the library
+    configured by options a job passes it (--native-option); a shuffle buffer of 16 where the
+    library's shuffle is a buffer (one of 1000 on 120 samples fills with all of them before the
+    first: seconds of a streaming Hugging Face dataset's warm-up)."""
     opts = BenchOptions(workers=(1, 2), batch_size=4, rounds=1, batches=4, warmup_batches=1)
-    # Both readers in one interleaved run, as `compare EXPORT EXPORT --cand-backend native`;
-    # the library configured by options a job passes it (--native-option).
+    each = [side for fmt in BOTH for side in (opts, dataclasses.replace(
+        opts, backend="native", native_options=native_options.parse(NATIVE_OPTIONS[fmt][0]),
+        order=_order(fmt), shuffle_buffer=16))]
+    docs = run_benches([exports[fmt] for fmt in BOTH for _ in (0, 1)], opts, each=each)
+    return {fmt: {"dsbench": docs[2 * i], "native": docs[2 * i + 1]}
+            for i, fmt in enumerate(BOTH)}
+
+
+@pytest.mark.parametrize("fmt", BOTH)
+def test_bench_measures_with_both_readers_at_1_and_2_workers(
+        fmt: str, both_readers: dict[str, dict[str, Any]], tmp_path: Path) -> None:
     given = native_options.parse(NATIVE_OPTIONS[fmt][0])
-    # The libraries whose shuffle dsbench drives read with it (--order shuffle); a buffer of
-    # 16 where the shuffle is a buffer (one of 1000 on 120 samples fills with all of them
-    # before the first: seconds of a streaming Hugging Face dataset's warm-up).
-    order = "sequential" if fmt in ("lance", "tfrecord") else "shuffle"
-    both = run_benches([exports[fmt]] * 2, opts,
-                       each=[opts, dataclasses.replace(opts, backend="native",
-                                                       native_options=given, order=order,
-                                                       shuffle_buffer=16)])
-    docs = dict(zip(("dsbench", "native"), both, strict=True))
+    order = _order(fmt)
+    docs = both_readers[fmt]
     for backend, doc in docs.items():
         write_result(tmp_path / f"{backend}.json", doc)  # validates against the schema
         assert [r["workers"] for r in doc["runs"]] == [1, 2]

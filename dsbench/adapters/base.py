@@ -80,6 +80,29 @@ def decode_stored(encoding: str | None, value: Any) -> Any:
     return value
 
 
+def chosen(candidates: Sequence[str], names: tuple[str, ...]) -> str | None:
+    """The payload column among `candidates`: the one whose name is in `names`, else the only
+    candidate; None where there is no such one."""
+    named = [c for c in candidates if c.lower() in names]
+    if len(named) == 1:
+        return named[0]
+    return candidates[0] if len(candidates) == 1 else None
+
+
+class StoredIds:
+    """A sample's token ids as stored: its bytes, and how its format turns them into an array,
+    run by the decode stage (token_ids) so that the read stage does only the reading."""
+
+    __slots__ = ("data", "parse")
+
+    def __init__(self, parse: Callable[[bytes], Any], data: bytes) -> None:
+        self.parse, self.data = parse, data
+
+    def numpy(self) -> np.ndarray:
+        arr = np.asarray(self.parse(self.data))
+        return arr.reshape(-1) if arr.ndim == 2 and 1 in arr.shape else arr  # (1, n) or (n, 1)
+
+
 def token_ids(payload: object) -> np.ndarray:
     """A sample's token ids as the reader found them (a view where the layout allows: an MDS
     ndarray's bytes, an Arrow list's values) or as a format's own library gave them (a list, a

@@ -163,9 +163,8 @@ def _text_plan(schema: pa.Schema, image_field: str | None, key: str | None) -> s
     else the only string column besides the key; None where there is none."""
     if image_field is not None:
         return image_field if _text_candidate(schema.field(image_field)) else None
-    texts = [f.name for f in schema if _text_candidate(f) and f.name != key]
-    named = [n for n in texts if n.lower() in base.TEXT_NAMES]
-    return named[0] if len(named) == 1 else texts[0] if len(texts) == 1 else None
+    return base.chosen([f.name for f in schema if _text_candidate(f) and f.name != key],
+                       base.TEXT_NAMES)
 
 
 def _token_plan(schema: pa.Schema, image_field: str | None, where: Loc) -> str | None:
@@ -174,9 +173,9 @@ def _token_plan(schema: pa.Schema, image_field: str | None, where: Loc) -> str |
     if image_field is not None:
         return image_field if _token_candidate(schema.field(image_field)) else None
     tokens = [f.name for f in schema if _token_candidate(f)]
-    named = [n for n in tokens if n.lower() in base.TOKEN_NAMES]
-    if len(named) == 1 or len(tokens) == 1:
-        return (named or tokens)[0]
+    token = base.chosen(tokens, base.TOKEN_NAMES)
+    if token is not None:
+        return token
     if tokens:
         raise DsbenchError(f"several token columns ({', '.join(tokens)}): name the one to "
                            "read with --image-field", path=where)

@@ -319,7 +319,8 @@ class IndexedExport(ShardsAt, base.ReadsUnits):
     def _check_image(self, survey: dict[str, Any], entry: Entry, record: memoryview,
                      key: str, unit: str) -> None:
         try:
-            add_payload(survey, self._sample(entry, record, key, unit))
+            raw = self._sample(entry, record, key, unit)
+            add_payload(survey, raw.codec, raw.image)
         except SampleError as err:
             survey["problems"].append(problem(unit, key, str(err)))
         except ValueError as exc:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import struct
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -106,20 +107,6 @@ def _token_dtype(serializer: str) -> str | None:
     except (ValueError, IndexError, KeyError):
         return None
     return dtype if dtype is not None and np.dtype(dtype).kind in "iu" else None
-
-
-class _Tokens:
-    """An item's token leaf as stored: its bytes, viewed as ids by the decode stage, so that
-    the read stage does only the reading."""
-
-    __slots__ = ("data", "serializer")
-
-    def __init__(self, serializer: str, data: bytes) -> None:
-        self.serializer, self.data = serializer, data
-
-    def numpy(self) -> np.ndarray:
-        arr = np.asarray(_value(self.serializer, self.data))
-        return arr.reshape(-1) if arr.ndim == 2 and 1 in arr.shape else arr
 
 
 def _with_header(data: bytes, dtypes: Any) -> np.ndarray:
@@ -214,11 +201,11 @@ class LitdataExport(indexed.IndexedExport):
             return image_field, "image"
         images = [n for n, f in zip(names, formats, strict=True) if _image_codec(f)]
         tokens = [n for n, f in zip(names, formats, strict=True) if _token_dtype(f)]
-        named = [n for n in tokens if n.lower() in base.TOKEN_NAMES]
         if len(images) == 1:
             return images[0], "image"
-        if not images and (len(named) == 1 or len(tokens) == 1):
-            return (named or tokens)[0], base.TOKENS
+        token = None if images else base.chosen(tokens, base.TOKEN_NAMES)
+        if token is not None:
+            return token, base.TOKENS
         texts = [n for n, f in zip(names, formats, strict=True)
                  if f == "str" and n.lower() in base.TEXT_NAMES]
         if not images and not tokens and len(texts) == 1:
@@ -267,8 +254,8 @@ class LitdataExport(indexed.IndexedExport):
             key = values[self.key].decode("utf-8", "replace")
         image = values[self.image]
         if self.kind != "image":  # token ids viewed, text decoded, in the decode stage
-            payload = _Tokens(self.serializer[self.image], image) if self.kind == base.TOKENS \
-                else image
+            payload = base.StoredIds(partial(_value, self.serializer[self.image]), image) \
+                if self.kind == base.TOKENS else image
             return base.RawSample(key, where, payload, self.kind,
                                   self._fields(values, key, where), self.field_encodings)
         codec = _image_codec(self.serializer[self.image])

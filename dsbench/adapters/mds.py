@@ -23,6 +23,7 @@ sample's number in the export.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -80,20 +81,6 @@ def _token_encoding(encoding: str) -> bool:
     if len(parts) < 2 or not parts[1]:
         return True
     return parts[1] in _SCALARS and np.dtype(parts[1]).kind in "iu"
-
-
-class _Tokens:
-    """A sample's token column as stored: its bytes, viewed as ids by the decode stage (where
-    an MDS ndarray's header is read), so that the read stage does only the reading."""
-
-    __slots__ = ("data", "encoding")
-
-    def __init__(self, encoding: str, data: bytes) -> None:
-        self.encoding, self.data = encoding, data
-
-    def numpy(self) -> np.ndarray:
-        arr = _ndarray(self.encoding, self.data)
-        return arr.reshape(-1) if arr.ndim == 2 and 1 in arr.shape else arr
 
 
 def _value(encoding: str, data: bytes) -> Any:
@@ -194,9 +181,9 @@ class MdsExport(indexed.IndexedExport):
         if images:
             return images[0], "image"
         tokens = [n for n, e in zip(names, encodings, strict=True) if _token_encoding(e)]
-        named = [n for n in tokens if n.lower() in base.TOKEN_NAMES]
-        if len(named) == 1 or len(tokens) == 1:
-            return (named or tokens)[0], base.TOKENS
+        token = base.chosen(tokens, base.TOKEN_NAMES)
+        if token is not None:
+            return token, base.TOKENS
         texts = [n for n, e in zip(names, encodings, strict=True)
                  if e == "str" and n.lower() in base.TEXT_NAMES]
         if not tokens and len(texts) == 1:
@@ -230,9 +217,10 @@ class MdsExport(indexed.IndexedExport):
         enc = self.encodings[self.names.index(self.image)]
         image = values[self.image]
         if self.kind != "image":  # token ids viewed, text decoded, in the decode stage
-            return base.RawSample(key, where, _Tokens(enc, image) if self.kind == base.TOKENS
-                                  else image, self.kind, self._fields(values, key, where),
-                                  self.field_encodings)
+            payload = base.StoredIds(partial(_ndarray, enc), image) \
+                if self.kind == base.TOKENS else image
+            return base.RawSample(key, where, payload, self.kind,
+                                  self._fields(values, key, where), self.field_encodings)
         codec = IMAGE_ENCODINGS.get(enc) if enc != "jpeg" else sniff_codec(image) or "jpeg"
         codec = codec or sniff_codec(image)
         if codec is None:

@@ -12,13 +12,13 @@ import pyarrow.compute as pc
 
 from dsbench.adapters import base
 from dsbench.adapters.columns import Plan, column_values, image_column
-from dsbench.adapters.survey import add_image, add_text, add_tokens, probe_image, problem
+from dsbench.adapters.survey import add_payload, problem
 
 
 def survey_payloads(survey: dict[str, Any], plan: Plan, arr: pa.Array, keys: Sequence[Any],
                     unit: str) -> None:
-    """Each row's payload checked into the survey: an image's codec and size from its header,
-    or its token ids' dtype and length; a row that is neither is a problem naming it."""
+    """Each row's payload checked into the survey (survey.add_payload); a row whose payload is
+    not what its kind says is a problem naming it."""
     payloads: Any = (column_values(arr) if plan.kind in (base.TOKENS, base.TEXT)
                      else image_column(arr, plan.image_child))
     for j in range(len(arr)):
@@ -26,13 +26,7 @@ def survey_payloads(survey: dict[str, Any], plan: Plan, arr: pa.Array, keys: Seq
         try:
             if data is None:
                 raise ValueError(f"{plan.kind} is null")
-            if plan.kind == base.TOKENS:
-                ids = base.token_ids(data)
-                add_tokens(survey, str(ids.dtype), len(ids))
-            elif plan.kind == base.TEXT:
-                add_text(survey, len(base.text_of(data)))
-            else:
-                add_image(survey, *probe_image(data))
+            add_payload(survey, plan.kind, data)  # an image's codec is sniffed from its header
         except ValueError as exc:
             survey["problems"].append(problem(unit, str(keys[j]), str(exc)))
 

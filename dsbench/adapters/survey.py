@@ -188,19 +188,20 @@ def add_text(survey: dict[str, Any], chars: int) -> None:
     text["chars"].append(chars)
 
 
-def add_payload(survey: dict[str, Any], raw: Any) -> None:
-    """A checked sample's payload: its image's codec and size from the header, or its token
-    ids' dtype and length; ValueError where it is neither."""
-    if raw.codec == TOKENS:
-        ids = token_ids(raw.image)
+def add_payload(survey: dict[str, Any], codec: str, payload: Any) -> None:
+    """A checked sample's payload, by its codec (a RawSample's, or a sample kind): its image's
+    codec and size from the header, its token ids' dtype and length, or its text's length;
+    ValueError where it is none of them."""
+    if codec == TOKENS:
+        ids = token_ids(payload)
         add_tokens(survey, str(ids.dtype), len(ids))
-    elif raw.codec == TEXT:
-        add_text(survey, len(text_of(raw.image)))
-    elif raw.codec == "pil":
-        _, width, height, _ = pil_raw_header(raw.image)
+    elif codec == TEXT:
+        add_text(survey, len(text_of(payload)))
+    elif codec == "pil":
+        _, width, height, _ = pil_raw_header(payload)
         add_image(survey, "pil", width, height)
     else:
-        add_image(survey, *probe_image(raw.image))
+        add_image(survey, *probe_image(payload))
 
 
 def finish_image(survey: dict[str, Any]) -> None:

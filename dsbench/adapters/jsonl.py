@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from dsbench.adapters import base
-from dsbench.adapters.survey import CHECK_LIMIT, add_text, new_survey, problem
+from dsbench.adapters.survey import CHECK_LIMIT, add_text, apportion, new_survey, problem
 from dsbench.errors import DsbenchError, SampleError
 from dsbench.storage import files as store
 from dsbench.storage.files import Loc, location
@@ -42,7 +42,6 @@ class JsonlExport(base.ReadsUnits):
         self.files = [str(p) for p in found]
         self.sizes = {str(p): n for p, n in found.items()}
         self.ignored: list[str] = []
-        self.payload_field = text_field
         self._counts: dict[str, int] = {}
         first = next((line for unit in self.files[:1] for line in _lines(unit) if line.strip()),
                      None)
@@ -104,11 +103,10 @@ class JsonlExport(base.ReadsUnits):
             raise SampleError(f"not a JSON line: {exc}", path=where, key=key) from None
         if not isinstance(obj, dict) or not isinstance(obj.get(text), str):
             raise SampleError(f"no text in {text!r}", path=where, key=key)
-        payload = obj.pop(text)
+        payload = obj.pop(text)  # what is left of the object is the sample's fields
         ident = next((obj[k] for k in ID_KEYS if k in obj), None)
-        fields = {k: v for k, v in obj.items()}
         return base.RawSample(key if ident is None else str(ident), where, payload, base.TEXT,
-                              fields, dict.fromkeys(fields, base.ENC_VALUE))
+                              obj, dict.fromkeys(obj, base.ENC_VALUE))
 
     def survey(self) -> dict[str, Any]:
         survey = new_survey(self.layout)
@@ -123,11 +121,11 @@ class JsonlExport(base.ReadsUnits):
                     for k, v in raw.fields.items():
                         fields.setdefault(k, {"type": type(v).__name__, "missing_in": []})
                     n += 1
+                self._counts[unit] = n  # a file read whole: its count is known
             except SampleError as err:
                 survey["problems"].append(problem(unit, err.key, str(err)))
-            self._counts[unit] = n
             samples += n
-            survey["sample_bytes"] += [self.sizes[unit] // max(1, n)] * n
+            survey["sample_bytes"] += apportion(self.sizes[unit], [1] * n)
         survey.update({"samples": samples, "units": len(self.files), "files": len(self.files),
                        "bytes": sum(self.sizes.values()),
                        "files_per_sample": len(self.files) / samples if samples else 0.0,

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from dsbench.adapters import base
-from dsbench.adapters.survey import CHECK_LIMIT, add_tokens, new_survey, problem
+from dsbench.adapters.survey import CHECK_LIMIT, add_tokens, apportion, new_survey, problem
 from dsbench.errors import DsbenchError, SampleError
 from dsbench.storage import files as store
 from dsbench.storage.files import Loc
@@ -45,11 +45,11 @@ class Index:
     dtype: np.dtype[Any]
     lengths: np.ndarray  # ids per sequence
     pointers: np.ndarray  # byte offset of each sequence in the .bin
-    documents: int
     bin_bytes: int  # the .bin's size on disk
+    idx_bytes: int  # the .idx's
 
 
-def _parse(data: bytes, where: Loc) -> tuple[np.dtype[Any], np.ndarray, np.ndarray, int]:
+def _parse(data: bytes, where: Loc) -> tuple[np.dtype[Any], np.ndarray, np.ndarray]:
     if len(data) < _HEAD.size or not data.startswith(MAGIC):
         raise DsbenchError("not a Megatron index: no MMIDIDX header", path=where)
     _, version, code, sequences, boundaries = _HEAD.unpack_from(data)
@@ -63,7 +63,7 @@ def _parse(data: bytes, where: Loc) -> tuple[np.dtype[Any], np.ndarray, np.ndarr
                            f"{need}", path=where)
     lengths = np.frombuffer(data, "<i4", sequences, _HEAD.size)
     pointers = np.frombuffer(data, "<i8", sequences, _HEAD.size + 4 * sequences)
-    return np.dtype(DTYPES[code]), lengths, pointers, max(0, boundaries - 1)
+    return np.dtype(DTYPES[code]), lengths, pointers
 
 
 def prefixes(listing: dict[str, int]) -> list[str]:
@@ -91,9 +91,8 @@ class MegatronExport(base.ReadsUnits):
             where = path / f"{prefix}.idx"
             with store.open_stream(where) as f:
                 data = f.read()
-            dtype, lengths, pointers, documents = _parse(data, where)
-            self.index[prefix] = Index(dtype, lengths, pointers, documents,
-                                       listing[f"{prefix}.bin"])
+            self.index[prefix] = Index(*_parse(data, where), listing[f"{prefix}.bin"],
+                                       listing[f"{prefix}.idx"])
         dtypes = {str(i.dtype) for i in self.index.values()}
         if len(dtypes) > 1:
             raise DsbenchError(f"a blend of datasets of several dtypes "
@@ -152,12 +151,9 @@ class MegatronExport(base.ReadsUnits):
         for i in range(first, end):
             at, n = int(idx.pointers[i]) - start, int(idx.lengths[i])
             if at < 0 or at + n * width > len(data) or n < 0:
-                err = SampleError(f"sequence {i} lies at bytes {idx.pointers[i]}+{n * width} "
-                                  f"of a .bin of {idx.bin_bytes} bytes (truncated?)",
-                                  path=where, key=f"{prefix}:{i}")
-                if skip is None:
-                    raise err
-                skip(err)
+                base.report(SampleError(f"sequence {i} lies at bytes {idx.pointers[i]}+"
+                                        f"{n * width} of a .bin of {idx.bin_bytes} bytes "
+                                        "(truncated?)", path=where, key=f"{prefix}:{i}"), skip)
                 continue
             yield base.RawSample(f"{prefix}:{i}", where, np.frombuffer(data, idx.dtype, n, at),
                                  base.TOKENS, {}, {})
@@ -168,8 +164,9 @@ class MegatronExport(base.ReadsUnits):
         checked = 0
         for prefix, idx in self.index.items():
             width = idx.dtype.itemsize
-            share = (_HEAD.size + 12 * len(idx.lengths)) / max(1, len(idx.lengths))
-            sample_bytes += [int(n * width + share) for n in idx.lengths.tolist()]
+            # The pair's bytes, the index's shared in proportion to each sequence's ids.
+            sample_bytes += apportion(idx.bin_bytes + idx.idx_bytes,
+                                      (idx.lengths.astype(np.int64) * width).tolist())
             bad = np.nonzero(idx.pointers + idx.lengths.astype(np.int64) * width
                              > idx.bin_bytes)[0]
             for i in bad[:CHECK_LIMIT].tolist():

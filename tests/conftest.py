@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
 import shutil
 import sys
+import time
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from dsbench.export.generate import generate
@@ -26,6 +30,47 @@ sys.path.insert(0, str(Path(__file__).parent))
 # it (--exact, exact=True); the rest measure other things, without it, as this makes the
 # default (set here, so that the commands tests start as processes inherit it).
 os.environ.setdefault("DSBENCH_EXACT", "0")
+
+
+@pytest.fixture(autouse=True)
+def _no_process_outlives_its_test() -> Iterator[None]:
+    """A test that fails before it stops a dsbench run it started would leave the run going,
+    and the tests after it in this process would count its processes and memory as theirs: a
+    run a test started and left is ended after it, with a warning naming it (the tests of
+    cleanup assert their own)."""
+    me = psutil.Process()
+    before = {p.pid for p in me.children()}
+    yield
+    deadline = time.monotonic() + 5.0
+    while True:
+        left = [p for p in me.children() if p.pid not in before and _running(p)
+                and not _kept(p)]
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    killed = []
+    for p in left:
+        with contextlib.suppress(psutil.Error):
+            warnings.warn(f"a test left a process running: {' '.join(p.cmdline())[:200]}",
+                          stacklevel=1)
+            for q in [*p.children(recursive=True), p]:
+                q.kill()
+                killed.append(q)
+    psutil.wait_procs(killed, timeout=5)
+
+
+def _running(p: psutil.Process) -> bool:
+    with contextlib.suppress(psutil.Error):
+        return p.status() != psutil.STATUS_ZOMBIE
+    return False
+
+
+def _kept(p: psutil.Process) -> bool:
+    """Only dsbench's own runs are ended: a session fixture's server may start inside a test."""
+    with contextlib.suppress(psutil.Error):
+        return " -m dsbench" not in " ".join(p.cmdline())
+    return True
+
 
 TINY_IMAGE = {"codec": "jpeg", "sizes": "fixed", "width": 48, "height": 32, "quality": 80}
 

@@ -3,6 +3,7 @@ localhost), the document they write, the model beside it, and a killed rank's cl
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -143,14 +144,28 @@ def test_two_nodes_on_localhost_under_torchrun_make_one_job(shards: Path, tmp_pa
 
 
 def _ranks_of(launcher: psutil.Process) -> dict[int, psutil.Process]:
+    """The rank processes: a rank's own short-lived children (forked to run a program) carry its
+    command line until they exec, so a rank is one whose parent is not a rank."""
     found = {}
-    for p in launcher.children(recursive=True):
+    try:
+        family = launcher.children(recursive=True)
+    except psutil.Error:
+        return {}
+    for p in family:
         try:
-            if "dsbench.job.rank" in " ".join(p.cmdline()):
+            if ("dsbench.job.rank" in " ".join(p.cmdline())
+                    and "dsbench.job.rank" not in " ".join(psutil.Process(p.ppid()).cmdline())):
                 found[int(p.environ()["RANK"])] = p
         except (psutil.Error, KeyError, ValueError):
             continue
     return found
+
+
+def _has_worker(rank: psutil.Process) -> bool:
+    try:
+        return bool(rank.children())
+    except psutil.Error:
+        return False
 
 
 def assert_nothing_left(tree: list[psutil.Process], shm_before: set[str]) -> None:
@@ -178,18 +193,27 @@ def test_a_killed_rank_fails_the_job_at_once_with_one_line_and_leaves_nothing(
     launcher = psutil.Process(proc.pid)
     deadline = time.monotonic() + 120
     ranks: dict[int, psutil.Process] = {}
-    # Wait for both ranks to be in their steps: each has started its loader worker.
-    while time.monotonic() < deadline:
-        ranks = _ranks_of(launcher)
-        if len(ranks) == 2 and all(r.children() for r in ranks.values()):
-            break
-        time.sleep(0.2)
-    assert len(ranks) == 2, "the ranks did not start"
-    time.sleep(2.0)
-    tree = [launcher, *launcher.children(recursive=True)]
-    killed_at = time.monotonic()
-    ranks[1].send_signal(signal.SIGKILL)
-    _, err = proc.communicate(timeout=30)
+    try:
+        # Wait for both ranks to be in their steps: each has started its loader worker.
+        while time.monotonic() < deadline:
+            ranks = _ranks_of(launcher)
+            if len(ranks) == 2 and all(_has_worker(r) for r in ranks.values()):
+                break
+            time.sleep(0.2)
+        assert len(ranks) == 2, "the ranks did not start"
+        time.sleep(2.0)
+        tree = [launcher, *launcher.children(recursive=True)]
+        killed_at = time.monotonic()
+        ranks[1].send_signal(signal.SIGKILL)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:  # failed before the job ended: end it, or it runs on
+            with contextlib.suppress(psutil.Error):
+                family = [*launcher.children(recursive=True), launcher]
+                for p in family:
+                    with contextlib.suppress(psutil.Error):
+                        p.kill()
+            proc.communicate()
     took = time.monotonic() - killed_at
     assert took < 10
     assert proc.returncode == 2

@@ -157,6 +157,24 @@ def test_opens_and_bytes_per_sample_are_exact_on_per_sample_files(files_export: 
     assert not _stray() and not _segments()
 
 
+def test_a_process_the_caller_already_runs_is_not_the_loaders_memory(files_export: Path) -> None:
+    """A program that runs dsbench in-process may have children of its own (here one holding
+    400 MB): the loader's memory counts the workers it started, not them."""
+    import subprocess
+    held = 400 << 20
+    other = subprocess.Popen([sys.executable, "-c", f"b = b'x' * {held}; print(1, flush=True); "
+                              "import sys; sys.stdin.read()"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout is not None and other.stdout.readline().strip() == "1"
+        opts = BenchOptions(workers=(1,), batch_size=3, rounds=1, warmup_batches=1, batches=4)
+        run = run_bench(files_export, opts)["runs"][0]
+    finally:
+        other.communicate("", timeout=30)
+    assert 0 < run["peak_pss_anon_bytes"] < held / 2
+    assert not _stray() and not _segments()
+
+
 @pytest.fixture(scope="module")
 def shard_exports(wds_export: Path, tmp_path_factory: pytest.TempPathFactory
                   ) -> dict[str, Path]:

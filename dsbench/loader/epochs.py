@@ -89,7 +89,7 @@ def batches_per_worker(export: Export, order: Order, epochs: int, n_workers: int
 
 
 def measure(open_source: Callable[[int], Source], per_epoch: list[int], n_workers: int,
-            step_s: float, main_base: memory.Memory, cpu: Callable[[], float],
+            step_s: float, main_base: memory.Base, cpu: Callable[[], float],
             children_cpu: Callable[[], float], host_busy: Callable[[], float]) -> dict[str, Any]:
     """A round of `len(per_epoch)` epochs; `open_source(e)` starts epoch e's workers."""
     reaped0, cpu0, host0 = children_cpu(), cpu(), host_busy()

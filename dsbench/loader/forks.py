@@ -40,8 +40,13 @@ def context(preload: list[str]) -> Any:
     return ctx
 
 
+def server() -> int | None:
+    """The server's process id while it runs."""
+    return getattr(forkserver._forkserver, "_forkserver_pid", None)
+
+
 def _running() -> bool:
-    return getattr(forkserver._forkserver, "_forkserver_pid", None) is not None
+    return server() is not None
 
 
 @contextlib.contextmanager

@@ -15,6 +15,7 @@ absent rather than guessed.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -48,20 +49,43 @@ def _psutil_pss(pid: int) -> Memory:
         return {}
 
 
-def tree(main_base: Memory) -> Memory:
-    """The loader's memory: every descendant of this process (the workers) plus what this
-    process grew by since it measured `main_base`. Its own base (the interpreter, libraries, what
-    measuring another export left in its allocators, such as a Parquet count pass's Arrow
-    buffers) is not this export's cost, and would make the same export's figure depend on what
-    it was measured with."""
+@dataclass(frozen=True)
+class Base:
+    """What a round's memory is measured from: this process's own memory, and the processes it
+    already had that are not the loader's (the program that embeds dsbench may run others)."""
+    main: Memory
+    others: frozenset[int]
+
+
+def base(server: int | None) -> Base:
+    """Measured before a round's workers and buffers exist. `server` is the process the workers
+    fork from (forks.py), when one runs: it and what forks from it are the loader's."""
+    me = psutil.Process()
+    return Base(of(me.pid), frozenset(p.pid for p in me.children() if p.pid != server))
+
+
+def tree(round_base: Base) -> Memory:
+    """The loader's memory: the processes this one started since `round_base`, with all they
+    started (the workers), plus what this process grew by since then. Its own base (the
+    interpreter, libraries, what measuring another export left in its allocators, such as a
+    Parquet count pass's Arrow buffers) is not this export's cost, and would make the same
+    export's figure depend on what it was measured with; nor is a process the caller had
+    running already, with what it starts meanwhile."""
     me = psutil.Process()
     now = of(me.pid)
     keys = [k for k in KINDS if k in now]
-    total = {k: max(0, now[k] - main_base.get(k, 0)) for k in keys}
-    for p in me.children(recursive=True):
-        child = of(p.pid)
-        for k in keys:
-            total[k] += child.get(k, 0)
+    total = {k: max(0, now[k] - round_base.main.get(k, 0)) for k in keys}
+    for child in me.children():
+        if child.pid in round_base.others:
+            continue
+        try:
+            family = [child, *child.children(recursive=True)]
+        except psutil.Error:
+            continue  # it has exited
+        for p in family:
+            measured = of(p.pid)
+            for k in keys:
+                total[k] += measured.get(k, 0)
     return total
 
 

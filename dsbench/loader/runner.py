@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import resource
 import time
 import uuid
@@ -89,7 +88,7 @@ def host_busy_s() -> float:
 
 
 def _measure(source: ShmSource | TorchSource | DatasetSource, opts: BenchOptions, n_workers: int,
-             main_base: memory.Memory) -> dict[str, Any]:
+             main_base: memory.Base) -> dict[str, Any]:
     """Warm up, then the measured window; everything per window, nothing logged inside it."""
     t_start = time.perf_counter()
     before: list[BatchReport | None] = [None] * n_workers
@@ -175,7 +174,7 @@ def run_round(path: Loc, opts: BenchOptions, n_workers: int) -> dict[str, Any]:
     if opts.cold and isinstance(path, Path):
         store.evict(path)  # the export's files out of the page cache
     reaped0 = _children_cpu()
-    main_base = memory.of(os.getpid())  # before this round's workers and buffers exist
+    main_base = memory.base(forks.server())  # before this round's workers exist
     if opts.epochs:
         return _epochs_round(path, opts, n_workers, main_base, reaped0)
     source: ShmSource | TorchSource | DatasetSource
@@ -206,7 +205,7 @@ def run_round(path: Loc, opts: BenchOptions, n_workers: int) -> dict[str, Any]:
     return out
 
 
-def _epochs_round(path: Loc, opts: BenchOptions, n_workers: int, main_base: memory.Memory,
+def _epochs_round(path: Loc, opts: BenchOptions, n_workers: int, main_base: memory.Base,
                   reaped0: float) -> dict[str, Any]:
     """--epochs: whole epochs, each from fresh workers (epochs.py)."""
     export = worker.open_export(str(path), opts.export_opener())

@@ -63,7 +63,7 @@ def write_tree(root: Path, entries: dict[str, bytes]) -> None:
 @pytest.mark.parametrize(("entries", "bad_file", "message"), [
     ({"d/1.jpg": b"", "d/1.json": b"{}"}, "d/1.jpg", "zero-byte"),
     ({"d/1.jpg": b"x", "d/1.json": b""}, "d/1.json", "zero-byte"),
-    ({"d/1.json": b"{}"}, "d/1.json", "no image member"),
+    ({"d/1.json": b"{}"}, "d/1.json", "no image or audio member"),
     ({"d/1.jpg": b"x"}, "d/1.jpg", "no .json member"),
 ])
 def test_bad_sample_names_file_and_key(tmp_path: Path, entries: dict[str, bytes],

@@ -173,7 +173,7 @@ def _unsafe_member(root: Path) -> Bad:
 
 def _no_image(root: Path) -> Bad:
     write_tar(root / "s.tar", [("a.jpg", jpeg()), ("a.cls", b"1"), ("b.cls", b"2")])
-    return root / "s.tar", "b", ("no image member",)
+    return root / "s.tar", "b", ("no image or audio member",)
 
 
 def _no_json(root: Path) -> Bad:

@@ -141,7 +141,7 @@ def test_link_members_are_not_followed(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("entries", "key", "message"), [
-    ([("a.jpg", b"x"), ("a.json", b"{}"), ("b.json", b"{}")], "b", "no image member"),
+    ([("a.jpg", b"x"), ("a.json", b"{}"), ("b.json", b"{}")], "b", "no image or audio member"),
     ([("a.jpg", b"x"), ("a.json", b"{}"), ("b.jpg", b"x"), ("c.jpg", b"x"), ("c.json", b"{}")],
      "b", "no .json member"),
     ([("a.jpg", b"x"), ("a.cls", b"1"), ("b.jpg", b""), ("b.cls", b"2")], "b", "zero-byte"),

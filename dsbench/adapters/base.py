@@ -48,9 +48,16 @@ EXT_ENCODINGS: dict[str, str] = {
 # it; a sequence of token ids (codec TOKENS: a 1-d integer array, or bytes a reader views as
 # one), which the loader crops to a sequence length rather than decodes to pixels; or raw text
 # (codec TEXT: a str), which the loader tokenizes, then crops as token ids.
-KINDS = ("image", "tokens", "text")
+KINDS = ("image", "tokens", "text", "audio")
 TOKENS = "tokens"
 TEXT = "text"
+# Encoded audio (codec: its container, one of AUDIO_CODECS), which the loader decodes to
+# frames with libsndfile (soundfile), then crops to a clip.
+AUDIO = "audio"
+AUDIO_EXTS: dict[str, str] = {"flac": "flac", "wav": "wav", "mp3": "mp3", "ogg": "ogg",
+                              "opus": "ogg"}
+AUDIO_CODECS = frozenset(AUDIO_EXTS.values())
+AUDIO_NAMES = ("audio", "flac", "wav", "mp3", "speech")
 # Column names that carry token ids, or text, where an export's schema does not mark one.
 TOKEN_NAMES = ("input_ids", "tokens", "token_ids", "ids")
 TEXT_NAMES = ("text", "content", "document", "raw_content")
@@ -127,11 +134,21 @@ def text_of(payload: object) -> str:
 
 
 def images_only(export: Any, what: str) -> None:
-    """One line where a command that writes images is given an export of another kind."""
-    kind = getattr(export, "kind", "image")
+    """One line where a command that writes images is given an export of another kind (for
+    a layout whose members name the kind, WebDataset's and per-sample files', the first
+    sample's)."""
+    kind = getattr(export, "kind", None)
+    if kind is None:
+        samples = export.read()
+        try:
+            first = next(samples, None)
+        finally:
+            samples.close()
+        kind = AUDIO if first is not None and first.codec in AUDIO_CODECS else "image"
     if kind != "image":
-        raise DsbenchError(f"{what}, and this export's samples carry {kind} "
-                           f"({getattr(export, 'payload_field', None)}): not written yet "
+        field = getattr(export, "payload_field", None)
+        raise DsbenchError(f"{what}, and this export's samples carry {kind}"
+                           f"{f' ({field})' if field else ''}: not written yet "
                            "(read, inspect, bench and compare take it)", path=export.path)
 
 

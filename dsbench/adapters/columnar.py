@@ -96,7 +96,8 @@ class ColumnarExport(base.ReadsUnits):
     layout = ""
 
     def __init__(self, path: Loc, found: dict[Loc, int], image_field: str | None = None,
-                 image: tuple[str, str | None] | None = None) -> None:
+                 image: tuple[str, str | None] | None = None, image_kind: str = "image"
+                 ) -> None:
         self.path = path
         self.ignored: list[str] = []
         self._root = store.directory_of(path)
@@ -122,7 +123,7 @@ class ColumnarExport(base.ReadsUnits):
             unit, message = next(iter(self._broken.items()))
             raise DsbenchError(message, path=unit)
         self.schema, self.missing = unify(path, schemas)
-        self.plan = make_plan(self.schema, self._probe, path, image_field, image)
+        self.plan = make_plan(self.schema, self._probe, path, image_field, image, image_kind)
         self.kind, self.payload_field = self.plan.kind, self.plan.image
         lacking = self.missing[self.plan.image]
         if lacking:

@@ -35,7 +35,7 @@ IMAGE_NAMES = ("image", "jpg", "jpeg", "png", "img")
 KEY_NAMES = ("key", "__key__")
 _ENCODINGS = {base.ENC_F32, base.ENC_JSON, base.ENC_VALUE, base.ENC_TEXT, base.ENC_NPY}
 _SIGNATURES = ((b"\xff\xd8\xff", "jpeg"), (b"\x89PNG\r\n\x1a\n", "png"), (b"\x93NUMPY", "raw"),
-               (b"P6", "ppm"))
+               (b"P6", "ppm"), (b"fLaC", "flac"), (b"OggS", "ogg"), (b"ID3", "mp3"))
 
 
 class Unreadable(Exception):
@@ -88,12 +88,14 @@ def unify(where: Loc, schemas: list[tuple[str, pa.Schema]],
 
 
 def sniff_codec(data: bytes) -> str | None:
-    """The image codec that `data` starts with, or None."""
+    """The image or audio codec that `data` starts with, or None."""
     for signature, codec in _SIGNATURES:
         if data.startswith(signature):
             return codec
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "webp"
+    if data[:4] == b"RIFF" and data[8:12] in (b"WEBP", b"WAVE"):
+        return "webp" if data[8:12] == b"WEBP" else "wav"
+    if len(data) > 1 and data[0] == 0xFF and data[1] & 0xE0 == 0xE0:
+        return "mp3"  # an MPEG audio frame's sync word, without an ID3 tag before it
     return None
 
 
@@ -184,10 +186,12 @@ def _token_plan(schema: pa.Schema, image_field: str | None, where: Loc) -> str |
 
 def make_plan(schema: pa.Schema, probe: Callable[[list[str]], pa.Table | None],
               where: Loc, image_field: str | None = None,
-              image: tuple[str, str | None] | None = None) -> Plan:
-    """Find the image and key columns; `probe(columns)` returns a few rows of those columns.
-    The image column is the one named by `image_field`, else `image` (what the format's own
-    schema says), else found by metadata, name or content."""
+              image: tuple[str, str | None] | None = None, image_kind: str = "image") -> Plan:
+    """Find the payload and key columns; `probe(columns)` returns a few rows of those columns.
+    The payload column is the one named by `image_field`, else `image` (what the format's own
+    schema says, with its kind: image or audio), else found by metadata, name or content.
+    Encoded audio is the payload of kind audio: a column named audio (or flac, wav, ...), or
+    one whose first value is a WAV, FLAC, Ogg or MP3 file."""
     key = next((n for n in KEY_NAMES if n in schema.names and (
         pa.types.is_string(t := schema.field(n).type) or pa.types.is_large_string(t)
         or pa.types.is_integer(t))), None)
@@ -202,7 +206,11 @@ def make_plan(schema: pa.Schema, probe: Callable[[list[str]], pa.Table | None],
     found = named_image(schema, image_field, where) if image_field else image
     found = found or next((c for c in candidates
                            if (schema.field(c[0]).metadata or {}).get(KIND) == b"image"), None)
+    kind = image_kind if found is not None and found == image else "image"
     found = found or next((c for c in candidates if c[0].lower() in IMAGE_NAMES), None)
+    if found is None:
+        found = next((c for c in candidates if c[0].lower() in base.AUDIO_NAMES), None)
+        kind = base.AUDIO if found is not None else kind
     if found is None and candidates:
         head = probe([c[0] for c in candidates])
         for c in candidates:
@@ -211,8 +219,9 @@ def make_plan(schema: pa.Schema, probe: Callable[[list[str]], pa.Table | None],
             values = image_column(head.column(c[0]).combine_chunks(), c[1])
             first = next((values[i] for i in range(head.num_rows) if values[i] is not None),
                          None)
-            if first is not None and sniff_codec(first) in ("jpeg", "png"):
-                found = c
+            codec = sniff_codec(first) if first is not None else None
+            if codec in ("jpeg", "png") or codec in base.AUDIO_CODECS:
+                found, kind = c, base.AUDIO if codec in base.AUDIO_CODECS else "image"
                 break
     if found is None:
         tokens = None if image_field else _token_plan(schema, None, where)
@@ -226,7 +235,7 @@ def make_plan(schema: pa.Schema, probe: Callable[[list[str]], pa.Table | None],
                            f"list of integers or text named {'/'.join(base.TEXT_NAMES)} "
                            f"(columns: {', '.join(schema.names)})", path=where)
     codec = (schema.field(found[0]).metadata or {}).get(CODEC, b"").decode() or None
-    return _plan(schema, found[0], found[1], codec, key, "image")
+    return _plan(schema, found[0], found[1], codec, key, kind)
 
 
 def _plan(schema: pa.Schema, payload: str, child: str | None, codec: str | None,
@@ -353,9 +362,11 @@ def _rows(n: int, images: Any, keys: list[Any] | None, values: dict[str, Any], p
                               key=key)
             continue
         codec = plan.codec or sniff_codec(data)
-        if codec is None:
-            yield SampleError(f"image column {plan.image!r} holds bytes that are not JPEG, PNG, "
-                              f"WebP, PPM or .npy (they start {data[:8]!r})", path=source, key=key)
+        if codec is None or (codec in base.AUDIO_CODECS) != (plan.kind == base.AUDIO):
+            what = ("WAV, FLAC, Ogg or MP3" if plan.kind == base.AUDIO
+                    else "JPEG, PNG, WebP, PPM or .npy")
+            yield SampleError(f"{plan.kind} column {plan.image!r} holds bytes that are not "
+                              f"{what} (they start {bytes(data[:8])!r})", path=source, key=key)
             continue
         fields = {name: (v[i] if v is not None else None) for name, v in values.items()}
         nulls = [name for name in parsed if fields[name] is None]

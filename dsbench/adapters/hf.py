@@ -90,7 +90,16 @@ def feature_type(feature: Any) -> str:
 
 
 def _image_features(features: dict[str, Any]) -> list[str]:
-    return [n for n, f in features.items() if isinstance(f, dict) and f.get("_type") == "Image"]
+    return [n for n, f in features.items() if isinstance(f, dict)
+            and f.get("_type") in ("Image", "Audio")]
+
+
+def _kind(features: dict[str, Any], payload: tuple[str, str | None] | None) -> str:
+    """Audio where the payload is an Audio feature (a struct of the file's bytes and path, as
+    an Image feature is)."""
+    feature = features.get(payload[0]) if payload else None
+    return base.AUDIO if isinstance(feature, dict) and feature.get("_type") == "Audio" \
+        else "image"
 
 
 class _Hf:
@@ -123,8 +132,8 @@ def _image(features: dict[str, Any], image_field: str | None, where: Loc
         return None  # the columnar plan checks the named column
     images = _image_features(features)
     if len(images) > 1:
-        raise DsbenchError(f"several Image features ({', '.join(images)}): name the one to "
-                           "read with --image-field", path=where)
+        raise DsbenchError(f"several Image or Audio features ({', '.join(images)}): name the "
+                           "one to read with --image-field", path=where)
     return (images[0], "bytes") if images else None
 
 
@@ -155,7 +164,8 @@ def _open_saved(path: Loc, image_field: str | None) -> ColumnarExport:
     features = info.get("features") if isinstance(info, dict) else None
     features = features if isinstance(features, dict) else {}
     found = {root / n: listing[n] for n in names}
-    export = HfArrowExport(path, found, image_field, _image(features, image_field, path))
+    payload = _image(features, image_field, path)
+    export = HfArrowExport(path, found, image_field, payload, _kind(features, payload))
     export.hf = {"form": "save_to_disk", "features": features,
                  "splits": splits or ([state.get("_split")] if state.get("_split") else []),
                  "split": split or state.get("_split")}
@@ -181,7 +191,8 @@ def _open_hub(path: Loc, image_field: str | None) -> ColumnarExport:
     split = _pick_split(splits)
     found = by_split[split]
     features = next((f for f in map(_footer_features, found) if f is not None), {})
-    export = HfParquetExport(path, found, image_field, _image(features, image_field, path))
+    payload = _image(features, image_field, path)
+    export = HfParquetExport(path, found, image_field, payload, _kind(features, payload))
     export.hf = {"form": "hub parquet", "features": features, "splits": splits,
                  "split": split}
     if store.is_dir(path):

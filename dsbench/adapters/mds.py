@@ -171,7 +171,8 @@ class MdsExport(indexed.IndexedExport):
                 raise DsbenchError(f"--image-field {image_field}: its encoding is {encoding}, "
                                    "not jpeg, png, pil or bytes (an image) nor an integer "
                                    "ndarray (token ids)", path=where)
-            return image_field, "image"
+            return image_field, (base.AUDIO if encoding == "bytes"
+                                 and image_field.lower() in base.AUDIO_NAMES else "image")
         images = [n for n, e in zip(names, encodings, strict=True) if e in IMAGE_ENCODINGS]
         if len(images) > 1:
             raise DsbenchError(f"several image columns ({', '.join(images)}): name the one "
@@ -180,6 +181,11 @@ class MdsExport(indexed.IndexedExport):
                             if e == "bytes" and n.lower() in IMAGE_NAMES]
         if images:
             return images[0], "image"
+        # MDS has no audio encoding: a clip is stored as bytes, in a column named for it.
+        clips = [n for n, e in zip(names, encodings, strict=True)
+                 if e == "bytes" and n.lower() in base.AUDIO_NAMES]
+        if len(clips) == 1:
+            return clips[0], base.AUDIO
         tokens = [n for n, e in zip(names, encodings, strict=True) if _token_encoding(e)]
         token = base.chosen(tokens, base.TOKEN_NAMES)
         if token is not None:
@@ -191,7 +197,8 @@ class MdsExport(indexed.IndexedExport):
         shown = ", ".join(f"{n} ({e})" for n, e in zip(names, encodings, strict=True))
         what = (f"several token columns ({', '.join(tokens)})" if tokens else
                 "no image or token column: no column is encoded jpeg, png or pil, nor a bytes "
-                f"column named {'/'.join(IMAGE_NAMES)}, nor an integer ndarray")
+                f"column named {'/'.join(IMAGE_NAMES)} (an image) or "
+                f"{'/'.join(base.AUDIO_NAMES)} (audio), nor an integer ndarray")
         raise DsbenchError(f"{what} (columns: {shown}); name one with --image-field",
                            path=where)
 
@@ -216,6 +223,13 @@ class MdsExport(indexed.IndexedExport):
             key = values[self.key].decode("utf-8", "replace")
         enc = self.encodings[self.names.index(self.image)]
         image = values[self.image]
+        if self.kind == base.AUDIO:
+            codec = sniff_codec(image)
+            if codec not in base.AUDIO_CODECS:
+                raise SampleError(f"column {self.image!r} holds bytes that are not WAV, FLAC, "
+                                  f"Ogg or MP3 (they start {image[:8]!r})", path=where, key=key)
+            return base.RawSample(key, where, image, codec, self._fields(values, key, where),
+                                  self.field_encodings)
         if self.kind != "image":  # token ids viewed, text decoded, in the decode stage
             payload = base.StoredIds(partial(_ndarray, enc), image) \
                 if self.kind == base.TOKENS else image

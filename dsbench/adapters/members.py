@@ -22,10 +22,9 @@ from typing import IO, Any
 from dsbench.adapters import base
 from dsbench.adapters.survey import (
     CHECK_LIMIT,
-    add_image,
+    add_stored,
     finish_image,
     new_survey,
-    probe_image,
     problem,
 )
 from dsbench.errors import DsbenchError, SampleError
@@ -58,9 +57,10 @@ def is_unsafe(name: str) -> bool:
 # --- images and encodings -----------------------------------------------------------------
 
 def image_exts(root: Loc, image_field: str | None = None) -> dict[str, str]:
-    """Image extensions and their codecs; `.npy` counts as an image in dsbench's raw exports.
-    `image_field` (--image-field) names the one extension that holds the image."""
-    exts = dict(base.IMAGE_EXTS)
+    """Payload extensions and their codecs: images, and audio (`.flac`, `.wav`, ...); `.npy`
+    counts as an image in dsbench's raw exports. `image_field` (--image-field) names the one
+    extension that holds the payload."""
+    exts = base.IMAGE_EXTS | base.AUDIO_EXTS
     manifest = base.read_manifest(root) or {}
     definition = manifest.get("definition")
     image = definition.get("image") if isinstance(definition, dict) else None
@@ -71,7 +71,7 @@ def image_exts(root: Loc, image_field: str | None = None) -> dict[str, str]:
     last = image_field.rsplit(".", 1)[-1].lower()
     codec = exts.get(last) or ("raw" if last == "npy" else None)
     if codec is None:
-        raise DsbenchError(f"--image-field {image_field}: not an image member extension "
+        raise DsbenchError(f"--image-field {image_field}: not an image or audio member extension "
                            f"({', '.join(sorted(exts))}, or one ending in them)", path=root)
     return {image_field: codec}
 
@@ -131,7 +131,7 @@ def to_raw(key: str, source: str, members: dict[str, bytes], images: Mapping[str
     img = pick_image(members, images)
     if img is None:
         have = ", ".join("." + e for e in sorted(members)) or "none"
-        raise SampleError(f"no image member (.{', .'.join(sorted(set(images)))}); "
+        raise SampleError(f"no image or audio member (.{', .'.join(sorted(set(images)))}); "
                           f"members: {have}", path=source, key=key)
     missing = sorted(expected - members.keys())
     if missing:
@@ -296,7 +296,7 @@ class MemberSurvey:
             full = exts if full is None else full & exts
             ok = (container, key) not in self._bad
             if img is None:
-                self.problem(container, file_of(key, None), key, "no image member")
+                self.problem(container, file_of(key, None), key, "no image or audio member")
                 ok = False
             for ext in sorted(expected - members.keys()):
                 self.problem(container, file_of(key, None), key,
@@ -307,7 +307,8 @@ class MemberSurvey:
                     self.problem(container, file_of(key, ext), key, f"zero-byte member .{ext}")
                     ok = False
             if (ok and img is not None and checked < self.check_per
-                    and s["image"]["count_checked"] < CHECK_LIMIT):
+                    and s["image"]["count_checked"] + s.get("audio", {}).get("count_checked", 0)
+                    < CHECK_LIMIT):
                 checked += 1
                 self._check(container, key, img, sorted(exts), file_of, open_member, inner)
         self.full[container] = full or set()
@@ -337,7 +338,7 @@ class MemberSurvey:
             if opened is None:
                 return
             with opened as f:
-                add_image(self.survey, *probe_image(f))
+                add_stored(self.survey, image_codec(img, self.images), f)
         except (ValueError, OSError, DsbenchError) as exc:
             self.problem(container, file_of(key, img), key, str(exc))
         for ext in exts:

@@ -19,7 +19,8 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from dsbench import fmt, stats
-from dsbench.adapters.base import TEXT, TOKENS, text_of, token_ids
+from dsbench.adapters import audio
+from dsbench.adapters.base import AUDIO, AUDIO_CODECS, TEXT, TOKENS, text_of, token_ids
 from dsbench.storage.files import Loc
 
 # At most this many images (and JSON documents) are opened to learn codecs, sizes and field
@@ -188,11 +189,26 @@ def add_text(survey: dict[str, Any], chars: int) -> None:
     text["chars"].append(chars)
 
 
+def add_audio(survey: dict[str, Any], codec: str, frames: int, rate: int,
+              channels: int) -> None:
+    """A checked audio sample, from its header: codec, length, rate and channels."""
+    found = survey.setdefault("audio", {"count_checked": 0, "codecs": Counter(),
+                                        "rates": Counter(), "channels": Counter(),
+                                        "seconds": []})
+    found["count_checked"] += 1
+    found["codecs"][codec] += 1
+    found["rates"][rate] += 1
+    found["channels"][channels] += 1
+    found["seconds"].append(frames / rate)
+
+
 def add_payload(survey: dict[str, Any], codec: str, payload: Any) -> None:
     """A checked sample's payload, by its codec (a RawSample's, or a sample kind): its image's
-    codec and size from the header, its token ids' dtype and length, or its text's length;
-    ValueError where it is none of them."""
-    if codec == TOKENS:
+    codec and size from the header, its audio's length and rate from its header, its token
+    ids' dtype and length, or its text's length; ValueError where it is none of them."""
+    if codec in AUDIO_CODECS or codec == AUDIO:
+        add_audio(survey, *audio.info(payload))
+    elif codec == TOKENS:
         ids = token_ids(payload)
         add_tokens(survey, str(ids.dtype), len(ids))
     elif codec == TEXT:
@@ -202,6 +218,15 @@ def add_payload(survey: dict[str, Any], codec: str, payload: Any) -> None:
         add_image(survey, "pil", width, height)
     else:
         add_image(survey, *probe_image(payload))
+
+
+def add_stored(survey: dict[str, Any], codec: str, f: IO[bytes]) -> None:
+    """A checked member's payload, from its file: an audio clip's header (libsndfile reads it
+    from the whole clip), an image's header alone."""
+    if codec in AUDIO_CODECS:
+        add_payload(survey, codec, f.read())
+    else:
+        add_image(survey, *probe_image(f))
 
 
 def finish_image(survey: dict[str, Any]) -> None:
@@ -226,7 +251,7 @@ def summarize(survey: dict[str, Any], path: str | Loc = "", ignored: Sequence[st
         fields[name] = {"type": info["type"], "missing_in": missing[:LIST_LIMIT],
                         "missing_in_count": len(missing)}
     image = survey["image"]
-    tokens, text = survey.get("tokens"), survey.get("text")
+    tokens, text, found_audio = survey.get("tokens"), survey.get("text"), survey.get("audio")
     widths, heights = image.get("width", []), image.get("height", [])
     sizes = Counter(f"{w}x{h}" for w, h in zip(widths, heights, strict=True))
     problems = survey["problems"]
@@ -252,8 +277,19 @@ def summarize(survey: dict[str, Any], path: str | Loc = "", ignored: Sequence[st
             "height": _range(heights),
             "common_sizes": [{"size": s, "count": c} for s, c in sizes.most_common(5)],
         },
-        "sample": {"kind": getattr(export, "kind", "image"),
+        "sample": {"kind": getattr(export, "kind", None) or (
+                       AUDIO if found_audio and not image.get("count_checked") else "image"),
                    "field": getattr(export, "payload_field", None)},
+        "audio": None if not found_audio else {
+            "codec": _named(found_audio["codecs"]),
+            "count_checked": int(found_audio["count_checked"]),
+            # One rate (the one a clip is cut at), or the most common where they differ.
+            "sample_rate": int(found_audio["rates"].most_common(1)[0][0]),
+            "sample_rates": sorted(int(r) for r in found_audio["rates"]),
+            "channels": sorted(int(c) for c in found_audio["channels"]),
+            "seconds_per_sample": _spread(found_audio["seconds"]),
+            "mean_seconds_per_sample": float(np.mean(found_audio["seconds"])),
+        },
         "tokens": None if not tokens else {
             "dtype": ", ".join(d for d, _ in tokens["dtypes"].most_common()),
             "count_checked": int(tokens["count_checked"]),
@@ -272,6 +308,18 @@ def summarize(survey: dict[str, Any], path: str | Loc = "", ignored: Sequence[st
         "ignored_files": {"count": len(ignored), "examples": list(ignored[:LIST_LIMIT])},
         **({"dataset": survey["dataset"]} if survey.get("dataset") else {}),
     }
+
+
+def _named(counts: Counter[str]) -> str:
+    """The common codec, or 'mixed: a, b' (as finish_image names an image's)."""
+    if len(counts) == 1:
+        return next(iter(counts))
+    return "mixed: " + ", ".join(c for c, _ in counts.most_common())
+
+
+def _spread(values: Sequence[float]) -> dict[str, float]:
+    return {"min": float(min(values)), "p50": stats.percentile(values, 50),
+            "max": float(max(values))}
 
 
 def _range(values: Sequence[int]) -> dict[str, float]:

@@ -154,6 +154,10 @@ def add_window_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup,
                    help="token ids per training sequence, for an export of token samples: "
                         "each is cropped to N at a random offset or padded "
                         f"(default {d.seq_len})")
+    p.add_argument("--clip-seconds", type=float, default=d.clip_s, metavar="S",
+                   help="seconds of audio per training clip, for an export of audio samples: "
+                        "each is mixed to mono and cropped to S at a random offset or padded "
+                        f"with silence (default {d.clip_s:g})")
     p.add_argument("--tokenizer", default=None, metavar="FILE",
                    help="the job's tokenizer for an export of text samples: a Hugging Face "
                         "tokenizers JSON (tokenizer.json); default: a byte-level BPE trained "
@@ -249,7 +253,7 @@ def window_options(args: argparse.Namespace, **more: Any) -> BenchOptions:
                            shuffle_buffer=args.shuffle_buffer, block=args.block,
                            epochs=args.epochs, inflight=args.inflight, exact=args.exact,
                            exact_samples=args.exact_samples, seq_len=args.seq_len,
-                           tokenizer=args.tokenizer, **more)
+                           clip_s=args.clip_seconds, tokenizer=args.tokenizer, **more)
     remote.use_inflight(options.inflight)
     return options
 

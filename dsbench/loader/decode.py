@@ -1,6 +1,8 @@
 """The decode stage: an encoded image to pixels, refusing images too large before decoding them;
 a token array (codec `tokens`) to a 1-d integer array; a text (codec `text`) to its ids, by the
-run's tokenizer (tokenize.py).
+run's tokenizer (tokenize.py); encoded audio (WAV, FLAC, Ogg, MP3) to float32 frames with
+libsndfile (adapters/audio.py), or a clip a format's own library decodes (codec
+`decoded-audio`) by calling its decoder here.
 
 JPEG with Pillow (default) or simplejpeg when asked for, PNG and other codecs with Pillow, raw
 `.npy` with numpy, raw PIL pixels (MDS's and litdata's `pil` encoding) with Pillow; an image a
@@ -20,7 +22,8 @@ import numpy as np
 from PIL import Image
 
 from dsbench import fmt
-from dsbench.adapters.base import TEXT, TOKENS, RawSample, text_of, token_ids
+from dsbench.adapters import audio
+from dsbench.adapters.base import AUDIO, AUDIO_CODECS, TEXT, TOKENS, RawSample, text_of, token_ids
 from dsbench.adapters.survey import MAX_PIXELS, open_image, pil_raw_header
 from dsbench.errors import DsbenchError, SampleError
 
@@ -31,6 +34,10 @@ DEFAULT_MAX_PIXELS = MAX_PIXELS  # Pillow's MAX_IMAGE_PIXELS, which inspect appl
 Image.MAX_IMAGE_PIXELS = None
 
 Pixels = Image.Image | np.ndarray
+Decoded = Pixels | audio.Clip  # what the stage hands the transform: pixels, ids or a clip
+# A clip a format's own library hands over undecoded: a torchcodec AudioDecoder (Hugging Face
+# datasets' Audio feature), decoded in this stage.
+DECODED_AUDIO = "decoded-audio"
 # What a decoder or a parser may raise on bad data; anything else is a bug and propagates.
 _BAD_DATA = (OSError, ValueError, SyntaxError, EOFError, TypeError, KeyError, IndexError,
              UnicodeDecodeError, Image.DecompressionBombError)
@@ -92,8 +99,20 @@ def _decoded(image: object, limit: int) -> Pixels:
     return np.ascontiguousarray(arr)
 
 
+def _library_audio(decoder: object) -> audio.Clip:
+    """A torchcodec AudioDecoder's samples (channels x frames) as a Clip."""
+    try:
+        got = decoder.get_all_samples()  # type: ignore[attr-defined]
+    except RuntimeError as exc:  # torchcodec's error for data FFmpeg cannot decode
+        raise ValueError(str(exc).splitlines()[0] if str(exc) else "cannot decode") from None
+    frames = got.data.numpy().T
+    if frames.dtype != np.float32 or len(frames) == 0:
+        raise ValueError(f"expected float32 frames, got {frames.dtype} of shape {frames.shape}")
+    return audio.Clip(np.ascontiguousarray(frames), int(got.sample_rate))
+
+
 def make_decoder(name: str = "pillow", max_pixels: int = DEFAULT_MAX_PIXELS,
-                 tokenizer: str | None = None) -> Callable[[RawSample], Pixels]:
+                 tokenizer: str | None = None) -> Callable[[RawSample], Decoded]:
     """A function from a raw sample to its pixels; SampleError naming file and key on bad data."""
     if name not in DECODERS:
         raise DsbenchError(f"unknown decoder {name!r} (known: {', '.join(DECODERS)})")
@@ -119,7 +138,7 @@ def make_decoder(name: str = "pillow", max_pixels: int = DEFAULT_MAX_PIXELS,
 
         encode = encoder(tokenizer)
 
-    def decode(raw: RawSample) -> Pixels:
+    def decode(raw: RawSample) -> Decoded:
         try:
             if raw.codec == TOKENS:
                 return token_ids(raw.image)
@@ -128,6 +147,10 @@ def make_decoder(name: str = "pillow", max_pixels: int = DEFAULT_MAX_PIXELS,
                     raise DsbenchError("a text sample, and no tokenizer: the run did not find "
                                        "the export's samples to be text")
                 return encode(text_of(raw.image))
+            if raw.codec in AUDIO_CODECS or raw.codec == AUDIO:
+                return audio.read(raw.image)
+            if raw.codec == DECODED_AUDIO:
+                return _library_audio(raw.image)
             if raw.codec == "jpeg":
                 return jpeg(raw.image)
             if raw.codec in ("raw", "npy"):
@@ -138,7 +161,9 @@ def make_decoder(name: str = "pillow", max_pixels: int = DEFAULT_MAX_PIXELS,
                 return _decoded(raw.image, max_pixels)
             return _pillow_decode(raw.image, max_pixels)
         except _BAD_DATA as exc:
-            what = {TOKENS: "token ids", TEXT: "text"}.get(raw.codec, f"{raw.codec} image")
+            what = {TOKENS: "token ids", TEXT: "text", DECODED_AUDIO: "audio"}.get(
+                raw.codec, f"{raw.codec} audio" if raw.codec in AUDIO_CODECS
+                else "audio" if raw.codec == AUDIO else f"{raw.codec} image")
             raise SampleError(f"cannot decode {what}: {exc}", path=raw.source,
                               key=raw.key) from None
 

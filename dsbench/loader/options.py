@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
@@ -9,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from dsbench import adapters
-from dsbench.adapters.base import TEXT, TOKENS
+from dsbench.adapters.base import AUDIO, TEXT, TOKENS
 from dsbench.errors import DsbenchError
 from dsbench.loader.counts import DEFAULT_MAX_SAMPLES, REMOTE_MAX_SAMPLES
 from dsbench.loader.decode import DECODERS, DEFAULT_MAX_PIXELS
@@ -23,7 +24,7 @@ from dsbench.loader.order import (
     SHUFFLE,
     Order,
 )
-from dsbench.loader.pipeline import Pipeline, TokenCrop, TrainTransform, Transform
+from dsbench.loader.pipeline import AudioCrop, Pipeline, TokenCrop, TrainTransform, Transform
 from dsbench.loader.tokenize import TokenizerSpec
 from dsbench.loader.user import UserStep, load
 from dsbench.loader.worker import Opener
@@ -35,6 +36,7 @@ BACKENDS = ("dsbench", "torch", "native")
 
 # An emulated training step longer than an hour is a typo (and time.sleep overflows near 1e11).
 MAX_STEP_S = 3600
+MAX_CLIP_S = 600  # a training clip of ten minutes is already far past any speech model's
 MAX_INFLIGHT = 64  # requests ahead per worker: past this, threads, not the store, are the cost
 
 @dataclass(frozen=True)
@@ -71,6 +73,8 @@ class BenchOptions:
     found_kind: str = "image"
     seq_len: int = 2048  # --seq-len: ids per training sequence, for token samples
     tokenizer: str | None = None  # --tokenizer FILE: text samples' tokenizer (tokenize.py)
+    clip_s: float = 4.0  # --clip-seconds: seconds of audio per training clip, for audio samples
+    found_rate: int | None = None  # audio samples' rate, as the run's survey found it (Hz)
     # The tokenizer text samples are encoded with, once the run has loaded or trained it.
     tokenizer_spec: TokenizerSpec | None = None
     max_pixels: int = DEFAULT_MAX_PIXELS  # larger images are bad samples
@@ -111,6 +115,9 @@ class BenchOptions:
                 raise bad(name.replace("_", "-"), value, f"an integer >= {lo}")
         if not (math.isfinite(self.seconds) and self.seconds > 0):
             raise bad("seconds", self.seconds, "a positive number")
+        if not (isinstance(self.clip_s, int | float) and math.isfinite(self.clip_s)
+                and 0 < self.clip_s <= MAX_CLIP_S):
+            raise bad("clip-seconds", self.clip_s, f"a number of seconds in (0, {MAX_CLIP_S}]")
         if not (math.isfinite(self.step_time_s) and 0 <= self.step_time_s <= MAX_STEP_S):
             raise bad("step-time", self.step_time_s, f"a number of seconds in [0, {MAX_STEP_S}]")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
@@ -172,12 +179,23 @@ class BenchOptions:
             step = UserStep(self.step, self.step_bytes)
             return Pipeline(decoder=self.decoder, transform=step, on_error=self.on_error,
                             max_pixels=self.max_pixels, user=step)
-        transform = self.transform or (TokenCrop(self.seq_len)
-                                       if self.found_kind in (TOKENS, TEXT)
-                                       else TrainTransform(normalize=self.normalize))
+        transform = self.transform or self._transform()
         return Pipeline(decoder=self.decoder, transform=transform, on_error=self.on_error,
                         max_pixels=self.max_pixels,
                         tokenizer=self.tokenizer_spec.json if self.tokenizer_spec else None)
+
+    def _transform(self) -> Transform:
+        """What the samples carry picks the transform (found_kind, from the run's survey)."""
+        if self.found_kind in (TOKENS, TEXT):
+            return TokenCrop(self.seq_len)
+        if self.found_kind == AUDIO:
+            return AudioCrop(self.clip_s, self.found_rate or AudioCrop.rate)
+        return TrainTransform(normalize=self.normalize)
+
+    def found(self, summary: dict[str, Any]) -> BenchOptions:
+        """These options for the export `summary` describes: its kind, and audio's rate."""
+        return dataclasses.replace(self, found_kind=summary["sample"]["kind"],
+                                   found_rate=(summary.get("audio") or {}).get("sample_rate"))
 
     def reading_order(self) -> Order:
         return Order(self.order, self.shuffle_buffer, self.seed, self.block,
@@ -218,4 +236,6 @@ class BenchOptions:
                 "ceiling": self.ceiling, "epochs": self.epochs, "inflight": self.inflight,
                 "exact_samples": self.exact_samples,
                 "seq_len": self.seq_len if self.found_kind in (TOKENS, TEXT) else None,
+                "clip_seconds": self.clip_s if self.found_kind == AUDIO else None,
+                "sample_rate": self.found_rate if self.found_kind == AUDIO else None,
                 "tokenizer": self.tokenizer_spec.describe() if self.tokenizer_spec else None}

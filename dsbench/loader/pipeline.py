@@ -39,8 +39,9 @@ from dsbench.loader.decode import DECODERS as DECODERS  # the stage's names, re-
 from dsbench.loader.decode import make_decoder as make_decoder
 from dsbench.loader.transforms import IMAGENET_MEAN as IMAGENET_MEAN  # re-exported
 from dsbench.loader.transforms import IMAGENET_STD as IMAGENET_STD
+from dsbench.loader.transforms import AudioCrop as AudioCrop
+from dsbench.loader.transforms import BadSample, TrainTransform, Transform
 from dsbench.loader.transforms import TokenCrop as TokenCrop
-from dsbench.loader.transforms import TrainTransform, Transform
 from dsbench.loader.transforms import resized_crop_params as resized_crop_params
 from dsbench.loader.user import UserStep, collate
 from dsbench.results.stages import STAGES
@@ -280,7 +281,12 @@ class BatchBuilder:
                 continue
             t3 = clock()
             t[2] += t3 - t2
-            out = self.transform(pixels, self.rng)
+            try:
+                out = self.transform(pixels, self.rng)
+            except BadSample as exc:
+                t[3] += clock() - t3
+                self._bad(SampleError(str(exc), path=raw.source, key=raw.key))
+                continue
             t[3] += clock() - t3
             return raw.key, out, parsed
 

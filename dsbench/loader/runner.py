@@ -309,8 +309,8 @@ def _run_benches(paths: Sequence[str | Path | Loc], opts: BenchOptions,
             for o, (s, _) in zip(side, prepared, strict=True)]
     # What the samples carry picks the transform: token ids are cropped to --seq-len; text is
     # tokenized first, by the job's tokenizer or one trained on the export's first texts.
-    side = tokenize.settled_all(ps, [dataclasses.replace(o, found_kind=s["sample"]["kind"])
-                                     for o, (s, _) in zip(side, prepared, strict=True)],
+    side = tokenize.settled_all(ps, [o.found(s) for o, (s, _) in zip(side, prepared,
+                                                                       strict=True)],
                                 worker.open_export)
     measured = len(ps)
     exacts = exact.count(ps, side, say)

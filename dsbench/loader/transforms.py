@@ -2,8 +2,9 @@
 
 `TrainTransform` is an ImageNet-style training transform on uint8 pixels (random-resized-crop
 with torchvision's sampling rule and a horizontal flip, from a seeded numpy Generator, optionally
-normalised to float32); `TokenCrop` makes a token sample one training sequence. The runner sizes
-its batch buffers from a transform's `out_shape` and `out_dtype`.
+normalised to float32); `TokenCrop` makes a token sample one training sequence; `AudioCrop` makes
+an audio sample one mono clip of fixed length. The runner sizes its batch buffers from a
+transform's `out_shape` and `out_dtype`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any, Protocol
 import numpy as np
 from PIL import Image
 
+from dsbench.adapters.audio import Clip
 from dsbench.loader.decode import Pixels
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -126,6 +128,46 @@ class TokenCrop:
         window = tokens[start:start + self.seq_len]
         out = np.full(self.seq_len, self.pad_id, dtype=np.int64)
         out[:len(window)] = window
+        return out
+
+
+class BadSample(ValueError):
+    """A sample its transform cannot take (an audio clip at another rate): a bad sample, which
+    the pipeline names by file and key."""
+
+
+@dataclass(frozen=True)
+class AudioCrop:
+    """An audio sample to a training clip: its channels averaged to mono, a window of
+    `seconds` at a random offset of a longer clip (as a speech loader crops one), a shorter one
+    padded with silence, float32 at `rate` Hz, the export's rate. A clip at another rate is a
+    bad sample: resampling is not built."""
+
+    seconds: float = 4.0
+    rate: int = 16_000
+
+    @property
+    def frames(self) -> int:
+        return max(1, round(self.seconds * self.rate))
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        return (self.frames,)
+
+    @property
+    def out_dtype(self) -> str:
+        return "float32"
+
+    def __call__(self, clip: Clip, rng: np.random.Generator) -> np.ndarray:
+        if clip.rate != self.rate:
+            raise BadSample(f"audio at {clip.rate} Hz, where the export's clips are at "
+                             f"{self.rate} Hz (resampling is not built)")
+        n, want = len(clip.frames), self.frames
+        start = int(rng.integers(0, n - want + 1)) if n > want else 0
+        window = clip.frames[start:start + want]
+        out = np.zeros(want, dtype=np.float32)
+        # The mean over channels, written into the clip's buffer: no second array per sample.
+        np.mean(window, axis=1, out=out[:len(window)])
         return out
 
 

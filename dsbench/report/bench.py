@@ -20,6 +20,8 @@ def tokens_text(doc: BenchResult) -> str:
     the export holds (the mean of the ids checked by the survey)."""
     seq_len = doc["config"].get("seq_len")
     tokens = doc["export"].get("tokens")
+    if doc["config"].get("clip_seconds") and doc["export"].get("audio"):
+        return _audio_text(doc)
     if seq_len and doc["export"].get("text"):
         return _text_text(doc, seq_len)
     if not seq_len or not tokens:
@@ -37,6 +39,26 @@ def tokens_text(doc: BenchResult) -> str:
             f"{fmt.plural(run['workers'], 'worker')}, padding included\n"
             f"the export's documents: {n['min']}-{n['max']} ids, mean {fmt.sig(mean)} ids "
             f"({tokens['count_checked']} checked): {fill}; {per_id}")
+
+
+def _audio_text(doc: BenchResult) -> str:
+    """Audio samples: the clips' throughput in seconds of audio, and the cost per second the
+    export stores (the mean length of the clips the survey checked)."""
+    run, found, config = doc["runs"][0], doc["export"]["audio"], doc["config"]
+    clip, mean = float(config.get("clip_seconds") or 0), found["mean_seconds_per_sample"]
+    n = found["seconds_per_sample"]
+    fill = (f"{fmt.percent(mean / clip)} of each clip is the sample's, "
+            f"{fmt.percent(1 - mean / clip)} silence padded" if n["max"] <= clip else
+            f"a sample longer than {fmt.sig(clip)} s is cropped")
+    return (f"\n\nAudio samples ({found['codec']}, {config.get('sample_rate') or 0:,} Hz, "
+            f"{'/'.join(map(str, found['channels']))} channel(s)): clips of {fmt.sig(clip)} s, "
+            f"mono, each cropped at a random offset or padded: "
+            f"{fmt.sig(run['samples_per_s'] * clip)} s of audio/s at "
+            f"{fmt.plural(run['workers'], 'worker')}, padding included\n"
+            f"the export's samples: {fmt.sig(n['min'])}-{fmt.sig(n['max'])} s, mean "
+            f"{fmt.sig(mean)} s ({found['count_checked']} checked): {fill}; per second of audio "
+            f"stored: {fmt.seconds(run['cpu_s_per_sample'] / mean)} CPU, "
+            f"{fmt.nbytes(run['bytes_per_sample'] / mean)} read")
 
 
 def _text_text(doc: BenchResult, seq_len: int) -> str:
@@ -262,6 +284,8 @@ def render(doc: BenchResult) -> str:
             f"{cfg['path']}: {doc['export'].get('layout', '?')} export, {backend}, "
             + (f"your step {cfg['pipeline']}" if cfg.get("pipeline")
                else f"token ids cropped to {cfg['seq_len']}" if cfg.get("seq_len")
+               else f"audio cut to clips of {fmt.sig(cfg.get('clip_seconds') or 0)} s"
+               if cfg.get("clip_seconds")
                else f"decoder {cfg['decoder']}"))
     order = "" if cfg.get("dataset") else f", read in order: {order_of(doc)}"
     each = (f"{fmt.plural(cfg.get('epochs') or 0, 'epoch')}, each from fresh workers"

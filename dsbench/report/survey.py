@@ -80,9 +80,23 @@ def render(s: dict[str, Any]) -> str:
     im, tokens = s["image"], s.get("tokens")
     sample = s.get("sample") or {"kind": "image", "field": None}
     if sample["kind"] != "image":
-        what = {"tokens": "token ids", "text": "text, tokenized by the loader"}[sample["kind"]]
-        lines.append(f"samples carry:      {what} ({sample['field']})")
-    text = s.get("text")
+        what = {"tokens": "token ids", "text": "text, tokenized by the loader",
+                "audio": "audio, decoded by the loader"}.get(sample["kind"], sample["kind"])
+        lines.append(f"samples carry:      {what}"
+                     + (f" ({sample['field']})" if sample["field"] else ""))
+    text, clips = s.get("text"), s.get("audio")
+    if clips:
+        n = clips["seconds_per_sample"]
+        rates = ", ".join(f"{r:,} Hz" for r in clips["sample_rates"])
+        lines += [
+            f"audio:              {clips['codec']} ({clips['count_checked']} samples checked)",
+            f"  per sample:       {fmt.sig(n['min'])}-{fmt.sig(n['max'])} s, p50 "
+            f"{fmt.sig(n['p50'])} s, mean {fmt.sig(clips['mean_seconds_per_sample'])} s",
+            f"  rate, channels:   {rates}; {'/'.join(map(str, clips['channels']))} channel(s)"
+            + ("" if len(clips["sample_rates"]) == 1 else
+               f" (clips are cut at {clips['sample_rate']:,} Hz, the common rate: a "
+               "clip at another is a bad sample, resampling is not built)"),
+        ]
     if text:
         n = text["chars_per_sample"]
         lines += [

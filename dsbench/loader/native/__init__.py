@@ -33,6 +33,7 @@ from typing import Any, Protocol
 
 from dsbench.adapters import base
 from dsbench.errors import DsbenchError, SampleError
+from dsbench.loader.decode import DECODED_AUDIO
 from dsbench.storage.files import Loc, location
 
 READERS = {"mds": "dsbench.loader.native.mds", "litdata": "dsbench.loader.native.litdata",
@@ -211,17 +212,20 @@ class NativeExport:
                 text = str(exc).strip().splitlines()
                 raise SampleError(f"{reader.library} failed: {type(exc).__name__}: "
                                   f"{text[0] if text else ''}", path=where) from None
-            codec = self.view.kind if self.view.kind != "image" else _codec(image)
+            codec = (self.view.kind if self.view.kind not in ("image", base.AUDIO)
+                     else _codec(image, self.view.kind))
             yield base.RawSample(key, where, image, codec, fields,
                                  dict.fromkeys(fields, base.ENC_VALUE))
 
 
-def _codec(image: Any) -> str:
-    if isinstance(image, bytes | bytearray | memoryview):
+def _codec(payload: Any, kind: str) -> str:
+    """An image's or a clip's codec from its bytes, or that the library handed it decoded (an
+    audio decoder object, for a clip, that the decode stage calls)."""
+    if isinstance(payload, bytes | bytearray | memoryview):
         from dsbench.adapters.columns import sniff_codec
 
-        return sniff_codec(bytes(image[:16])) or "jpeg"
-    return DECODED
+        return sniff_codec(bytes(payload[:16])) or ("jpeg" if kind == "image" else base.AUDIO)
+    return DECODED if kind == "image" else DECODED_AUDIO
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from dsbench.errors import DsbenchError
 from dsbench.loader.native import Item, Shuffle, View, require
 from dsbench.storage.files import is_remote
 
-_IMAGES = ("jpg", "jpeg", "png", "webp", "ppm")
+_IMAGES = ("jpg", "jpeg", "png", "webp", "ppm", *base.AUDIO_EXTS)  # and audio members
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,208 @@
+"""Samples of audio: exports written by each library itself (tests/audiolibs.py) are inspected,
+read frame for frame as written, benchmarked with dsbench's reader and the library's own, and a
+planted regression (WAV where the export held FLAC) is found in the read and decode stages."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import audiolibs
+import numpy as np
+import pytest
+from layouts import assert_one_line_error
+
+from dsbench import adapters
+from dsbench.adapters.audio import Clip
+from dsbench.adapters.survey import summarize
+from dsbench.cli import main
+from dsbench.loader.decode import make_decoder
+from dsbench.loader.options import BenchOptions
+from dsbench.loader.pipeline import AudioCrop, parse_fields
+from dsbench.loader.runner import run_benches
+from dsbench.loader.transforms import BadSample
+from dsbench.report.bench import render as render_bench
+from dsbench.results import schema
+
+FIELD = {"hf-audio": "audio", "mds-audio": "audio"}  # WebDataset's is the member
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("audio")
+    return {k: audiolibs.write(k, root) for k in audiolibs.KINDS}
+
+
+@pytest.mark.parametrize("kind", audiolibs.KINDS)
+def test_every_frame_is_read_as_written(kind: str, exports: dict[str, Path]) -> None:
+    decode = make_decoder()
+    samples = list(adapters.open_export(exports[kind]).read())
+    assert len(samples) == audiolibs.SAMPLES
+    for i, raw in enumerate(samples):
+        assert raw.codec == audiolibs.CODEC.get(kind, "flac")
+        clip = decode(raw)
+        assert isinstance(clip, Clip) and clip.rate == audiolibs.RATE
+        # 16-bit PCM decoded to float32 is the integer over 32768: every frame, exactly.
+        assert clip.frames.dtype == np.float32
+        assert np.array_equal(clip.frames * 32768, audiolibs.frames(i)), (kind, i)
+        assert parse_fields(raw)["speaker"] == audiolibs.speaker(i)
+    # What the library itself reads back is what was written, in the same order.
+    theirs = audiolibs.read_back(kind, exports[kind])
+    assert [who for _, who in theirs] == [audiolibs.speaker(i) for i in range(len(theirs))]
+    assert all(np.array_equal(pcm, audiolibs.frames(i)) for i, (pcm, _) in enumerate(theirs))
+
+
+@pytest.mark.parametrize("kind", audiolibs.KINDS)
+def test_inspect_says_the_samples_carry_audio(kind: str, exports: dict[str, Path]) -> None:
+    export = adapters.open_export(exports[kind])
+    s = summarize(export.survey(), exports[kind], export.ignored, export)
+    assert s["sample"] == {"kind": "audio", "field": FIELD.get(kind)}
+    found = s["audio"]
+    assert found["codec"] == audiolibs.CODEC.get(kind, "flac")
+    assert found["count_checked"] == audiolibs.SAMPLES
+    assert found["sample_rate"] == audiolibs.RATE and found["sample_rates"] == [audiolibs.RATE]
+    assert found["channels"] == [1, 2]
+    lengths = [audiolibs.seconds(i) for i in range(audiolibs.SAMPLES)]
+    assert found["seconds_per_sample"]["min"] == pytest.approx(min(lengths))
+    assert found["seconds_per_sample"]["max"] == pytest.approx(max(lengths))
+    assert found["mean_seconds_per_sample"] == pytest.approx(np.mean(lengths))
+    assert s["image"]["count_checked"] == 0 and s["bad_samples"] == 0
+
+
+def test_a_clip_is_mixed_to_mono_and_cropped_at_a_random_offset_or_padded() -> None:
+    crop = AudioCrop(seconds=0.001, rate=8000)  # 8 frames
+    rng = np.random.default_rng(0)
+    ramp = np.arange(30, dtype=np.float32)
+    stereo = Clip(np.stack([ramp, ramp + 2], axis=1), 8000)  # mono: ramp + 1
+    starts = set()
+    for _ in range(20):
+        out = crop(stereo, rng)
+        assert out.dtype == np.float32 and out.shape == (8,)
+        assert np.array_equal(out, np.arange(out[0], out[0] + 8, dtype=np.float32))
+        starts.add(int(out[0]))
+    assert len(starts) > 1 and min(starts) >= 1 and max(starts) <= 23
+    short = crop(Clip(np.array([[0.5], [0.25]], dtype=np.float32), 8000), rng)
+    assert short.tolist() == [0.5, 0.25, 0, 0, 0, 0, 0, 0]
+    with pytest.raises(BadSample, match="22050 Hz"):
+        crop(Clip(np.zeros((40, 1), dtype=np.float32), 22050), rng)
+
+
+NATIVE = ("wds-flac", "hf-audio", "mds-audio")
+
+
+def _ffmpeg() -> str | None:
+    """Why torchcodec cannot decode here, or None: it loads FFmpeg's libraries, which come
+    from the system, not from pip."""
+    try:
+        from torchcodec.decoders import AudioDecoder  # noqa: F401
+    except Exception as exc:  # its loader raises RuntimeError or OSError, by version
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    return None
+
+
+def test_audio_exports_are_benchmarked_with_both_readers(exports: dict[str, Path]) -> None:
+    # Each library's export read by dsbench's reader and by the library's (which for the Audio
+    # feature decodes with torchcodec, in the decode stage), all in one interleaved run.
+    if (why := _ffmpeg()) is not None:  # .ci/run installs FFmpeg, as it does valgrind
+        pytest.skip(f"torchcodec cannot load FFmpeg here (apt-get install ffmpeg): {why}")
+    opts = BenchOptions(workers=(1,), batch_size=4, rounds=1, batches=3, warmup_batches=1,
+                        clip_s=0.5, exact=False)
+    each = [dataclasses.replace(opts, backend=b) for _ in NATIVE for b in ("dsbench", "native")]
+    docs = run_benches([exports[k] for k in NATIVE for _ in (0, 1)], opts, each=each)
+    for doc, kind in zip(docs, [k for k in NATIVE for _ in (0, 1)], strict=True):
+        schema.validate(doc, "bench")
+        config = doc["config"]
+        assert config["transform"] == "AudioCrop" and config["clip_seconds"] == 0.5
+        assert config["sample_rate"] == audiolibs.RATE and config["seq_len"] is None
+        (run,) = doc["runs"]
+        assert run["samples"] == 12 and run["cpu_s_per_sample"] > 0, kind
+        assert run["stages"]["decode"] > 0, kind
+        said = " ".join(render_bench(doc).split())
+        assert "Audio samples (flac, 16,000 Hz, 1/2 channel(s)): clips of 0.500 s, mono" \
+            in said
+        assert "a sample longer than 0.500 s is cropped; per second of audio stored:" in said
+    assert [d["config"]["backend"] for d in docs] == ["dsbench", "native"] * len(NATIVE)
+    assert all(d["reader"]["library"] for d in docs[1::2])
+
+
+def test_wav_in_place_of_flac_costs_the_read_and_the_decode(exports: dict[str, Path],
+                                                            tmp_path: Path) -> None:
+    # The planted regression: the same clips re-exported as WAV. Counted exactly, the read
+    # stage reads (and copies) the larger files, and the decode stage does other work: PCM
+    # copied where FLAC was decompressed.
+    out = tmp_path / "cmp.json"
+    assert main(["compare", str(exports["wds-flac"]), str(exports["wds-wav"]), "--workers",
+                 "1", "--rounds", "1", "--seconds", "0.1", "--batch-size", "4",
+                 "--clip-seconds", "0.5", "--exact", "--exact-samples", "8", "--no-cluster",
+                 "--json", str(out)]) in (0, 1)
+    run = json.loads(out.read_text())["runs"][0]
+    metric = {m["metric"]: m for m in run["metrics"]}
+    grew = metric["bytes_per_sample"]
+    assert grew["cand"] > 1.5 * grew["base"]  # 16-bit PCM against FLAC of a tone under noise
+    counted = {a["what"].removesuffix(" instructions"): a for a in run["attribution"]
+               if a["unit"] == "instructions/sample"}
+    assert counted["read"]["delta"] > 0 and counted["read"]["distinguishable"], counted
+    assert counted["decode"]["delta"] < 0 and counted["decode"]["distinguishable"], counted
+    # The clips themselves are cropped alike on both sides.
+    assert abs(counted["transform"]["delta"]) < 0.1 * abs(counted["decode"]["delta"]), counted
+
+
+def _with_bad_clip(out: Path, bad: bytes) -> Path:
+    import webdataset as wds
+
+    out.mkdir()
+    with wds.TarWriter(str(out / "shard-00000.tar")) as w:
+        for i in range(6):
+            w.write({"__key__": f"{i:06d}",
+                     "flac": bad if i == 3 else audiolibs.encoded(i, "flac"),
+                     "json": {"speaker": audiolibs.speaker(i)}})
+    return out
+
+
+@pytest.mark.parametrize("cut", ["truncated", "not-audio"])
+def test_a_bad_clip_is_one_line_naming_its_shard_and_key(tmp_path: Path, cut: str,
+                                                         capsys: pytest.CaptureFixture[str]
+                                                         ) -> None:
+    whole = audiolibs.encoded(3, "flac")
+    bad = whole[:len(whole) // 2] if cut == "truncated" else b"fLaC" + bytes(200)
+    export = _with_bad_clip(tmp_path / cut, bad)
+    assert main(["bench", str(export), "--workers", "1", "--rounds", "1", "--seconds", "0.2",
+                 "--batch-size", "2", "--no-exact", "--count-samples", "0"]) == 2
+    assert_one_line_error(capsys.readouterr().err, "bench", "shard-00000.tar", "000003",
+                          "flac audio")
+
+
+def test_a_truncated_wav_is_one_line_not_a_shorter_clip(tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]
+                                                        ) -> None:
+    # libsndfile reads a WAV cut short as a shorter clip without a word: dsbench checks the
+    # data chunk against its header.
+    import webdataset as wds
+
+    whole = audiolibs.encoded(2, "wav")
+    (tmp_path / "cut").mkdir()
+    with wds.TarWriter(str(tmp_path / "cut" / "shard-00000.tar")) as w:
+        for i in range(4):
+            w.write({"__key__": f"{i:06d}",
+                     "wav": whole[:len(whole) - 1000] if i == 2 else audiolibs.encoded(i, "wav")})
+    assert main(["inspect", str(tmp_path / "cut")]) == 2  # its report, then one line
+    said = capsys.readouterr().out
+    assert "truncated WAV: its data chunk declares" in said
+    assert main(["bench", str(tmp_path / "cut"), "--workers", "1", "--rounds", "1",
+                 "--seconds", "0.2", "--batch-size", "2", "--no-exact",
+                 "--count-samples", "0"]) == 2
+    assert_one_line_error(capsys.readouterr().err, "bench", "shard-00000.tar", "000002",
+                          "truncated WAV")
+
+
+@pytest.mark.parametrize("argv", [["generate", "parquet", "{out}", "--from", "{src}"],
+                                  ["advise", "{src}"]])
+def test_commands_that_write_images_refuse_an_audio_export_in_one_line(
+        argv: list[str], exports: dict[str, Path], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # WebDataset's members name the kind sample by sample: the first one says audio.
+    given = [a.format(out=tmp_path / "out", src=exports["wds-flac"]) for a in argv]
+    assert main(given) == 2
+    assert_one_line_error(capsys.readouterr().err, argv[0], "samples carry audio: not written")
+    assert not (tmp_path / "out").exists()

@@ -308,6 +308,7 @@ def test_a_job_reading_by_index_is_advised_among_layouts_read_by_index(
     assert len(err) == 1 and str(shards) in err[0] and "--order shuffle" in err[0], err
 
 
+@pytest.mark.slow  # tens of seconds: `python -m pytest -m slow` (CI runs it)
 def test_an_export_in_an_object_store_is_advised_from_the_same_store(
         small_after: Path, tmp_path: Path, s3_env: Any, capsys: pytest.CaptureFixture[str]
         ) -> None:
@@ -452,6 +453,7 @@ def test_the_first_pass_is_shortened_to_fit_a_small_budget_only() -> None:
     assert first_seconds(1.0, 4) == first_seconds(0.0, 40) == MIN_FIRST_SECONDS
 
 
+@pytest.mark.slow  # tens of seconds: `python -m pytest -m slow` (CI runs it)
 def test_advise_recommends_shards_with_a_float32_embedding_and_its_definition_remakes_it(
         after_like: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     work, toml, out = tmp_path / "work", tmp_path / "advised.toml", tmp_path / "advice.json"

@@ -262,6 +262,7 @@ def run_demo_cli(tmp_path: Path, *extra: str) -> list[str]:
             *extra]
 
 
+@pytest.mark.slow  # tens of seconds: `python -m pytest -m slow` (CI runs it)
 def test_demo_end_to_end_reuses_its_cache(tmp_path: Path, capsys: pytest.CaptureFixture[str]
                                           ) -> None:
     # The advice within 7 s rather than 25: its pick lifts the modelled utilization well past

@@ -146,6 +146,7 @@ def test_a_store_that_keeps_failing_ends_the_run_in_one_line_within_the_deadline
     assert_one_line_error(err, "bench", f"{target}/", "HTTP 500", "after 3 attempts")
 
 
+@pytest.mark.slow  # tens of seconds: `python -m pytest -m slow` (CI runs it)
 def test_throttling_costs_a_per_sample_layout_what_it_does_not_cost_shards(
         buckets: dict[str, str], through: Any, tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:

@@ -22,7 +22,11 @@ from dsbench.loader.options import BenchOptions
 from dsbench.loader.pipeline import AudioCrop, parse_fields
 from dsbench.loader.runner import run_benches
 from dsbench.loader.transforms import BadSample
+from dsbench.model.cluster import extrapolate
+from dsbench.model.costs import Distribution
+from dsbench.model.node import ClusterSpec
 from dsbench.report.bench import render as render_bench
+from dsbench.report.extrapolation import render
 from dsbench.results import schema
 
 FIELD = {"hf-audio": "audio", "mds-audio": "audio"}  # WebDataset's is the member
@@ -124,6 +128,17 @@ def test_audio_exports_are_benchmarked_with_both_readers(exports: dict[str, Path
         assert "a sample longer than 0.500 s is cropped; per second of audio stored:" in said
     assert [d["config"]["backend"] for d in docs] == ["dsbench", "native"] * len(NATIVE)
     assert all(d["reader"]["library"] for d in docs[1::2])
+    # Carried to a job, the rates are said in seconds of audio too: 8 clips of 0.5 s per GPU.
+    cluster = ClusterSpec(nodes=2, gpus_per_node=8, batch_size=8,
+                          compute=Distribution.parse("0.2"))
+    model = extrapolate(docs[0], cluster, np.random.default_rng(0), steps=200, scaling=[1])
+    schema.validate(model, "extrapolation")
+    clips = model["audio"]
+    assert clips["clip_seconds"] == 0.5 and clips["per_step_per_gpu"] == 8 * 0.5
+    assert clips["demand_per_s_per_node"] == pytest.approx(0.5 * 8 * 8 / 0.2)
+    assert clips["supply_per_s_per_node"] == pytest.approx(
+        0.5 * model["supply_samples_per_s_per_node"])
+    assert model["tokens"] is None and "in audio: supply" in render(model)
 
 
 def test_wav_in_place_of_flac_costs_the_read_and_the_decode(exports: dict[str, Path],

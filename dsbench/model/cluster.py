@@ -116,6 +116,18 @@ def _tokens(cost: LoaderCost, cluster: ClusterSpec, supply: float, demand: float
             "per_s_per_node": delivered * n}
 
 
+def _audio(cost: LoaderCost, cluster: ClusterSpec, supply: float, demand: float,
+           delivered: float) -> dict[str, Any] | None:
+    """Audio samples' rates in seconds of audio, as a speech job states them: each sample a
+    clip of clip_s seconds (padding included)."""
+    clip = cost.clip_s
+    if clip is None:
+        return None
+    return {"clip_seconds": clip, "per_step_per_gpu": clip * cluster.batch_size,
+            "supply_per_s_per_node": supply * clip, "demand_per_s_per_node": demand * clip,
+            "per_s_per_node": delivered * clip}
+
+
 def extrapolate(source: Mapping[str, Any] | LoaderCost, cluster: ClusterSpec,
                 rng: np.random.Generator, *, steps: int = DEFAULT_STEPS,
                 scaling: Sequence[int] = DEFAULT_SCALING, path: str | None = None,
@@ -164,6 +176,8 @@ def extrapolate(source: Mapping[str, Any] | LoaderCost, cluster: ClusterSpec,
         / result.stats(cluster.ranks)["mean"],
         "tokens": _tokens(cost, cluster, rates.supply, rates.demand,
                           cluster.gpus_per_node * cluster.batch_size / step["mean"]),
+        "audio": _audio(cost, cluster, rates.supply, rates.demand,
+                        cluster.gpus_per_node * cluster.batch_size / step["mean"]),
         "timeline": {"ranks": result.timeline_ranks, "bucket_s": result.timeline_bucket_s,
                      "gpu_util": [round(float(u), 4) for u in result.timeline],
                      "note": explain.timeline_note(rates, cluster, result)},

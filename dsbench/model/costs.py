@@ -106,6 +106,8 @@ class LoaderCost:
     # Token samples: ids per training sequence (bench --seq-len), so that rates can be said in
     # tokens as language-model jobs state them; None for images.
     seq_len: int | None = None
+    # Audio samples: seconds per training clip (bench --clip-seconds); None otherwise.
+    clip_s: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("cpu_s_per_sample", "cpu_cv", "files_per_sample", "bytes_per_sample"):
@@ -168,7 +170,8 @@ class LoaderCost:
                 "memory_workers": self.memory_workers, "memory_kind": self.memory_kind,
                 "order": self.order, "epoch_start_s": self.epoch_start_s,
                 "requests_per_sample": self.requests_per_sample,
-                "export_samples": self.export_samples, "seq_len": self.seq_len}
+                "export_samples": self.export_samples, "seq_len": self.seq_len,
+                "clip_s": self.clip_s}
 
     def source_of(self, name: str) -> str:
         """'measured' or 'stated', for one of this cost's figures."""
@@ -242,7 +245,13 @@ def _from_result(doc: Mapping[str, Any], path: str | None) -> LoaderCost:
                       epoch_start_s=_epoch_start(base), requests_per_sample=_requests(doc),
                       export_samples=_count(export.get("samples")),
                       seq_len=_count(config.get("seq_len")) if isinstance(config, Mapping)
-                      else None, **_memory(parsed))
+                      else None, clip_s=_positive(config.get("clip_seconds"))
+                      if isinstance(config, Mapping) else None, **_memory(parsed))
+
+
+def _positive(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) \
+        and value > 0 else None
 
 
 def _requests(doc: Mapping[str, Any]) -> float | None:

@@ -39,7 +39,7 @@ def render(doc: dict[str, Any]) -> str:
               f"and time-sharing {fmt.ratio(node['oversubscription'])}, file latency "
               f"{fmt.seconds(node['latency_s'])}, transfer {fmt.seconds(node['transfer_s'])})",
               f"  demand   {fmt.rate(doc['demand_samples_per_s_per_node'])}: {per}",
-              *_token_lines(doc.get("tokens")),
+              *_token_lines(doc.get("tokens")), *_audio_lines(doc.get("audio")),
               *memory_lines(doc.get("memory")),
               f"  verdict  {doc['verdict_text']}", ""]
     lines += [f"Step time ({doc['ranks']} ranks, {doc['steps']} steps simulated, the first "
@@ -188,3 +188,13 @@ def _token_lines(tokens: dict[str, Any] | None) -> list[str]:
             f"{fmt.count(tokens['demand_per_s_per_node'])} tokens/s per node (sequences of "
             f"{tokens['seq_len']} ids: {fmt.count(tokens['per_step_per_gpu'])} tokens per step "
             f"per GPU)"]
+
+
+def _audio_lines(audio: dict[str, Any] | None) -> list[str]:
+    """Supply and demand in seconds of audio, for a job of audio samples."""
+    if not audio:
+        return []
+    return [f"  in audio: supply {fmt.sig(audio['supply_per_s_per_node'])} s of audio/s, demand "
+            f"{fmt.sig(audio['demand_per_s_per_node'])} s of audio/s per node (clips of "
+            f"{fmt.sig(audio['clip_seconds'])} s: {fmt.sig(audio['per_step_per_gpu'])} s of "
+            "audio per step per GPU)"]

@@ -58,7 +58,7 @@ def row(kind: str, doc: Any, clip_s: float, memory: float | None) -> list[str]:
             f"{fmt.sig(run['samples_per_s'])} ({fmt.sig(lo)}-{fmt.sig(hi)})",
             fmt.sig(run["samples_per_s"] * clip_s),
             fmt.seconds(run["cpu_s_per_sample"] / stored),
-            "-" if per_sample is None else fmt.sig(per_sample / stored),
+            "-" if per_sample is None else fmt.count(per_sample / stored),
             fmt.nbytes(run["bytes_per_sample"] / stored),
             "-" if memory is None else fmt.nbytes(memory)]
 

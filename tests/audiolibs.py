@@ -42,7 +42,18 @@ def encoded(i: int, codec: str) -> bytes:
     import soundfile as sf
 
     buf = io.BytesIO()
-    sf.write(buf, frames(i), RATE, format=codec.upper(), subtype="PCM_16")
+    # 16-bit PCM in WAV and FLAC (lossless); Ogg is Vorbis (lossy: for the refusals only).
+    sf.write(buf, frames(i), RATE, format=codec.upper(),
+             subtype=None if codec == "ogg" else "PCM_16")
+    return buf.getvalue()
+
+
+def encoded_mp3(i: int) -> bytes:
+    """Clip i as MP3 (lossy: for the refusal of MP3, not for reading back)."""
+    import soundfile as sf
+
+    buf = io.BytesIO()
+    sf.write(buf, frames(i), RATE, format="MP3")
     return buf.getvalue()
 
 

@@ -199,7 +199,13 @@ def run_shell(text: str, tmp: Path) -> None:
 RUNNABLE = [d for d in DOCS if d.name not in NO_COMMANDS]
 
 
-@pytest.mark.parametrize("doc", RUNNABLE, ids=[d.name for d in RUNNABLE])
+# The guides whose commands take longest (a job, a store, a user's pipeline: 15 to 20 s each
+# here) run with the slow tests (`python -m pytest -m slow`, which CI runs too).
+SLOW_DOCS = {"object-store.md", "pipeline.md", "job.md"}
+
+
+@pytest.mark.parametrize("doc", [pytest.param(d, marks=pytest.mark.slow) if d.name in SLOW_DOCS
+                                 else d for d in RUNNABLE], ids=[d.name for d in RUNNABLE])
 def test_every_command_in_the_doc_runs(doc: Path, tmp_path: Path,
                                        monkeypatch: pytest.MonkeyPatch,
                                        request: pytest.FixtureRequest,

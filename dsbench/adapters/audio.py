@@ -1,18 +1,15 @@
 """Encoded audio through libsndfile (the `soundfile` package, which bundles it): a header's
 frames, rate and channels for the survey, and the frames themselves for the decode stage.
 
-libsndfile reads WAV, FLAC, Ogg (Vorbis, Opus) and MP3 (from 1.1) from memory, with no FFmpeg:
-what a speech team's loader most often calls. A sample is `Clip`: float32 frames (frames x
-channels, as libsndfile returns them) and their rate.
+libsndfile reads WAV, FLAC and Ogg (Vorbis, Opus) from memory, with no FFmpeg: what a speech
+team's loader most often calls. It reads MP3 too, but not whole (MP3_REFUSED). A sample is
+`Clip`: float32 frames (frames x channels, as libsndfile returns them) and their rate.
 """
 
 from __future__ import annotations
 
-import contextlib
 import io
-import os
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,41 +43,82 @@ def soundfile() -> Any:
     return sf
 
 
+# libsndfile's frame count where a stream does not declare one (a FLAC written as a stream):
+# SF_COUNT_MAX, or anything near it.
+_UNKNOWN = 1 << 62
+_BLOCK = 1 << 16  # frames decoded at a time: memory follows the data, not a declared count
+# More frames per stored byte than any codec reaches (FLAC's longest block of silence, 65,535
+# frames, takes over a dozen bytes): a header declaring more is corrupt.
+_MOST_FRAMES_PER_BYTE = 1 << 14
+# libsndfile's MP3 reading stops at its own estimate of the clip's length where the file has no
+# Xing or Info header (measured: 151,704 of a whole clip's 160,000 frames), and a clip cut short
+# reads as a shorter one: MP3 is refused rather than read in part.
+MP3_REFUSED = ("MP3 is not read: libsndfile stops at its own estimate of an MP3 clip's length, "
+               "so part of a clip could be read as all of it (convert to FLAC, WAV or Ogg)")
+
+
 def info(data: bytes | memoryview) -> tuple[str, int, int, int]:
-    """(codec, frames, sample rate, channels) from an encoded clip's header; ValueError where
-    libsndfile cannot read it, or a WAV's data is shorter than its header says."""
+    """(codec, frames, sample rate, channels) from an encoded clip's header (a stream that
+    declares no length is decoded to count them); ValueError where libsndfile cannot read it,
+    or a WAV's data or an Ogg stream is shorter than its header says."""
     sf = soundfile()
-    raw = bytes(data)
+    raw = _not_mp3(bytes(data))
     try:
-        with _quiet(raw):
-            found = sf.info(io.BytesIO(raw))
+        found = sf.info(io.BytesIO(raw))
     except (RuntimeError, sf.LibsndfileError) as exc:
         raise ValueError(f"not audio libsndfile reads: {_said(exc)}") from None
     codec = _FORMATS.get(found.format, found.format.lower())
-    if codec == "wav":
-        _whole_wav(raw)
-    if found.frames <= 0 or found.samplerate <= 0:
-        raise ValueError(f"audio of {found.frames} frames at {found.samplerate} Hz: empty")
-    return codec, int(found.frames), int(found.samplerate), int(found.channels)
+    _whole(codec, raw)
+    if found.samplerate <= 0 or found.channels <= 0:
+        raise ValueError(f"audio of {found.channels} channels at {found.samplerate} Hz")
+    frames = int(found.frames) if 0 < found.frames < _UNKNOWN else len(read(raw).frames)
+    if frames > len(raw) * _MOST_FRAMES_PER_BYTE:
+        raise ValueError(f"its header declares {frames} frames in {len(raw)} bytes")
+    return codec, frames, int(found.samplerate), int(found.channels)
 
 
 def read(data: bytes | memoryview) -> Clip:
-    """The clip's frames as float32; ValueError on bad data, and on a clip with fewer frames
-    than its header declares (libsndfile reads a truncated one up to where it ends)."""
+    """The clip's frames as float32, decoded a block at a time; ValueError on bad data, and
+    on a clip with fewer frames than its header declares (libsndfile reads a truncated one up
+    to where it ends)."""
     sf = soundfile()
-    raw = bytes(data)
+    raw = _not_mp3(bytes(data))
     try:
-        with _quiet(raw), sf.SoundFile(io.BytesIO(raw)) as f:
-            declared, rate = f.frames, f.samplerate
-            if f.format in ("WAV", "WAVEX"):
-                _whole_wav(raw)
-            frames = f.read(dtype="float32", always_2d=True)
-    except (RuntimeError, sf.LibsndfileError) as exc:
+        with sf.SoundFile(io.BytesIO(raw)) as f:
+            declared, rate = int(f.frames), int(f.samplerate)
+            _whole(_FORMATS.get(f.format, f.format.lower()), raw)
+            blocks = list(f.blocks(blocksize=_BLOCK, dtype="float32", always_2d=True))
+    except (RuntimeError, sf.LibsndfileError, MemoryError) as exc:
         raise ValueError(f"cannot decode audio: {_said(exc)}") from None
-    if len(frames) == 0 or len(frames) < declared:
-        raise ValueError(f"truncated audio: {len(frames)} of the {declared} frames its header "
+    frames = np.concatenate(blocks) if len(blocks) > 1 else (blocks[0] if blocks else None)
+    got = 0 if frames is None else len(frames)
+    if frames is None or got == 0 or (declared < _UNKNOWN and got < declared):
+        raise ValueError(f"truncated audio: {got} of the {declared} frames its header "
                          "declares")
-    return Clip(frames, int(rate))
+    return Clip(frames, rate)
+
+
+def _not_mp3(raw: bytes) -> bytes:
+    """`raw`, refused before libsndfile opens it where it is MP3 (an ID3 tag, or a frame's sync
+    bits where no other container's magic is): its MP3 decoder prints on stderr as it opens."""
+    if raw[:3] == b"ID3" or (not raw.startswith((b"RIFF", b"fLaC", b"OggS")) and len(raw) > 1
+                             and raw[0] == 0xFF and raw[1] & 0xE0 == 0xE0):
+        raise ValueError(MP3_REFUSED)
+    return raw
+
+
+def _whole(codec: str, raw: bytes) -> None:
+    """What libsndfile does not check itself: a WAV's data chunk holds the bytes its header
+    declares, an Ogg stream ends with its end-of-stream page; MP3 is refused."""
+    if codec == "mp3":
+        raise ValueError(MP3_REFUSED)
+    if codec == "wav":
+        _whole_wav(raw)
+    elif codec == "ogg":
+        last = raw.rfind(b"OggS")
+        # The page header's type byte: bit 2 marks the stream's last page.
+        if last < 0 or len(raw) < last + 27 or not raw[last + 5] & 4:
+            raise ValueError("truncated Ogg: its last page does not end the stream")
 
 
 def _whole_wav(raw: bytes) -> None:
@@ -98,24 +136,7 @@ def _whole_wav(raw: bytes) -> None:
         at += 8 + size + (size & 1)
 
 
-def _said(exc: Exception) -> str:
+def _said(exc: BaseException) -> str:
     """libsndfile's message without the in-memory file's repr it names."""
-    return re.sub(r"^Error opening <[^>]*>: ", "", str(exc)).strip()
-
-
-@contextlib.contextmanager
-def _quiet(raw: bytes) -> Iterator[None]:
-    """libsndfile's MP3 decoder (libmpg123) prints its warnings on the process's stderr, which
-    would add lines to dsbench's one-line errors; they are dropped while it reads MP3 (no other
-    codec writes there)."""
-    if raw[:3] != b"ID3" and not (len(raw) > 1 and raw[0] == 0xFF and raw[1] & 0xE0 == 0xE0):
-        yield
-        return
-    saved = os.dup(2)
-    try:
-        with open(os.devnull, "wb") as null:
-            os.dup2(null.fileno(), 2)
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
+    text = str(exc) or type(exc).__name__
+    return re.sub(r"^Error opening <[^>]*>: ", "", text).strip()

@@ -330,7 +330,7 @@ class ColumnarExport(base.ReadsUnits):
             survey_payloads(survey, self.plan, head.column(self.plan.image).combine_chunks(),
                             keys, str(p))
         finish_image(survey)
-        if self.kind != base.TOKENS:
+        if self.kind == "image":
             survey["image"]["codec"] = survey["image"]["codec"] or self.plan.codec or "unknown"
 
 

@@ -94,8 +94,8 @@ def sniff_codec(data: bytes) -> str | None:
             return codec
     if data[:4] == b"RIFF" and data[8:12] in (b"WEBP", b"WAVE"):
         return "webp" if data[8:12] == b"WEBP" else "wav"
-    if len(data) > 1 and data[0] == 0xFF and data[1] & 0xE0 == 0xE0:
-        return "mp3"  # an MPEG audio frame's sync word, without an ID3 tag before it
+    # An MP3 without an ID3 tag starts with a frame's sync bits, which UTF-16 text and AAC
+    # start with too: it is not told from its bytes.
     return None
 
 
@@ -206,7 +206,10 @@ def make_plan(schema: pa.Schema, probe: Callable[[list[str]], pa.Table | None],
     found = named_image(schema, image_field, where) if image_field else image
     found = found or next((c for c in candidates
                            if (schema.field(c[0]).metadata or {}).get(KIND) == b"image"), None)
-    kind = image_kind if found is not None and found == image else "image"
+    # What the format's schema says of the payload (an HF Audio feature), or its name, where
+    # the column was named or given.
+    kind = (base.AUDIO if image_kind == base.AUDIO or (image_field or "").lower()
+            in base.AUDIO_NAMES else "image") if found is not None else "image"
     found = found or next((c for c in candidates if c[0].lower() in IMAGE_NAMES), None)
     if found is None:
         found = next((c for c in candidates if c[0].lower() in base.AUDIO_NAMES), None)

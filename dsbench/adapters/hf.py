@@ -165,7 +165,8 @@ def _open_saved(path: Loc, image_field: str | None) -> ColumnarExport:
     features = features if isinstance(features, dict) else {}
     found = {root / n: listing[n] for n in names}
     payload = _image(features, image_field, path)
-    export = HfArrowExport(path, found, image_field, payload, _kind(features, payload))
+    export = HfArrowExport(path, found, image_field, payload,
+                    _kind(features, (image_field, None) if image_field else payload))
     export.hf = {"form": "save_to_disk", "features": features,
                  "splits": splits or ([state.get("_split")] if state.get("_split") else []),
                  "split": split or state.get("_split")}
@@ -192,7 +193,8 @@ def _open_hub(path: Loc, image_field: str | None) -> ColumnarExport:
     found = by_split[split]
     features = next((f for f in map(_footer_features, found) if f is not None), {})
     payload = _image(features, image_field, path)
-    export = HfParquetExport(path, found, image_field, payload, _kind(features, payload))
+    export = HfParquetExport(path, found, image_field, payload,
+                    _kind(features, (image_field, None) if image_field else payload))
     export.hf = {"form": "hub parquet", "features": features, "splits": splits,
                  "split": split}
     if store.is_dir(path):

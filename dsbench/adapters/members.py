@@ -77,16 +77,12 @@ def image_exts(root: Loc, image_field: str | None = None) -> dict[str, str]:
 
 
 def pick_image(exts: Iterable[str], images: Mapping[str, str]) -> str | None:
-    """The member extension holding the image: an exact image extension first, then any
-    extension ending in one (`0.jpg`); None when the sample has no image."""
-    exts = sorted(exts)
-    for e in exts:
-        if e in images:
-            return e
-    for e in exts:
-        if e.rsplit(".", 1)[-1] in images:
-            return e
-    return None
+    """The member extension holding the payload: an image's before an audio clip's (a sample
+    may carry a clip and a picture of it), an exact payload extension before one ending in one
+    (`0.jpg`), then by name; None when the sample has neither."""
+    found = [(images.get(e) or images.get(e.rsplit(".", 1)[-1]), e) for e in exts]
+    ranked = sorted((c in base.AUDIO_CODECS, e not in images, e) for c, e in found if c)
+    return ranked[0][2] if ranked else None
 
 
 def image_codec(ext: str, images: Mapping[str, str]) -> str:

@@ -59,6 +59,7 @@ def check(path: str, opts_workers: int, world: int, layout: str | None) -> str:
     from dsbench.errors import DsbenchError
 
     export = adapters.open_export(path, layout=layout)
+    adapters.base.images_only(export, "a job's ranks run the image pipeline")
     units = len(export.units())
     if units < world * opts_workers:
         raise DsbenchError(f"{units} units (shards or samples) cannot give {world} ranks x "

@@ -91,7 +91,7 @@ def run(plan: Plan) -> dict[str, Any]:
 
     from dsbench import procs
     from dsbench.loader import counter
-    from dsbench.loader.pipeline import BatchBuilder, collate_fields, parse_fields
+    from dsbench.loader.pipeline import BatchBuilder, collate_fields, parse_fields, transformed
     from dsbench.loader.user import collate
     from dsbench.loader.worker import open_export, pack_fields
 
@@ -121,8 +121,11 @@ def run(plan: Plan) -> dict[str, Any]:
             fields = [None if p is None else _ok(lambda r: parse_fields(r, builder.kinds), r,
                                                   skip) for r, p in zip(raws, pixels, strict=True)]
             snap("fields")
-            rows = [(builder.transform(p, builder.rng), f)
-                    for p, f in zip(pixels, fields, strict=True) if f is not None]
+            outs = [None if f is None else _ok(lambda r, p=p: transformed(
+                builder.transform, p, builder.rng, r), r, skip)
+                for r, p, f in zip(raws, pixels, fields, strict=True)]
+            rows = [(o, f) for o, f in zip(outs, fields, strict=True)
+                    if o is not None and f is not None]
             snap("transform")
             for row, (out, _f) in enumerate(rows):
                 images[row] = out

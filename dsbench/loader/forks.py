@@ -18,7 +18,7 @@ import multiprocessing.util
 import os
 import signal
 from collections.abc import Iterator
-from multiprocessing import forkserver
+from multiprocessing import forkserver, resource_tracker
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,13 @@ def context(preload: list[str]) -> Any:
 def server() -> int | None:
     """The server's process id while it runs."""
     return getattr(forkserver._forkserver, "_forkserver_pid", None)
+
+
+def helpers() -> frozenset[int]:
+    """The processes a run's loaders share across rounds: the server, and multiprocessing's
+    resource tracker (which starting the server, or a spawned worker, starts)."""
+    tracker = getattr(resource_tracker._resource_tracker, "_pid", None)
+    return frozenset(p for p in (server(), tracker) if p is not None)
 
 
 def _running() -> bool:

@@ -57,11 +57,13 @@ class Base:
     others: frozenset[int]
 
 
-def base(server: int | None) -> Base:
-    """Measured before a round's workers and buffers exist. `server` is the process the workers
-    fork from (forks.py), when one runs: it and what forks from it are the loader's."""
+def base(helpers: frozenset[int]) -> Base:
+    """Measured before a round's workers and buffers exist. `helpers` are the loader's own
+    processes that outlive a round (forks.helpers: the server its workers fork from and
+    multiprocessing's resource tracker): counted in every round alike, not only in the round
+    that started them."""
     me = psutil.Process()
-    return Base(of(me.pid), frozenset(p.pid for p in me.children() if p.pid != server))
+    return Base(of(me.pid), frozenset(p.pid for p in me.children() if p.pid not in helpers))
 
 
 def tree(round_base: Base) -> Memory:

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from dsbench.adapters import base
+from dsbench.adapters.audio import Clip
 from dsbench.adapters.base import RawSample
 from dsbench.errors import DsbenchError, SampleError
 from dsbench.loader.decode import _BAD_DATA, DEFAULT_MAX_PIXELS
@@ -222,6 +223,24 @@ class StageTimes:
         return dict(zip(STAGES, self.seconds, strict=True))
 
 
+def transformed(transform: Transform, decoded: Any, rng: np.random.Generator,
+                raw: RawSample) -> np.ndarray:
+    """`transform` of one decoded sample; SampleError naming its file and key where the
+    transform cannot take it: an audio clip among images or token ids (a clip's bytes where an
+    image was expected), pixels where clips were, a clip at another rate."""
+    if isinstance(transform, TrainTransform | TokenCrop | AudioCrop) and \
+            isinstance(decoded, Clip) != isinstance(transform, AudioCrop):
+        got = f"{raw.codec} audio" if isinstance(decoded, Clip) else f"a {raw.codec} sample"
+        want = "audio" if isinstance(transform, AudioCrop) else \
+            "token ids" if isinstance(transform, TokenCrop) else "images"
+        raise SampleError(f"{got} where the export's samples are {want}", path=raw.source,
+                          key=raw.key)
+    try:
+        return transform(decoded, rng)
+    except BadSample as exc:
+        raise SampleError(str(exc), path=raw.source, key=raw.key) from None
+
+
 class BatchBuilder:
     """Builds whole batches from an endless sample stream, timing every stage on the CPU clock.
 
@@ -282,10 +301,10 @@ class BatchBuilder:
             t3 = clock()
             t[2] += t3 - t2
             try:
-                out = self.transform(pixels, self.rng)
-            except BadSample as exc:
+                out = transformed(self.transform, pixels, self.rng, raw)
+            except SampleError as err:
                 t[3] += clock() - t3
-                self._bad(SampleError(str(exc), path=raw.source, key=raw.key))
+                self._bad(err)
                 continue
             t[3] += clock() - t3
             return raw.key, out, parsed

@@ -174,7 +174,7 @@ def run_round(path: Loc, opts: BenchOptions, n_workers: int) -> dict[str, Any]:
     if opts.cold and isinstance(path, Path):
         store.evict(path)  # the export's files out of the page cache
     reaped0 = _children_cpu()
-    main_base = memory.base(forks.server())  # before this round's workers exist
+    main_base = memory.base(forks.helpers())  # before this round's workers exist
     if opts.epochs:
         return _epochs_round(path, opts, n_workers, main_base, reaped0)
     source: ShmSource | TorchSource | DatasetSource

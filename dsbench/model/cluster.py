@@ -104,28 +104,16 @@ def simulate(cost: LoaderCost, cluster: ClusterSpec, rng: np.random.Generator, *
                    timeline_job=cluster.ranks, timeline_bucket_s=timeline_bucket_s)
 
 
-def _tokens(cost: LoaderCost, cluster: ClusterSpec, supply: float, demand: float,
-            delivered: float) -> dict[str, Any] | None:
-    """Token samples' rates in token ids, as a language-model job states them: each sample a
-    sequence of seq_len ids (padding included: what the GPU computes on)."""
-    n = cost.seq_len
-    if n is None:
+def _in_units(name: str, per_sample: float | None, cluster: ClusterSpec, supply: float,
+              demand: float, delivered: float) -> dict[str, Any] | None:
+    """The rates in the units a job of this kind states them: token ids for token samples
+    (each a sequence of `seq_len` ids, padding included: what the GPU computes on), seconds of
+    audio for audio samples (each a clip of `clip_seconds`); None for images."""
+    if per_sample is None:
         return None
-    return {"seq_len": n, "per_step_per_gpu": n * cluster.batch_size,
-            "supply_per_s_per_node": supply * n, "demand_per_s_per_node": demand * n,
-            "per_s_per_node": delivered * n}
-
-
-def _audio(cost: LoaderCost, cluster: ClusterSpec, supply: float, demand: float,
-           delivered: float) -> dict[str, Any] | None:
-    """Audio samples' rates in seconds of audio, as a speech job states them: each sample a
-    clip of clip_s seconds (padding included)."""
-    clip = cost.clip_s
-    if clip is None:
-        return None
-    return {"clip_seconds": clip, "per_step_per_gpu": clip * cluster.batch_size,
-            "supply_per_s_per_node": supply * clip, "demand_per_s_per_node": demand * clip,
-            "per_s_per_node": delivered * clip}
+    return {name: per_sample, "per_step_per_gpu": per_sample * cluster.batch_size,
+            "supply_per_s_per_node": supply * per_sample,
+            "demand_per_s_per_node": demand * per_sample, "per_s_per_node": delivered * per_sample}
 
 
 def extrapolate(source: Mapping[str, Any] | LoaderCost, cluster: ClusterSpec,
@@ -174,10 +162,10 @@ def extrapolate(source: Mapping[str, Any] | LoaderCost, cluster: ClusterSpec,
         "data_wait_share": float(result.data_wait_share[main]),
         "samples_per_s_per_node": cluster.gpus_per_node * cluster.batch_size
         / result.stats(cluster.ranks)["mean"],
-        "tokens": _tokens(cost, cluster, rates.supply, rates.demand,
-                          cluster.gpus_per_node * cluster.batch_size / step["mean"]),
-        "audio": _audio(cost, cluster, rates.supply, rates.demand,
-                        cluster.gpus_per_node * cluster.batch_size / step["mean"]),
+        **{kind: _in_units(name, per_sample, cluster, rates.supply, rates.demand,
+                           cluster.gpus_per_node * cluster.batch_size / step["mean"])
+           for kind, name, per_sample in (("tokens", "seq_len", cost.seq_len),
+                                          ("audio", "clip_seconds", cost.clip_s))},
         "timeline": {"ranks": result.timeline_ranks, "bucket_s": result.timeline_bucket_s,
                      "gpu_util": [round(float(u), 4) for u in result.timeline],
                      "note": explain.timeline_note(rates, cluster, result)},

@@ -64,7 +64,7 @@ def render(s: dict[str, Any]) -> str:
                         "in place (memory-mapped), not read whole"))
     lines.append("fields:")
     if not s["fields"]:
-        payload = {"tokens": "token ids", "text": "text"}.get(
+        payload = {"tokens": "token ids", "text": "text", "audio": "audio"}.get(
             (s.get("sample") or {}).get("kind", "image"), "image")
         lines.append(f"  (none besides the {payload})")
     width = max((len(n) for n in s["fields"]), default=0)

@@ -226,6 +226,7 @@ def run_resume(path: str, opts: ResumeOptions,
     """Measure a restart of every rank's loader on the export at `path`: the resume document."""
     opts.check()
     export = adapters.open_export(path)
+    adapters.base.images_only(export, "resume replays the image pipeline's batches")
     shuffle = shuffle_of(export.layout)
     units = tuple(export.units()[:opts.units])
     plan = Plan(units, opts.seed, opts.ranks, opts.workers, opts.batch_size,

@@ -109,6 +109,7 @@ with tarfile.open(f"{out}/shard-000000.tar", "w") as tar:
 """
 
 
+@pytest.mark.slow  # 15 to 20 s: `python -m pytest -m slow` (CI runs it)
 def test_an_export_command_runs_in_the_measured_commits_files(
         tmp_path: Path, env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
     repo = new_repo(env, tmp_path / "repo")

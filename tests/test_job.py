@@ -98,6 +98,7 @@ def test_a_two_rank_job_with_torch_loaders_writes_a_valid_document_and_extrapola
     assert again["step_time_s"] == doc["step_time_s"]  # the measurement, unchanged
 
 
+@pytest.mark.slow  # 15 to 20 s: `python -m pytest -m slow` (CI runs it)
 def test_a_four_rank_job_sees_every_drawn_stall_in_its_step_times(
         shards: Path, tmp_path: Path) -> None:
     out = tmp_path / "job.json"

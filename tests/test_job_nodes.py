@@ -39,6 +39,7 @@ def _node(path: str, port: int, *extra: str, env: dict[str, str] | None = None
                             env={**os.environ, **(env or {})})
 
 
+@pytest.mark.slow  # 15 to 20 s: `python -m pytest -m slow` (CI runs it)
 def test_two_nodes_read_one_export_from_an_object_store_and_the_model_holds_across_them(
         shards: Path, s3_env: Any, tmp_path: Path) -> None:
     url = s3_env.create_bucket("nodes")

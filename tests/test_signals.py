@@ -85,7 +85,13 @@ MOMENTS = [(c, _RNG.choice((signal.SIGINT, signal.SIGTERM)), round(_RNG.uniform(
            for c, (a, b, n) in SPAN.items() for _ in range(n)]
 
 
-@pytest.mark.parametrize(("command", "sig", "delay"), MOMENTS,
+# The demo's and advise's moments come 9 to 14 s into their runs: with the slow tests.
+SLOW = {"demo", "advise"}
+
+
+@pytest.mark.parametrize(("command", "sig", "delay"),
+                         [pytest.param(*m, marks=pytest.mark.slow) if m[0] in SLOW else m
+                          for m in MOMENTS],
                          ids=[f"{c}-{signal.Signals(s).name}-{d}s" for c, s, d in MOMENTS])
 def test_a_signal_at_any_moment_ends_the_command_cleanly(
         command: str, sig: int, delay: float, exports: dict[str, Path], tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ SAMPLES = 24
 PER_SHARD = 8
 SHARDS = SAMPLES // PER_SHARD
 RATE = 16_000
-KINDS = ("wds-flac", "wds-wav", "hf-audio", "mds-audio")
+KINDS = ("wds-flac", "wds-wav", "hf-audio", "hf-hub-audio", "mds-audio")
 CODEC = {"wds-wav": "wav"}  # the others hold FLAC
 
 
@@ -82,18 +82,33 @@ def write_wds(out: Path, codec: str) -> Path:
     return out
 
 
-def write_hf(out: Path) -> Path:
-    """`datasets` with an Audio feature (its struct of the file's bytes and a path), saved to
-    disk. The encoded bytes are given as they are: `datasets` stores them without re-encoding
-    (the Audio feature's cast of a struct)."""
+def _hf_dataset() -> Any:
+    """`datasets` with an Audio feature (its struct of the file's bytes and a path). The
+    encoded bytes are given as they are: `datasets` stores them without re-encoding (the Audio
+    feature's cast of a struct)."""
     import datasets
 
     rows = {"audio": [{"bytes": encoded(i, "flac"), "path": f"{i:06d}.flac"}
                       for i in range(SAMPLES)],
             "speaker": [speaker(i) for i in range(SAMPLES)],
             "transcript": [transcript(i) for i in range(SAMPLES)]}
-    ds = datasets.Dataset.from_dict(rows).cast_column("audio", datasets.Audio())
-    ds.save_to_disk(str(out), num_shards=SHARDS)
+    return datasets.Dataset.from_dict(rows).cast_column("audio", datasets.Audio())
+
+
+def write_hf(out: Path) -> Path:
+    """Saved to disk (save_to_disk's Arrow shards)."""
+    _hf_dataset().save_to_disk(str(out), num_shards=SHARDS)
+    return out
+
+
+def write_hf_hub(out: Path) -> Path:
+    """The Hub's Parquet layout, data/train-0000K-of-0000N.parquet, as push_to_hub writes it
+    (the features in each file's schema metadata)."""
+    ds = _hf_dataset()
+    (out / "data").mkdir(parents=True)
+    for k in range(SHARDS):
+        ds.shard(SHARDS, k, contiguous=True).to_parquet(
+            str(out / "data" / f"train-{k:05d}-of-{SHARDS:05d}.parquet"))
     return out
 
 
@@ -117,6 +132,8 @@ def write(kind: str, root: Path) -> Path:
         return write_wds(out, kind.removeprefix("wds-"))
     if kind == "hf-audio":
         return write_hf(out)
+    if kind == "hf-hub-audio":
+        return write_hf_hub(out)
     if kind == "mds-audio":
         return write_mds(out)
     raise ValueError(f"unknown kind {kind!r}")
@@ -140,12 +157,14 @@ def read_back(kind: str, path: Path) -> list[tuple[np.ndarray, int]]:
         shards = [str(p) for p in sorted(path.glob("*.tar"))]
         rows = [(s[codec], json.loads(s["json"])["speaker"])
                 for s in wds.WebDataset(shards, shardshuffle=False, empty_check=False)]
-    elif kind == "hf-audio":
+    elif kind.startswith("hf-"):
         import datasets
 
+        ds = (datasets.load_from_disk(str(path)) if kind == "hf-audio" else
+              datasets.load_dataset("parquet", data_files=sorted(
+                  str(p) for p in (path / "data").glob("*.parquet")), split="train"))
         # The stored file's bytes, as the Audio feature keeps them (decoding is torchcodec's).
-        ds = datasets.load_from_disk(str(path)).cast_column("audio",
-                                                             datasets.Audio(decode=False))
+        ds = ds.cast_column("audio", datasets.Audio(decode=False))
         rows = [(r["audio"]["bytes"], r["speaker"]) for r in ds]
     else:
         from streaming import StreamingDataset

@@ -247,7 +247,7 @@ def test_commands_that_write_images_refuse_an_audio_export_in_one_line(
     # WebDataset's members name the kind sample by sample: the first one says audio.
     given = [a.format(out=tmp_path / "out", src=exports["wds-flac"]) for a in argv]
     assert main(given) == 2
-    assert_one_line_error(capsys.readouterr().err, argv[0], "samples carry audio: not written")
+    assert_one_line_error(capsys.readouterr().err, argv[0], "samples carry audio: not built")
     assert not (tmp_path / "out").exists()
 
 
@@ -272,3 +272,13 @@ def test_a_clip_among_images_is_one_line_not_a_traceback(tmp_path: Path,
                  "--count-samples", "0"]) == 2
     assert_one_line_error(capsys.readouterr().err, "bench", "shard.00000.mds", "[sample 2]",
                           "flac audio where the export's samples are images")
+
+
+@pytest.mark.parametrize("argv", [["job", "{src}", "--ranks", "2", "--workers", "1"],
+                                  ["resume", "{src}", "--restart-at", "1"]])
+def test_job_and_resume_refuse_an_audio_export_in_one_line(
+        argv: list[str], exports: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    # Their ranks run the image pipeline: a clip there would fail every sample.
+    assert main([a.format(src=exports["mds-audio"]) for a in argv]) == 2
+    assert_one_line_error(capsys.readouterr().err, argv[0], "samples carry audio (audio)",
+                          "not built for them yet")

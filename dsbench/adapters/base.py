@@ -148,8 +148,8 @@ def images_only(export: Any, what: str) -> None:
     if kind != "image":
         field = getattr(export, "payload_field", None)
         raise DsbenchError(f"{what}, and this export's samples carry {kind}"
-                           f"{f' ({field})' if field else ''}: not written yet "
-                           "(read, inspect, bench and compare take it)", path=export.path)
+                           f"{f' ({field})' if field else ''}: not built for them yet "
+                           "(read, inspect, bench and compare take them)", path=export.path)
 
 
 ON_ERROR = ("raise", "skip")

@@ -148,6 +148,8 @@ def test_audio_exports_are_benchmarked_with_both_readers(exports: dict[str, Path
                     f"load FFmpeg here (apt-get install ffmpeg): {why}")
 
 
+# Counted under valgrind on both sides, 13 to 19 s: with the slow tests (CI runs them).
+@pytest.mark.slow
 def test_wav_in_place_of_flac_costs_the_read_and_the_decode(exports: dict[str, Path],
                                                             tmp_path: Path) -> None:
     # The planted regression: the same clips re-exported as WAV. Counted exactly, the read

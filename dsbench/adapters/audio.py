@@ -29,10 +29,6 @@ class Clip:
     frames: np.ndarray
     rate: int
 
-    @property
-    def seconds(self) -> float:
-        return len(self.frames) / self.rate
-
 
 def soundfile() -> Any:
     try:

@@ -203,13 +203,13 @@ def make_plan(schema: pa.Schema, probe: Callable[[list[str]], pa.Table | None],
         if text is not None:
             return _plan(schema, text, None, base.TEXT, key, base.TEXT)
     candidates = [c for c in map(_image_candidate, schema) if c]
-    found = named_image(schema, image_field, where) if image_field else image
-    found = found or next((c for c in candidates
+    given = named_image(schema, image_field, where) if image_field else image
+    # What the format's schema says of the payload it gives (an HF Audio feature), or the name
+    # a person gave it.
+    kind = base.AUDIO if given is not None and (
+        image_kind == base.AUDIO or (image_field or "").lower() in base.AUDIO_NAMES) else "image"
+    found = given or next((c for c in candidates
                            if (schema.field(c[0]).metadata or {}).get(KIND) == b"image"), None)
-    # What the format's schema says of the payload (an HF Audio feature), or its name, where
-    # the column was named or given.
-    kind = (base.AUDIO if image_kind == base.AUDIO or (image_field or "").lower()
-            in base.AUDIO_NAMES else "image") if found is not None else "image"
     found = found or next((c for c in candidates if c[0].lower() in IMAGE_NAMES), None)
     if found is None:
         found = next((c for c in candidates if c[0].lower() in base.AUDIO_NAMES), None)

@@ -94,14 +94,6 @@ def _image_features(features: dict[str, Any]) -> list[str]:
             and f.get("_type") in ("Image", "Audio")]
 
 
-def _kind(features: dict[str, Any], payload: tuple[str, str | None] | None) -> str:
-    """Audio where the payload is an Audio feature (a struct of the file's bytes and path, as
-    an Image feature is)."""
-    feature = features.get(payload[0]) if payload else None
-    return base.AUDIO if isinstance(feature, dict) and feature.get("_type") == "Audio" \
-        else "image"
-
-
 class _Hf:
     """What both forms add to their columnar export: the features, the splits, the form."""
 
@@ -126,15 +118,20 @@ class HfParquetExport(_Hf, ParquetExport):
     pass
 
 
-def _image(features: dict[str, Any], image_field: str | None, where: Loc
-           ) -> tuple[str, str | None] | None:
-    if image_field is not None:
-        return None  # the columnar plan checks the named column
-    images = _image_features(features)
+def _payload(features: dict[str, Any], image_field: str | None, where: Loc
+             ) -> tuple[tuple[str, str | None] | None, str]:
+    """The Image or Audio feature the samples carry (None where --image-field names the
+    column: the columnar plan checks it), and its kind: audio for an Audio feature (a struct
+    of the file's bytes and path, as an Image feature is)."""
+    images = [] if image_field else _image_features(features)
     if len(images) > 1:
         raise DsbenchError(f"several Image or Audio features ({', '.join(images)}): name the "
                            "one to read with --image-field", path=where)
-    return (images[0], "bytes") if images else None
+    name = image_field or (images[0] if images else None)
+    feature = features.get(name) if name else None
+    kind = base.AUDIO if isinstance(feature, dict) and feature.get("_type") == "Audio" \
+        else "image"
+    return (None if image_field or name is None else (name, "bytes")), kind
 
 
 def _pick_split(splits: list[str]) -> str:
@@ -164,9 +161,7 @@ def _open_saved(path: Loc, image_field: str | None) -> ColumnarExport:
     features = info.get("features") if isinstance(info, dict) else None
     features = features if isinstance(features, dict) else {}
     found = {root / n: listing[n] for n in names}
-    payload = _image(features, image_field, path)
-    export = HfArrowExport(path, found, image_field, payload,
-                    _kind(features, (image_field, None) if image_field else payload))
+    export = HfArrowExport(path, found, image_field, *_payload(features, image_field, path))
     export.hf = {"form": "save_to_disk", "features": features,
                  "splits": splits or ([state.get("_split")] if state.get("_split") else []),
                  "split": split or state.get("_split")}
@@ -192,9 +187,7 @@ def _open_hub(path: Loc, image_field: str | None) -> ColumnarExport:
     split = _pick_split(splits)
     found = by_split[split]
     features = next((f for f in map(_footer_features, found) if f is not None), {})
-    payload = _image(features, image_field, path)
-    export = HfParquetExport(path, found, image_field, payload,
-                    _kind(features, (image_field, None) if image_field else payload))
+    export = HfParquetExport(path, found, image_field, *_payload(features, image_field, path))
     export.hf = {"form": "hub parquet", "features": features, "splits": splits,
                  "split": split}
     if store.is_dir(path):

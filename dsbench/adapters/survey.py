@@ -12,7 +12,7 @@ from __future__ import annotations
 import io
 import warnings
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import IO, Any
 
 import numpy as np
@@ -233,10 +233,8 @@ def finish_image(survey: dict[str, Any]) -> None:
     """Name the image codec from the checked images: the common one, or 'mixed: a, b'."""
     image = survey["image"]
     codecs: Counter[str] = image.pop("codecs", Counter())
-    if len(codecs) == 1:
-        image["codec"] = next(iter(codecs))
-    elif codecs:
-        image["codec"] = "mixed: " + ", ".join(c for c, _ in codecs.most_common())
+    if codecs:
+        image["codec"] = _named(codecs)
 
 
 def summarize(survey: dict[str, Any], path: str | Loc = "", ignored: Sequence[str] = (),
@@ -287,7 +285,7 @@ def summarize(survey: dict[str, Any], path: str | Loc = "", ignored: Sequence[st
             "sample_rate": int(found_audio["rates"].most_common(1)[0][0]),
             "sample_rates": sorted(int(r) for r in found_audio["rates"]),
             "channels": sorted(int(c) for c in found_audio["channels"]),
-            "seconds_per_sample": _spread(found_audio["seconds"]),
+            "seconds_per_sample": _range(found_audio["seconds"], float),
             "mean_seconds_per_sample": float(np.mean(found_audio["seconds"])),
         },
         "tokens": None if not tokens else {
@@ -311,18 +309,15 @@ def summarize(survey: dict[str, Any], path: str | Loc = "", ignored: Sequence[st
 
 
 def _named(counts: Counter[str]) -> str:
-    """The common codec, or 'mixed: a, b' (as finish_image names an image's)."""
+    """The common codec, or 'mixed: a, b' where the checked samples differ."""
     if len(counts) == 1:
         return next(iter(counts))
     return "mixed: " + ", ".join(c for c, _ in counts.most_common())
 
 
-def _spread(values: Sequence[float]) -> dict[str, float]:
-    return {"min": float(min(values)), "p50": stats.percentile(values, 50),
-            "max": float(max(values))}
-
-
-def _range(values: Sequence[int]) -> dict[str, float]:
+def _range(values: Sequence[float], end: Callable[[float], float] = int) -> dict[str, float]:
+    """min, p50 and max; the ends as `end` makes them (counts: int; seconds: float)."""
     if not values:
         return {"min": 0, "p50": 0.0, "max": 0}
-    return {"min": int(min(values)), "p50": stats.percentile(values, 50), "max": int(max(values))}
+    return {"min": end(min(values)), "p50": stats.percentile(values, 50),
+            "max": end(max(values))}

@@ -1,7 +1,7 @@
 """The decode stage: an encoded image to pixels, refusing images too large before decoding them;
 a token array (codec `tokens`) to a 1-d integer array; a text (codec `text`) to its ids, by the
-run's tokenizer (tokenize.py); encoded audio (WAV, FLAC, Ogg, MP3) to float32 frames with
-libsndfile (adapters/audio.py), or a clip a format's own library decodes (codec
+run's tokenizer (tokenize.py); encoded audio (WAV, FLAC, Ogg; MP3 is refused) to float32 frames
+with libsndfile (adapters/audio.py), or a clip a format's own library decodes (codec
 `decoded-audio`) by calling its decoder here.
 
 JPEG with Pillow (default) or simplejpeg when asked for, PNG and other codecs with Pillow, raw
@@ -161,9 +161,9 @@ def make_decoder(name: str = "pillow", max_pixels: int = DEFAULT_MAX_PIXELS,
                 return _decoded(raw.image, max_pixels)
             return _pillow_decode(raw.image, max_pixels)
         except _BAD_DATA as exc:
-            what = {TOKENS: "token ids", TEXT: "text", DECODED_AUDIO: "audio"}.get(
-                raw.codec, f"{raw.codec} audio" if raw.codec in AUDIO_CODECS
-                else "audio" if raw.codec == AUDIO else f"{raw.codec} image")
+            what = ({TOKENS: "token ids", TEXT: "text", AUDIO: "audio", DECODED_AUDIO: "audio"}
+                    .get(raw.codec) or f"{raw.codec} "
+                    f"{'audio' if raw.codec in AUDIO_CODECS else 'image'}")
             raise SampleError(f"cannot decode {what}: {exc}", path=raw.source,
                               key=raw.key) from None
 

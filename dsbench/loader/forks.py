@@ -52,21 +52,18 @@ def helpers() -> frozenset[int]:
     return frozenset(p for p in (server(), tracker) if p is not None)
 
 
-def _running() -> bool:
-    return server() is not None
-
-
 @contextlib.contextmanager
 def stopped_after() -> Iterator[None]:
     """Stop the server at the end of the block if it was started inside it."""
-    before = _running()
+    before = server() is not None
     try:
         yield
     finally:
-        if not before and _running():
+        pid = server()
+        if not before and pid is not None:
             # A worker still alive keeps the server from stopping (and this wait from ending):
             # none should be, each loader stops its own; any left is ended first.
-            _end_children(forkserver._forkserver._forkserver_pid)  # type: ignore[attr-defined]
+            _end_children(pid)
             # multiprocessing stops it only at exit; its own tests stop it this way.
             forkserver._forkserver._stop()  # type: ignore[attr-defined]
 

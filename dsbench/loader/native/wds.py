@@ -19,8 +19,6 @@ from dsbench.errors import DsbenchError
 from dsbench.loader.native import Item, Shuffle, View, require
 from dsbench.storage.files import is_remote
 
-_IMAGES = ("jpg", "jpeg", "png", "webp", "ppm")
-
 
 @dataclass(frozen=True)
 class Prepared:
@@ -87,8 +85,8 @@ class WdsReader:
             index, offset = unit.get(sample.pop("__url__", "")), sample.pop(OFFSET, None)
             sample.pop("__local_path__", None)
             # An image member before an audio clip's, as dsbench's reader picks them.
-            name = view.image or next((e for kinds in (_IMAGES, base.AUDIO_EXTS) for e in sample
-                                       if e.rsplit(".", 1)[-1] in kinds), None)
+            name = view.image or next((e for kinds in (base.IMAGE_EXTS, base.AUDIO_EXTS)
+                                       for e in sample if e.rsplit(".", 1)[-1] in kinds), None)
             if name is None:
                 raise ValueError(f"sample {key} has no image member ({', '.join(sample)})")
             image = sample.pop(name)

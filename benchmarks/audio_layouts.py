@@ -21,30 +21,22 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import audiolibs  # the tests' writers: each format's own library
+import sides  # what the layout tables share
 
 from dsbench import fmt
 from dsbench.loader.options import BenchOptions
-from dsbench.loader.runner import run_benches
 
 # (export, read by the library's own reader too)
 EXPORTS = (("wds-flac", True), ("wds-wav", False), ("hf-audio", True), ("mds-audio", True))
-
-
-def alone(path: Path, opts: BenchOptions) -> float | None:
-    """The loader's peak anonymous memory, measured in a run of this side alone."""
-    with contextlib.redirect_stdout(sys.stderr):
-        (doc,) = run_benches([path], dataclasses.replace(opts, rounds=1, exact=False))
-    value = doc["runs"][0].get("peak_pss_anon_bytes")
-    return None if value is None else float(value)
 
 
 def row(kind: str, doc: Any, clip_s: float, memory: float | None) -> list[str]:
@@ -75,28 +67,21 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     opts = BenchOptions(workers=(args.workers,), batch_size=args.batch_size,
                         rounds=args.rounds, seconds=args.seconds, clip_s=args.clip_seconds)
-    paths, each, names = [], [], []
+    exports = []
     for kind, native in EXPORTS:
         path = args.out / kind
         if not path.exists():
             with contextlib.redirect_stdout(sys.stderr):  # the libraries' own printing
                 audiolibs.write(kind, args.out)
-        for backend in ("dsbench", "native") if native else ("dsbench",):
-            paths.append(path)
-            each.append(dataclasses.replace(opts, backend=backend,
-                                            exact=None if backend == "dsbench" else False))
-            names.append((kind, backend))
-    with contextlib.redirect_stdout(sys.stderr):
-        docs = run_benches(paths, opts, each=each, progress=fmt.progress)
+        exports.append((kind, path, native))
     head = ["export", "reader", "samples/s (95% CI)", "audio s/s (clips)",
             "CPU/s of audio stored", "instructions/s of audio (exact)", "read/s of audio",
             "peak anon. memory"]
-    print("| " + " | ".join(head) + " |")
-    print("|" + " --- |" * len(head))
-    for (kind, backend), doc, path, side in zip(names, docs, paths, each, strict=True):
+    rows = []
+    for kind, backend, doc, memory in sides.interleaved(exports, opts):
         (args.out / f"{kind}-{backend}.json").write_text(json.dumps(doc))
-        print("| " + " | ".join(row(kind, doc, args.clip_seconds, alone(path, side)))
-              + " |")
+        rows.append(row(kind, doc, args.clip_seconds, memory))
+    sides.table(head, rows)
     return 0
 
 

@@ -26,19 +26,19 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import sides  # what the layout tables share
 import tokenlibs  # the tests' writers: each format's own library
 
 from dsbench import fmt
 from dsbench.loader.options import BenchOptions
-from dsbench.loader.runner import run_benches
 
 # (export, read by the library's own reader too), for token samples and for raw text
 KINDS = {"tokens": (("mds-tokens", True), ("mds-tokens-json", False),
@@ -54,15 +54,6 @@ UNIT = {"tokens": ("id", "tokens", "mean_per_sample"),
 def write(kind: str, root: Path) -> Path:
     out = root / kind
     return out if out.exists() else tokenlibs.write(kind, root)
-
-
-def alone(path: Path, opts: BenchOptions) -> float | None:
-    """The loader's peak anonymous memory, measured in a run of this side alone: in the
-    interleaved run, workers come from one fork server that imported every side's library."""
-    with contextlib.redirect_stdout(sys.stderr):
-        (doc,) = run_benches([path], dataclasses.replace(opts, rounds=1, exact=False))
-    value = doc["runs"][0].get("peak_pss_anon_bytes")
-    return None if value is None else float(value)
 
 
 def row(kind: str, doc: Any, seq_len: int, memory: float | None, what: str) -> list[str]:
@@ -96,27 +87,19 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     opts = BenchOptions(workers=(args.workers,), batch_size=args.batch_size,
                         rounds=args.rounds, seconds=args.seconds, seq_len=args.seq_len)
-    paths, each, names = [], [], []
+    exports = []
     for kind, native in KINDS[args.kind]:
         with contextlib.redirect_stdout(sys.stderr):  # the libraries' own printing
-            path = write(kind, args.out)
-        for backend in ("dsbench", "native") if native else ("dsbench",):
-            paths.append(path)
-            each.append(dataclasses.replace(opts, backend=backend,
-                                            exact=None if backend == "dsbench" else False))
-            names.append((kind, backend))
-    with contextlib.redirect_stdout(sys.stderr):
-        docs = run_benches(paths, opts, each=each, progress=fmt.progress)
+            exports.append((kind, write(kind, args.out), native))
     unit = UNIT[args.kind][0]
     head = ["export", "reader", "samples/s (95% CI)", "tokens/s (sequences)",
             f"CPU/{unit} stored", f"instructions/{unit} (exact)", f"read/{unit}",
             "peak anon. memory"]
-    print("| " + " | ".join(head) + " |")
-    print("|" + " --- |" * len(head))
-    for (kind, backend), doc, path, side in zip(names, docs, paths, each, strict=True):
+    rows = []
+    for kind, backend, doc, memory in sides.interleaved(exports, opts):
         (args.out / f"{kind}-{backend}.json").write_text(json.dumps(doc))
-        print("| " + " | ".join(row(kind, doc, args.seq_len, alone(path, side), args.kind))
-              + " |")
+        rows.append(row(kind, doc, args.seq_len, memory, args.kind))
+    sides.table(head, rows)
     return 0
 
 

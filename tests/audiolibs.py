@@ -102,14 +102,9 @@ def write_hf(out: Path) -> Path:
 
 
 def write_hf_hub(out: Path) -> Path:
-    """The Hub's Parquet layout, data/train-0000K-of-0000N.parquet, as push_to_hub writes it
-    (the features in each file's schema metadata)."""
-    ds = _hf_dataset()
-    (out / "data").mkdir(parents=True)
-    for k in range(SHARDS):
-        ds.shard(SHARDS, k, contiguous=True).to_parquet(
-            str(out / "data" / f"train-{k:05d}-of-{SHARDS:05d}.parquet"))
-    return out
+    import formatlibs
+
+    return formatlibs.hub_parquet(_hf_dataset(), out, SHARDS)
 
 
 def write_mds(out: Path) -> Path:

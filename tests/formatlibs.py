@@ -129,9 +129,12 @@ def write_hf(out: Path) -> Path:
 
 
 def write_hf_hub(out: Path) -> Path:
-    """The Hub's Parquet layout: data/train-0000K-of-0000N.parquet, as push_to_hub writes it."""
-    ds = _hf_dataset()
-    n = SAMPLES // PER_SHARD
+    return hub_parquet(_hf_dataset(), out, SAMPLES // PER_SHARD)
+
+
+def hub_parquet(ds: Any, out: Path, n: int) -> Path:
+    """The Hub's Parquet layout, data/train-0000K-of-0000N.parquet, as push_to_hub writes it
+    (the features in each file's schema metadata): `ds` in `n` contiguous shards."""
     (out / "data").mkdir(parents=True)
     for k in range(n):
         ds.shard(n, k, contiguous=True).to_parquet(

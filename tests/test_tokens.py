@@ -34,7 +34,7 @@ FIELD = {"megatron-tokens": "the .bin's sequences"}  # a Megatron sample is its 
 @pytest.fixture(scope="module")
 def exports(tmp_path_factory: pytest.TempPathFactory, private_tmp: Path) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("tokens")
-    out = {k: tokenlibs.write(k, root) for k in (*READ, "mds-tokens-json")}
+    out = {k: tokenlibs.write(k, root) for k in (*READ, "mds-tokens-json", "litdata-tokens")}
     out["mds-tokens-int32"] = tokenlibs.write("mds-tokens", root / "int32", dtype="int32")
     return out
 
@@ -57,6 +57,79 @@ def test_every_token_is_read_as_written(kind: str, exports: dict[str, Path]) -> 
     theirs = tokenlibs.read_back(library, exports[kind])
     assert all(np.array_equal(base.token_ids(raw.image), ids)
                for raw, ids in zip(samples, theirs, strict=True))
+
+
+def test_a_tokensloader_export_is_read_in_the_blocks_litdata_hands_over(
+        exports: dict[str, Path]) -> None:
+    # optimize(item_loader=TokensLoader()) stores each chunk's documents end to end; litdata's
+    # TokensLoader(block_size=B) reads blocks of B ids across documents, never across chunks.
+    # dsbench cuts the same blocks, B being --seq-len, front to back and one at a time.
+    path = exports["litdata-tokens"]
+    export = adapters.open_export(path, seq_len=tokenlibs.BLOCK)
+    samples = list(export.read())
+    written = tokenlibs.expected("litdata-tokens")
+    theirs = tokenlibs.read_back("litdata-tokens", path)
+    assert len(samples) == len(written) == len(theirs)
+    for raw, ids, their in zip(samples, written, theirs, strict=True):
+        got = base.token_ids(raw.image)
+        assert raw.codec == base.TOKENS and got.dtype == np.uint16
+        assert np.array_equal(got, ids) and np.array_equal(got, their)
+    # Read alone (--order random), a block is the same ids, taken where it lies.
+    units = export.units()
+    for unit, offset in [(units[0], 0), (units[1], 5), (units[-1],
+                                                        export.unit_samples(units[-1]) - 1)]:
+        raw = export.read_at(unit, offset)
+        assert raw is not None and np.array_equal(base.token_ids(raw.image),
+                                                  written[int(raw.key)])
+    s = summarize(export.survey(), path, export.ignored, export)
+    lengths = [tokenlibs.length(i) for i in range(tokenlibs.SAMPLES)]
+    stream = s["tokens"]["stream"]
+    assert stream["block"] == tokenlibs.BLOCK and stream["documents"] == tokenlibs.SAMPLES
+    assert stream["ids"] == sum(lengths)
+    assert stream["unread_ids"] == sum(lengths) - tokenlibs.BLOCK * len(written)
+    assert s["samples"] == len(written) and s["fields"] == {} and s["bad_samples"] == 0
+    assert s["tokens"]["per_sample"] == {"min": tokenlibs.BLOCK, "p50": tokenlibs.BLOCK,
+                                         "max": tokenlibs.BLOCK}
+    # Another --seq-len, other blocks: the default's 2048 ids hold fewer, longer samples.
+    assert adapters.open_export(path).survey()["samples"] == sum(
+        ids // 2048 for ids in (json.loads((path / "index.json").read_text())["chunks"][k]["dim"]
+                                for k in range(tokenlibs.SHARDS)))
+
+
+def _damaged(src: Path, dst: Path, how: str) -> Path:
+    import shutil
+
+    shutil.copytree(src, dst)
+    index = json.loads((dst / "index.json").read_text())
+    chunk = dst / index["chunks"][1]["filename"]
+    if how == "cut":
+        chunk.write_bytes(chunk.read_bytes()[:-100])
+        index["chunks"][1]["chunk_bytes"] -= 100  # an index rewritten to match: the ids decide
+    else:
+        index["chunks"][1]["dim"] += 7
+    (dst / "index.json").write_text(json.dumps(index))
+    return chunk
+
+
+@pytest.mark.parametrize("how,needle", [("cut", "truncated: its ids end at byte"),
+                                        ("dim", "lie at")])
+def test_a_damaged_tokensloader_chunk_is_one_line(how: str, needle: str,
+                                                  exports: dict[str, Path], tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    chunk = _damaged(exports["litdata-tokens"], tmp_path / how, how)
+    assert main(["bench", str(tmp_path / how), "--seq-len", "64", "--workers", "1",
+                 "--rounds", "1", "--seconds", "0.2", "--no-exact", "--count-samples", "0"]) == 2
+    assert_one_line_error(capsys.readouterr().err, "bench", chunk.name, needle)
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--seq-len", "100000"], "no block of 100000 ids (--seq-len) fits in a chunk"),
+    (["--image-field", "input_ids"], "blocks of its token stream, with no fields")])
+def test_a_tokensloader_export_refuses_what_it_cannot_be_read_as(
+        argv: list[str], needle: str, exports: dict[str, Path],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["inspect", str(exports["litdata-tokens"]), *argv]) == 2
+    assert_one_line_error(capsys.readouterr().err, "inspect", "index.json", needle)
 
 
 @pytest.mark.parametrize("kind", READ)
@@ -89,7 +162,9 @@ def test_a_token_sample_is_cropped_at_a_random_offset_or_padded() -> None:
     assert short.tolist() == [5, 6, 7, 0, 0, 0, 0, 0]
 
 
-NATIVE = ("mds-tokens", "hf-tokens", "litdata-tokens-pytree", "megatron-tokens")
+NATIVE = ("mds-tokens", "hf-tokens", "litdata-tokens-pytree", "megatron-tokens",
+          "litdata-tokens")
+FIELD["litdata-tokens"] = "the chunks' token stream"
 
 
 def test_token_exports_are_benchmarked_with_both_readers(exports: dict[str, Path]) -> None:
@@ -106,6 +181,11 @@ def test_token_exports_are_benchmarked_with_both_readers(exports: dict[str, Path
         (run,) = doc["runs"]
         assert run["samples"] == 16 and run["cpu_s_per_sample"] > 0, kind
         said = " ".join(render_bench(doc).split())
+        if kind == "litdata-tokens":  # blocks of the stream, cut as litdata's TokensLoader does
+            assert "(the chunks' token stream, uint16): blocks of 64 ids, cut from 120 " \
+                "documents laid end to end, as litdata's TokensLoader(block_size=64)" in said
+            assert "no padding" in said and "per id read:" in said
+            continue
         assert f"Token samples ({FIELD.get(kind, 'input_ids')}, uint16): sequences of 64 ids" \
             in said
         assert "a document longer than 64 ids is cropped; per id stored:" in said

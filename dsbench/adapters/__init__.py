@@ -147,17 +147,17 @@ def _found(p: Loc) -> str:
 
 
 def open_export(path: str | Loc, layout: str | None = None,
-                image_field: str | None = None) -> Export:
+                image_field: str | None = None, seq_len: int | None = None) -> Export:
     """Open an export for reading, detecting its layout unless one is given; `image_field`
     names the column (or member extension) holding the image where the format's own schema
-    leaves a choice.
+    leaves a choice, `seq_len` the block a stream of token ids is cut into (Adapter.open).
 
     The export's `ignored` lists the files under it that its layout does not read, so that
     what was left out is said, never silent.
     """
     p = store.named(path)
     adapter = get(layout) if layout else detect(p)
-    export = adapter.open(p, image_field=image_field)
+    export = adapter.open(p, image_field=image_field, seq_len=seq_len)
     if store.is_dir(p) and adapter.name in NAMED:
         ignored: list[str] = []
         found = census(p, ignored)

@@ -50,6 +50,9 @@ EXT_ENCODINGS: dict[str, str] = {
 # (codec TEXT: a str), which the loader tokenizes, then crops as token ids.
 KINDS = ("image", "tokens", "text", "audio")
 TOKENS = "tokens"
+# Ids per training sequence where none is given (--seq-len): token samples are cropped or
+# padded to it, and a token stream with no samples of its own is cut into blocks of it.
+SEQ_LEN = 2048
 TEXT = "text"
 # Encoded audio (codec: its container, one of AUDIO_CODECS), which the loader decodes to
 # frames with libsndfile (soundfile), then crops to a clip.
@@ -310,10 +313,14 @@ class Adapter(Protocol):
         """True when `path` looks like an export of this layout (cheap: names and magic bytes)."""
         ...
 
-    def open(self, path: Loc, image_field: str | None = None) -> Export:
+    def open(self, path: Loc, image_field: str | None = None,
+             seq_len: int | None = None) -> Export:
         """Open an export for reading; a DsbenchError naming the file when it cannot be read.
         `image_field` names the column (member extension, feature) holding the image where
-        the format leaves a choice; None lets the format's schema, then the names, decide."""
+        the format leaves a choice; None lets the format's schema, then the names, decide.
+        `seq_len` is the sequence a token stream stored without samples of its own is cut
+        into (litdata's TokensLoader chunks: the reader's block size; None: SEQ_LEN); the
+        layouts whose samples are stored one by one do not use it."""
         ...
 
 

@@ -379,5 +379,6 @@ class ColumnarAdapter:
     def detect(self, path: Loc) -> bool:
         return detect_files(path, self.exts, self.magic)
 
-    def open(self, path: Loc, image_field: str | None = None) -> ColumnarExport:
+    def open(self, path: Loc, image_field: str | None = None,
+             seq_len: int | None = None) -> ColumnarExport:
         return self.export(path, data_files(path, self.exts, self.what), image_field)

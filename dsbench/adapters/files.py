@@ -122,7 +122,8 @@ class FilesAdapter:
                 return True
         return False
 
-    def open(self, path: Loc, image_field: str | None = None) -> FilesExport:
+    def open(self, path: Loc, image_field: str | None = None,
+             seq_len: int | None = None) -> FilesExport:
         if not store.is_dir(path):
             raise DsbenchError("not a directory of per-sample files", path=path)
         groups: dict[str, list[str]] = {}

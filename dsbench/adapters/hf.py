@@ -219,7 +219,8 @@ class HfAdapter:
         except (OSError, DsbenchError):
             return False
 
-    def open(self, path: Loc, image_field: str | None = None) -> ColumnarExport:
+    def open(self, path: Loc, image_field: str | None = None,
+             seq_len: int | None = None) -> ColumnarExport:
         if store.is_dir(path) and (_has(path, DICT) or _has(path, STATE)):
             return _open_saved(path, image_field)
         return _open_hub(path, image_field)

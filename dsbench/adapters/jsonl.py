@@ -143,7 +143,8 @@ class JsonlAdapter:
         except (OSError, DsbenchError):
             return False
 
-    def open(self, path: Loc, image_field: str | None = None) -> JsonlExport:
+    def open(self, path: Loc, image_field: str | None = None,
+             seq_len: int | None = None) -> JsonlExport:
         return JsonlExport(path, base.data_files(path, EXTS, "JSON Lines"), image_field)
 
 

@@ -170,7 +170,8 @@ class LanceAdapter:
         except (OSError, DsbenchError):
             return False
 
-    def open(self, path: Loc, image_field: str | None = None) -> LanceExport:
+    def open(self, path: Loc, image_field: str | None = None,
+             seq_len: int | None = None) -> LanceExport:
         return LanceExport(path, image_field)
 
 

@@ -8,8 +8,9 @@ uint32 item count, N + 1 uint32 offsets, then the items; an item is one uint32 s
 then every leaf's bytes. Compression (zstd): `compression_level` "chunk" compresses the whole
 file, "sample" each item, and "batch" (the default) writes framed chunks: a `LDFZ01` header
 with item offsets into the concatenated item bytes, a frame table, and one zstd frame per run
-of items. Items of PyTreeLoader exports are read; TokensLoader's token streams (read in blocks
-whose size the reader chooses) and chunks that hold only an Arrow footer are refused.
+of items. Items of PyTreeLoader exports are read here; TokensLoader's token streams (read in
+blocks whose size the reader chooses) in litdata_tokens.py; chunks that hold only an Arrow
+footer are refused.
 
 Leaves: the pytree names them (a dict's keys, "a.b" when nested, list positions as numbers).
 The payload is the leaf named by --image-field, else the only one with an image serializer
@@ -32,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from dsbench.adapters import base, indexed
+from dsbench.adapters import base, indexed, litdata_tokens
 from dsbench.adapters.columns import KEY_NAMES, sniff_codec
 from dsbench.errors import DsbenchError, SampleError
 from dsbench.storage.files import Loc
@@ -145,9 +146,9 @@ class LitdataExport(indexed.IndexedExport):
         where = path / indexed.INDEX
         loader = config.get("item_loader")
         if loader not in (None, "PyTreeLoader"):
-            raise DsbenchError(f"items of {loader} (not samples of a pytree: a token stream "
-                               "read in blocks, which dsbench does not read yet) hold no "
-                               "samples dsbench reads", path=where)
+            raise DsbenchError(f"items of {loader}, an item loader dsbench does not read "
+                               f"(it reads PyTreeLoader's and {litdata_tokens.LOADER}'s)",
+                               path=where)
         self.formats = [str(f) for f in config.get("data_format") or []]
         try:
             spec = json.loads(config.get("data_spec") or "null")
@@ -317,7 +318,14 @@ class LitdataAdapter:
         return isinstance((index or {}).get("chunks"), list) and isinstance(
             (index or {}).get("config"), dict)
 
-    def open(self, path: Loc, image_field: str | None = None) -> LitdataExport:
+    def open(self, path: Loc, image_field: str | None = None,
+             seq_len: int | None = None) -> indexed.IndexedExport:
+        config = indexed.read_index(path, "litdata").get("config") or {}
+        if config.get("item_loader") == litdata_tokens.LOADER:
+            formats = config.get("data_format") or [None]
+            dtype = _token_dtype(str(formats[0])) if len(formats) == 1 else None
+            return litdata_tokens.TokenStreamExport(
+                path, image_field, seq_len, None if dtype == "per item" else dtype)
         return LitdataExport(path, image_field)
 
 

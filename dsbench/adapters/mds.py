@@ -271,7 +271,8 @@ class MdsAdapter:
     def detect(self, path: Loc) -> bool:
         return _is_mds(indexed.index_of(path))
 
-    def open(self, path: Loc, image_field: str | None = None) -> MdsExport:
+    def open(self, path: Loc, image_field: str | None = None,
+             seq_len: int | None = None) -> MdsExport:
         return MdsExport(path, image_field)
 
 

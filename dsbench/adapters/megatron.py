@@ -204,7 +204,8 @@ class MegatronAdapter:
         except (OSError, DsbenchError):
             return False
 
-    def open(self, path: Loc, image_field: str | None = None) -> MegatronExport:
+    def open(self, path: Loc, image_field: str | None = None,
+             seq_len: int | None = None) -> MegatronExport:
         if image_field is not None:
             raise DsbenchError(f"--image-field {image_field}: a Megatron dataset's samples are "
                                "its sequences of token ids, with no fields to choose from",

@@ -52,9 +52,10 @@ class _InPlace:
 
     def samples(self) -> int:
         """The shard's sample count, from its header."""
-        return int.from_bytes(self._at(self.table, 4, "its sample count"), "little")
+        return int.from_bytes(self.at(self.table, 4, "its sample count"), "little")
 
-    def _at(self, pos: int, n: int, what: str) -> bytes:
+    def at(self, pos: int, n: int, what: str) -> bytes:
+        """`n` bytes at `pos`, in one read; a SampleError saying `what` was cut off."""
         try:
             self.f.seek(pos)
             data = self.f.read(n)
@@ -65,11 +66,11 @@ class _InPlace:
         return bytes(data)
 
     def record(self, i: int) -> memoryview:
-        start, end = _PAIR.unpack(self._at(self.table + 4 + 4 * i, 8, "its offset table"))
+        start, end = _PAIR.unpack(self.at(self.table + 4 + 4 * i, 8, "its offset table"))
         if not self.table + 4 <= start <= end <= self.size:
             raise SampleError(f"corrupt offset table: sample {i} runs from byte {start} to "
                               f"{end} of {self.size}", path=self.unit)
-        return memoryview(self._at(start, end - start, f"sample {i}"))
+        return memoryview(self.at(start, end - start, f"sample {i}"))
 
     def close(self) -> None:
         self.f.close()
@@ -145,15 +146,23 @@ class ShardsAt:
             shard = _InPlace(unit, self._table_start(entry), self.sizes[unit])
         try:
             if why is not None:  # first opened since forget(): its count against the index
-                n = shard.samples()
-                self._checked[unit] = None if n == entry.samples else (
-                    f"holds {n} samples by its header, but {entry.samples} by the index "
+                n, listed = shard.samples(), self._header_count(entry)
+                self._checked[unit] = None if n == listed else (
+                    f"holds {n} samples by its header, but {listed} by the index "
                     "(another shard's file, or corrupt)")
                 if self._checked[unit]:
                     raise SampleError(self._checked[unit], path=unit)
-            return shard.record(offset)
+            return self._locate(shard, entry, offset)
         finally:
             self._keep(unit, shard)
+
+    def _header_count(self, entry: Entry) -> int:
+        """The count a shard's header states: its samples (a token stream's: its documents)."""
+        return int(entry.samples)
+
+    def _locate(self, shard: _InPlace, entry: Entry, offset: int) -> memoryview:
+        """Sample `offset`'s bytes, read where they lie (from its pair of offsets)."""
+        return shard.record(offset)
 
     def _keep(self: Any, unit: str, shard: _InPlace) -> None:
         if self.HANDLES_KEPT == 0:

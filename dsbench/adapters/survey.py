@@ -293,6 +293,7 @@ def summarize(survey: dict[str, Any], path: str | Loc = "", ignored: Sequence[st
             "count_checked": int(tokens["count_checked"]),
             "per_sample": _range(tokens["lengths"]),
             "mean_per_sample": float(np.mean(tokens["lengths"])),
+            "stream": survey.get("stream"),
         },
         "text": None if not text else {
             "count_checked": int(text["count_checked"]),

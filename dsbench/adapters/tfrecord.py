@@ -230,7 +230,8 @@ class TfrecordAdapter:
         except (OSError, DsbenchError):
             return False
 
-    def open(self, path: Loc, image_field: str | None = None) -> TfrecordExport:
+    def open(self, path: Loc, image_field: str | None = None,
+             seq_len: int | None = None) -> TfrecordExport:
         return TfrecordExport(path, _files(path), image_field)
 
 

@@ -360,7 +360,8 @@ class WdsAdapter:
             return any(is_shard(rel) for rel, _ in base.walk(path))
         return is_shard(path.name) and store.is_file(path)
 
-    def open(self, path: Loc, image_field: str | None = None) -> WdsExport:
+    def open(self, path: Loc, image_field: str | None = None,
+             seq_len: int | None = None) -> WdsExport:
         if store.is_dir(path):
             found = [(path / rel, n) for rel, n in base.walk(path) if is_shard(rel)]
             root = path

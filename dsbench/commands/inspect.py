@@ -13,7 +13,12 @@ import argparse
 from dsbench import adapters
 from dsbench.adapters import FORMATS
 from dsbench.adapters.survey import summarize
-from dsbench.commands.options import add_image_field_argument, add_json_argument, emit
+from dsbench.commands.options import (
+    add_image_field_argument,
+    add_json_argument,
+    add_seq_len_argument,
+    emit,
+)
 from dsbench.errors import DsbenchError
 from dsbench.report.survey import counted, render
 
@@ -27,10 +32,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--layout", choices=sorted(FORMATS), default=None,
                    help="read as this layout instead of detecting it")
     add_image_field_argument(p)
+    add_seq_len_argument(p)
 
 
 def run(args: argparse.Namespace) -> int:
-    export = adapters.open_export(args.path, args.layout, args.image_field)
+    if args.seq_len < 1:
+        raise DsbenchError(f"--seq-len {args.seq_len}: a sequence holds at least 1 id")
+    export = adapters.open_export(args.path, args.layout, args.image_field, args.seq_len)
     summary = summarize(export.survey(), args.path, export.ignored, export)
     emit(args, summary, lambda: render(summary))
     if summary["samples"] == 0 and not summary["problems"]:

@@ -17,6 +17,7 @@ from typing import Any
 
 from dsbench import atomic, fmt
 from dsbench.adapters import FORMATS
+from dsbench.adapters.base import SEQ_LEN
 from dsbench.commands import vocabulary
 from dsbench.errors import DsbenchError
 from dsbench.loader import exact
@@ -150,10 +151,7 @@ def add_window_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup,
     p.add_argument("--max-pixels", type=int, default=d.max_pixels, metavar="N",
                    help="an image of more pixels is a bad sample, refused from its header "
                         f"before decoding (default {d.max_pixels})")
-    p.add_argument("--seq-len", type=int, default=d.seq_len, metavar="N",
-                   help="token ids per training sequence, for an export of token samples: "
-                        "each is cropped to N at a random offset or padded "
-                        f"(default {d.seq_len})")
+    add_seq_len_argument(p)
     p.add_argument("--clip-seconds", type=float, default=d.clip_s, metavar="S",
                    help="seconds of audio per training clip, for an export of audio samples: "
                         "each is mixed to mono and cropped to S at a random offset or padded "
@@ -236,6 +234,14 @@ def add_image_field_argument(p: argparse.ArgumentParser | argparse._ArgumentGrou
                         "or the token ids, where the format's schema leaves a choice "
                         "(default: the one the format marks as an image, else by name or "
                         "content, else the integer-list column)")
+
+
+def add_seq_len_argument(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    p.add_argument("--seq-len", type=int, default=SEQ_LEN, metavar="N",
+                   help="token ids per training sequence, for an export of token samples: "
+                        "each is cropped to N at a random offset or padded; a token stream "
+                        "stored without samples of its own (litdata's TokensLoader) is cut "
+                        f"into blocks of N, as its reader's block size (default {SEQ_LEN})")
 
 
 def window_options(args: argparse.Namespace, **more: Any) -> BenchOptions:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from dsbench import adapters
-from dsbench.adapters.base import AUDIO, TEXT, TOKENS
+from dsbench.adapters.base import AUDIO, SEQ_LEN, TEXT, TOKENS
 from dsbench.errors import DsbenchError
 from dsbench.loader.counts import DEFAULT_MAX_SAMPLES, REMOTE_MAX_SAMPLES
 from dsbench.loader.decode import DECODERS, DEFAULT_MAX_PIXELS
@@ -71,7 +71,7 @@ class BenchOptions:
     # What the export's samples carry (adapters.base.KINDS), as the run's survey found it:
     # token ids are cropped to --seq-len instead of the image transform.
     found_kind: str = "image"
-    seq_len: int = 2048  # --seq-len: ids per training sequence, for token samples
+    seq_len: int = SEQ_LEN  # --seq-len: ids per training sequence, for token samples
     tokenizer: str | None = None  # --tokenizer FILE: text samples' tokenizer (tokenize.py)
     clip_s: float = 4.0  # --clip-seconds: seconds of audio per training clip, for audio samples
     found_rate: int | None = None  # audio samples' rate, as the run's survey found it (Hz)
@@ -211,7 +211,8 @@ class BenchOptions:
         as spawned workers need it)."""
         return self.opener or functools.partial(adapters.open_export,
                                                 layout=self.layout or self.found_layout,
-                                                image_field=self.image_field)
+                                                image_field=self.image_field,
+                                                seq_len=self.seq_len)
 
     def samples_to_count(self, path: str | Path | Loc) -> int:
         if self.count_samples is not None:

@@ -18,6 +18,7 @@ import numpy as np
 from PIL import Image
 
 from dsbench.adapters.audio import Clip
+from dsbench.adapters.base import SEQ_LEN
 from dsbench.loader.decode import Pixels
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -111,7 +112,7 @@ class TokenCrop:
     longer document (as a language-model loader crops one), the whole of a shorter one padded
     with `pad_id`, widened to int64 (the index type an embedding lookup takes)."""
 
-    seq_len: int = 2048
+    seq_len: int = SEQ_LEN
     pad_id: int = 0
 
     @property

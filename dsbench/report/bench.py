@@ -28,6 +28,8 @@ def tokens_text(doc: BenchResult) -> str:
         return ""
     run, n = doc["runs"][0], tokens["per_sample"]
     mean = tokens["mean_per_sample"]
+    if tokens.get("stream"):
+        return _stream_text(doc, tokens["stream"])
     fill = (f"{fmt.percent(mean / seq_len)} of each sequence is the document's, "
             f"{fmt.percent(1 - mean / seq_len)} padding" if n["max"] <= seq_len else
             f"a document longer than {seq_len} ids is cropped")
@@ -39,6 +41,22 @@ def tokens_text(doc: BenchResult) -> str:
             f"{fmt.plural(run['workers'], 'worker')}, padding included\n"
             f"the export's documents: {n['min']}-{n['max']} ids, mean {fmt.sig(mean)} ids "
             f"({tokens['count_checked']} checked): {fill}; {per_id}")
+
+
+def _stream_text(doc: BenchResult, stream: dict[str, Any]) -> str:
+    """A token stream cut into blocks: every sequence is a whole block, no padding; the ids
+    that no block holds are said, and the cost is per id read."""
+    run, block = doc["runs"][0], stream["block"]
+    return (f"\n\nToken samples ({doc['export']['sample']['field']}, "
+            f"{doc['export']['tokens']['dtype']}): blocks of {block} ids, cut from "
+            f"{stream['documents']:,} documents laid end to end, as litdata's "
+            f"TokensLoader(block_size={block}) cuts them: "
+            f"{fmt.count(run['samples_per_s'] * block)} tokens/s at "
+            f"{fmt.plural(run['workers'], 'worker')}, no padding\n"
+            f"{stream['unread_ids']:,} of the {stream['ids']:,} ids stored are never read (each "
+            f"chunk's last, fewer than a block); per id read: "
+            f"{fmt.seconds(run['cpu_s_per_sample'] / block)} CPU, "
+            f"{fmt.nbytes(run['bytes_per_sample'] / block)} read")
 
 
 def _audio_text(doc: BenchResult) -> str:

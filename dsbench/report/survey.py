@@ -111,6 +111,16 @@ def render(s: dict[str, Any]) -> str:
             f"  per sample:       {n['min']}-{n['max']} ids, p50 {fmt.sig(n['p50'])} ids, "
             f"mean {fmt.sig(tokens['mean_per_sample'])} ids",
         ]
+        stream = tokens.get("stream")
+        if stream:
+            lines += [
+                f"  a token stream:   {stream['ids']:,} ids of {stream['documents']:,} documents "
+                f"laid end to end, cut into blocks of {stream['block']:,} ids (--seq-len, the "
+                "reader's block size) that run across documents",
+                f"  never read:       {stream['unread_ids']:,} ids "
+                f"({fmt.percent(stream['unread_ids'] / stream['ids'])} of those stored): each "
+                "chunk's last ids, fewer than a block",
+            ]
     elif im["count_checked"]:
         w, h = im["width"], im["height"]
         common = ", ".join(f"{c['size']} px ({fmt.percent(c['count'] / im['count_checked'])})"

@@ -3,8 +3,10 @@
 Built once in the main process (`litdata.StreamingDataset(EXPORT)`) and iterated in each
 DataLoader worker, where the library takes its worker's chunks. Its image serializers decode
 JPEG to a CHW uint8 tensor with torchvision as they read (the read stage); the decode stage
-only turns that tensor into an HWC array for the transform. An export in an object store is
-given as the library's `Dir(path=CACHE, url=EXPORT)`, its cache in the session's directory.
+only turns that tensor into an HWC array for the transform. A TokensLoader export is read with
+`item_loader=TokensLoader(block_size=SEQ_LEN)`, the blocks dsbench's reader cuts. An export in
+an object store is given as the library's `Dir(path=CACHE, url=EXPORT)`, its cache in the
+session's directory.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ def __getattr__(name: str) -> Any:
 
 class LitdataReader:
     library = "litdata"
-    usage = "litdata.StreamingDataset(EXPORT)"
+    usage = "litdata.StreamingDataset(EXPORT[, item_loader=TokensLoader(block_size=SEQ_LEN)])"
     shuffle_usage = "litdata.StreamingDataset(EXPORT, shuffle=True, seed=SEED)"
 
     def options_targets(self, export: base.Export) -> tuple[list[Any], dict[str, str]]:
@@ -64,7 +66,12 @@ class LitdataReader:
     def prepare(self, export: base.Export, batch_size: int, tmp: Path,
                 options: dict[str, Any], shuffle: Shuffle | None = None) -> Any:
         positioned = __getattr__("Positioned")
-        order = dict(shuffle=True, seed=shuffle.seed) if shuffle else {}
+        order: dict[str, Any] = dict(shuffle=True, seed=shuffle.seed) if shuffle else {}
+        block = getattr(export, "block", None)
+        if block is not None:  # a token stream: blocks of the export's --seq-len, as dsbench's
+            from litdata.streaming.item_loader import TokensLoader
+
+            order["item_loader"] = TokensLoader(block_size=block)
         if is_remote(export.path):
             from litdata.streaming.resolver import Dir
 

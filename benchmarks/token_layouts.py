@@ -7,7 +7,8 @@ library's own: what each costs per token (docs/tokens.md's table).
 The exports are written by each library itself (tests/tokenlibs.py: 120 documents of 20-300
 token ids, uint16, Zipf-distributed over a 50,000-id vocabulary, and a doc id, in 3 shards):
 MosaicML Streaming (an `ndarray:uint16` column; and the same tokens with the doc id in a JSON
-column, the planted regression), litdata's `optimize` (a NumPy leaf), Hugging Face `datasets`
+column, the planted regression), litdata's `optimize` (a NumPy leaf; and with TokensLoader, the
+documents laid end to end and read in blocks of --seq-len ids), Hugging Face `datasets`
 (`save_to_disk`, a list of uint16), Parquet (pyarrow, a list of uint16) and Megatron's
 IndexedDatasetBuilder (a blend of three .bin/.idx datasets, no doc ids). With `--kind text`:
 120 English-like texts with a doc id as JSON Lines, through MDSWriter (a `str` column),
@@ -16,7 +17,8 @@ per character. Every export and
 reader is measured in one interleaved run, so the ratios between rows are measured together;
 CPU is also counted exactly (valgrind) where it is installed. Prints a Markdown table: samples
 per second with their 95% interval, sequence tokens per second (samples/s x seq_len), CPU (timed
-and, exactly, instructions) per id the export stores (its documents' mean), bytes read per id,
+and, exactly, instructions) per id the export stores (its documents' mean; for TokensLoader's
+blocks, per id read), bytes read per id,
 and the peak
 anonymous memory of one worker's loader, from a run of that side alone (the interleaved run's
 workers share one fork server that imported every side's library); the results as JSON in OUT.
@@ -42,7 +44,8 @@ from dsbench.loader.options import BenchOptions
 
 # (export, read by the library's own reader too), for token samples and for raw text
 KINDS = {"tokens": (("mds-tokens", True), ("mds-tokens-json", False),
-                    ("litdata-tokens-pytree", True), ("hf-tokens", True),
+                    ("litdata-tokens-pytree", True), ("litdata-tokens", True),
+                    ("hf-tokens", True),
                     ("parquet-tokens", False), ("megatron-tokens", True)),
          "text": (("text-jsonl", False), ("mds-text", True), ("hf-text", True),
                   ("parquet-text", False))}

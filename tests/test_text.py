@@ -24,7 +24,7 @@ from dsbench.loader.runner import run_benches
 from dsbench.report.bench import render
 from dsbench.results import schema
 
-KINDS = ("text-jsonl", "mds-text", "hf-text", "parquet-text")
+KINDS = ("text-jsonl", "mds-text", "hf-text", "parquet-text", "wds-text")
 
 
 @pytest.fixture(scope="module")
@@ -41,10 +41,14 @@ def test_every_text_is_read_as_written(kind: str, exports: dict[str, Path]) -> N
     # As stored: a str, or its UTF-8 bytes (an MDS str column), decoded in the decode stage.
     assert [base.text_of(raw.image) for raw in samples] == [
         tokenlibs.text(i) for i in range(len(samples))]
+    if kind == "wds-text":  # ...and as webdataset itself reads them back, in its order
+        assert [base.text_of(raw.image).encode() for raw in samples] == [
+            bytes(b) for b in tokenlibs.read_back(kind, exports[kind])]
     assert [parse_fields(raw)["doc_id"] for raw in samples] == [
         tokenlibs.doc_id(i) for i in range(len(samples))]
     s = summarize(export.survey(), exports[kind], export.ignored, export)
-    assert s["sample"] == {"kind": "text", "field": "text"}
+    assert s["sample"] == {"kind": "text", "field": "txt" if kind == "wds-text" else "text"}
+    assert s["bad_samples"] == 0
     chars = [len(tokenlibs.text(i)) for i in range(s["text"]["count_checked"])]
     assert (s["text"]["chars_per_sample"]["min"], s["text"]["chars_per_sample"]["max"]) == (
         min(chars), max(chars))

@@ -27,8 +27,11 @@ from dsbench.report.bench import render as render_bench
 from dsbench.report.extrapolation import render
 from dsbench.results import schema
 
-READ = ("mds-tokens", "hf-tokens", "parquet-tokens", "litdata-tokens-pytree", "megatron-tokens")
-FIELD = {"megatron-tokens": "the .bin's sequences"}  # a Megatron sample is its sequence
+READ = ("mds-tokens", "hf-tokens", "parquet-tokens", "litdata-tokens-pytree", "megatron-tokens",
+        "wds-tokens")
+# The payload's name where it is not input_ids: a Megatron sample is its sequence; a
+# WebDataset sample's ids are a member.
+FIELD = {"megatron-tokens": "the .bin's sequences", "wds-tokens": "input_ids.npy"}
 
 
 @pytest.fixture(scope="module")
@@ -142,7 +145,9 @@ def test_inspect_says_the_samples_carry_token_ids(kind: str, exports: dict[str, 
     assert (s["tokens"]["per_sample"]["min"], s["tokens"]["per_sample"]["max"]) == (
         min(lengths), max(lengths))
     assert s["tokens"]["mean_per_sample"] == pytest.approx(np.mean(lengths))
-    assert list(s["fields"]) == ([] if kind == "megatron-tokens" else ["doc_id"])
+    # A Megatron dataset keeps the ids alone; a WebDataset sample's doc id is in its .json.
+    assert list(s["fields"]) == {"megatron-tokens": [], "wds-tokens": ["json", "json.doc_id"]
+                                 }.get(kind, ["doc_id"])
     assert s["image"]["count_checked"] == 0 and s["bad_samples"] == 0
 
 
@@ -163,7 +168,7 @@ def test_a_token_sample_is_cropped_at_a_random_offset_or_padded() -> None:
 
 
 NATIVE = ("mds-tokens", "hf-tokens", "litdata-tokens-pytree", "megatron-tokens",
-          "litdata-tokens")
+          "litdata-tokens", "wds-tokens")
 FIELD["litdata-tokens"] = "the chunks' token stream"
 
 
@@ -286,3 +291,49 @@ def test_commands_that_write_images_refuse_a_token_export_in_one_line(
     assert main(given) == 2
     assert_one_line_error(capsys.readouterr().err, argv[0], "samples carry tokens (input_ids)")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("bad,needle", [
+    (np.linspace(0, 1, 50, dtype=np.float32), "expected a 1-d array of integer token ids"),
+    (b"not an npy file", "not a NumPy .npy array")])
+def test_a_webdataset_member_that_is_not_token_ids_is_one_line(
+        bad: object, needle: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Written by webdataset's own TarWriter, in the third sample: floats where the ids should
+    # be, or a bytes object (its encoder numpy.save's it as a pickled object array).
+    import webdataset as wds
+
+    out = tmp_path / "wds"
+    out.mkdir()
+    with wds.TarWriter(str(out / "shard-00000.tar")) as w:
+        for i in range(6):
+            ids = bad if i == 2 else tokenlibs.tokens(i)
+            w.write({"__key__": f"{i:06d}", "json": {"doc_id": i},
+                     "input_ids.npy": ids})
+    assert main(["inspect", str(out)]) == 2
+    assert_one_line_error(capsys.readouterr().err, "inspect", "shard-00000.tar",
+                          "[sample 000002]", needle)
+    assert main(["bench", str(out), "--workers", "1", "--rounds", "1", "--seconds", "0.2",
+                 "--no-exact", "--count-samples", "0", "--batch-size", "2"]) == 2
+    assert_one_line_error(capsys.readouterr().err, "bench", "shard-00000.tar",
+                          "[sample 000002]", needle)
+
+
+def test_webdataset_samples_with_two_token_members_ask_which_one(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import webdataset as wds
+
+    out = tmp_path / "wds"
+    out.mkdir()
+    with wds.TarWriter(str(out / "shard-00000.tar")) as w:
+        for i in range(4):
+            w.write({"__key__": f"{i:06d}", "input_ids.npy": tokenlibs.tokens(i),
+                     "loss_mask.npy": np.ones(tokenlibs.length(i), np.uint8)})
+    assert main(["inspect", str(out)]) == 2
+    assert_one_line_error(capsys.readouterr().err, "inspect", "shard-00000.tar",
+                          "several members could carry the samples' tokens (.input_ids.npy, "
+                          ".loss_mask.npy): name one with --image-field")
+    assert main(["inspect", str(out), "--image-field", "input_ids.npy", "--json",
+                 str(tmp_path / "s.json")]) == 0
+    s = json.loads((tmp_path / "s.json").read_text())
+    assert s["sample"] == {"kind": "tokens", "field": "input_ids.npy"}
+    assert list(s["fields"]) == ["loss_mask.npy"] and s["tokens"]["count_checked"] == 4

@@ -25,7 +25,9 @@ MIN_LEN, MAX_LEN = 20, 300
 BLOCK = 64
 KINDS = ("mds-tokens", "mds-tokens-json", "litdata-tokens", "litdata-tokens-pytree",
          "hf-tokens", "parquet-tokens", "text-jsonl", "megatron-tokens", "mds-text", "hf-text",
-         "parquet-text")
+         "parquet-text", "wds-tokens", "wds-text")
+# The member a WebDataset sample's payload is, as webdataset's own encoders name them.
+WDS_MEMBER = {"wds-tokens": "input_ids.npy", "wds-text": "txt"}
 
 # Zipf's law over the vocabulary (p(rank k) ∝ 1/k^1.1), as a CDF to sample by inverse transform:
 # a few ids are very common, most are rare, as in real tokenized text.
@@ -211,6 +213,21 @@ def write_text(kind: str, out: Path) -> Path:
     return out
 
 
+def write_wds(kind: str, out: Path, dtype: str) -> Path:
+    """webdataset's TarWriter, a shard per PER_SHARD documents: the ids as an `.npy` member
+    (its default encoder: numpy.save) or the text as a `.txt` one, the doc id in a `.json`."""
+    import webdataset as wds
+
+    out.mkdir(parents=True)
+    for k, rows in enumerate(_per_shard()):
+        with wds.TarWriter(str(out / f"shard-{k:05d}.tar")) as w:
+            for i in rows:
+                w.write({"__key__": f"{i:06d}", "json": {"doc_id": doc_id(i)},
+                         WDS_MEMBER[kind]: tokens(i, dtype) if kind == "wds-tokens"
+                         else text(i)})
+    return out
+
+
 def write(kind: str, root: Path, dtype: str = "uint16") -> Path:
     out = root / kind
     if kind in ("mds-text", "hf-text", "parquet-text"):
@@ -227,6 +244,8 @@ def write(kind: str, root: Path, dtype: str = "uint16") -> Path:
         return write_jsonl(out)
     if kind == "megatron-tokens":
         return write_megatron(out, dtype)
+    if kind in WDS_MEMBER:
+        return write_wds(kind, out, dtype)
     raise ValueError(f"unknown kind {kind!r}")
 
 
@@ -234,7 +253,7 @@ def expected(kind: str, dtype: str = "uint16") -> list[np.ndarray]:
     """What `read_back` must equal. For TokensLoader: each chunk's tokens cut into BLOCK-token
     blocks that run across document boundaries but never across chunks; the chunk's last
     `tokens % BLOCK` tokens are never read (litdata counts dim // block_size blocks a chunk)."""
-    if kind == "text-jsonl":
+    if kind in ("text-jsonl", "wds-text"):
         return [np.frombuffer(text(i).encode(), np.uint8) for i in range(SAMPLES)]
     if kind != "litdata-tokens":
         return [tokens(i, dtype) for i in range(SAMPLES)]
@@ -305,6 +324,13 @@ def _read(kind: str, path: Path) -> list[tuple[Any, Any]]:
         return [(np.array(ds[i]), None) for ds in map(IndexedDataset, prefixes)
                 for i in range(len(ds))]
     files = sorted(p for p in path.iterdir() if not p.name.startswith(("_", ".")))
+    if kind in WDS_MEMBER:
+        import webdataset as wds
+
+        # Its default decoders: numpy.load for .npy, UTF-8 for .txt, json for .json.
+        ds = wds.WebDataset([str(f) for f in files], shardshuffle=False).decode()
+        return [(s[WDS_MEMBER[kind]] if kind == "wds-tokens" else
+                 np.frombuffer(s["txt"].encode(), np.uint8), s["json"]["doc_id"]) for s in ds]
     if kind == "parquet-tokens":
         import pyarrow.parquet as pq
 

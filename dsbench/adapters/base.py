@@ -113,6 +113,15 @@ class StoredIds:
         return arr.reshape(-1) if arr.ndim == 2 and 1 in arr.shape else arr  # (1, n) or (n, 1)
 
 
+def npy_array(data: bytes) -> np.ndarray:
+    """A NumPy `.npy` file's array (a WebDataset `.npy` member of token ids); never unpickled.
+    ValueError where the bytes are not one."""
+    try:
+        return np.load(io.BytesIO(data), allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise ValueError(f"not a NumPy .npy array: {exc}") from None
+
+
 def token_ids(payload: object) -> np.ndarray:
     """A sample's token ids as the reader found them (a view where the layout allows: an MDS
     ndarray's bytes, an Arrow list's values) or as a format's own library gave them (a list, a

@@ -56,10 +56,16 @@ def is_unsafe(name: str) -> bool:
 
 # --- images and encodings -----------------------------------------------------------------
 
+# Members that carry a sample with no image or audio member: token ids as a NumPy array
+# (`input_ids.npy`), else text (`txt`). An image export's `.npy` and `.txt` are fields.
+TOKEN_EXTS = ("npy",)
+TEXT_EXTS = ("txt", "text")
+
+
 def image_exts(root: Loc, image_field: str | None = None) -> dict[str, str]:
     """Payload extensions and their codecs: images, and audio (`.flac`, `.wav`, ...); `.npy`
     counts as an image in dsbench's raw exports. `image_field` (--image-field) names the one
-    extension that holds the payload."""
+    extension that holds the payload (token ids where it ends in `npy`, text in `txt`)."""
     exts = base.IMAGE_EXTS | base.AUDIO_EXTS
     manifest = base.read_manifest(root) or {}
     definition = manifest.get("definition")
@@ -69,11 +75,35 @@ def image_exts(root: Loc, image_field: str | None = None) -> dict[str, str]:
     if image_field is None:
         return exts
     last = image_field.rsplit(".", 1)[-1].lower()
-    codec = exts.get(last) or ("raw" if last == "npy" else None)
+    codec = exts.get(last) or (base.TOKENS if last in TOKEN_EXTS else
+                               base.TEXT if last in TEXT_EXTS else None)
     if codec is None:
-        raise DsbenchError(f"--image-field {image_field}: not an image or audio member extension "
-                           f"({', '.join(sorted(exts))}, or one ending in them)", path=root)
+        raise DsbenchError(f"--image-field {image_field}: not an image, audio, token (.npy) or "
+                           f"text (.txt) member extension ({', '.join(sorted(exts))}, or one "
+                           "ending in them)", path=root)
     return {image_field: codec}
+
+
+def other_payload(exts: Iterable[str], where: Loc) -> dict[str, str]:
+    """For a sample with no image or audio member (its extensions `exts`, in `where`), the
+    member that carries it: the `.npy` one as token ids, else the `.txt` one as text; {} for
+    neither; one line where several could (--image-field chooses)."""
+    for kind, ends in ((base.TOKENS, TOKEN_EXTS), (base.TEXT, TEXT_EXTS)):
+        found = sorted(e for e in exts if e.rsplit(".", 1)[-1].lower() in ends)
+        if len(found) == 1:
+            return {found[0]: kind}
+        if found:
+            raise DsbenchError(f"several members could carry the samples' {kind} "
+                               f"(.{', .'.join(found)}): name one with --image-field",
+                               path=where)
+    return {}
+
+
+def payload_kind(images: Mapping[str, str]) -> str | None:
+    """The sample kind a payload map makes of every sample (token ids, text), or None where
+    it goes by each sample's member (an image's, an audio clip's)."""
+    codecs = set(images.values())
+    return codecs.pop() if len(codecs) == 1 and codecs <= {base.TOKENS, base.TEXT} else None
 
 
 def pick_image(exts: Iterable[str], images: Mapping[str, str]) -> str | None:
@@ -83,6 +113,11 @@ def pick_image(exts: Iterable[str], images: Mapping[str, str]) -> str | None:
     found = [(images.get(e) or images.get(e.rsplit(".", 1)[-1]), e) for e in exts]
     ranked = sorted((c in base.AUDIO_CODECS, e not in images, e) for c, e in found if c)
     return ranked[0][2] if ranked else None
+
+
+def _payload_name(images: Mapping[str, str]) -> str:
+    kind = payload_kind(images)
+    return {base.TOKENS: "token ids (.npy)", base.TEXT: "text"}.get(kind or "", "image or audio")
 
 
 def image_codec(ext: str, images: Mapping[str, str]) -> str:
@@ -127,8 +162,8 @@ def to_raw(key: str, source: str, members: dict[str, bytes], images: Mapping[str
     img = pick_image(members, images)
     if img is None:
         have = ", ".join("." + e for e in sorted(members)) or "none"
-        raise SampleError(f"no image or audio member (.{', .'.join(sorted(set(images)))}); "
-                          f"members: {have}", path=source, key=key)
+        raise SampleError(f"no {_payload_name(images)} member (.{', .'.join(sorted(set(images)))}"
+                          f"); members: {have}", path=source, key=key)
     missing = sorted(expected - members.keys())
     if missing:
         raise SampleError(f"no .{missing[0]} member, which other samples in this {container} "
@@ -138,8 +173,10 @@ def to_raw(key: str, source: str, members: dict[str, bytes], images: Mapping[str
             raise SampleError(f"zero-byte member {key}.{ext}",
                               path=(paths or {}).get(ext, source), key=key)
     fields = {e: d for e, d in members.items() if e != img}
-    return base.RawSample(key=key, source=source, image=members[img],
-                          codec=image_codec(img, images), fields=fields,
+    codec = image_codec(img, images)
+    payload: Any = base.StoredIds(base.npy_array, members[img]) if codec == base.TOKENS \
+        else members[img]
+    return base.RawSample(key=key, source=source, image=payload, codec=codec, fields=fields,
                           encodings=_encodings(tuple(sorted(fields))),
                           sources={e: paths[e] for e in fields} if paths else None)
 
@@ -292,7 +329,8 @@ class MemberSurvey:
             full = exts if full is None else full & exts
             ok = (container, key) not in self._bad
             if img is None:
-                self.problem(container, file_of(key, None), key, "no image or audio member")
+                self.problem(container, file_of(key, None), key,
+                             f"no {_payload_name(self.images)} member")
                 ok = False
             for ext in sorted(expected - members.keys()):
                 self.problem(container, file_of(key, None), key,
@@ -303,7 +341,8 @@ class MemberSurvey:
                     self.problem(container, file_of(key, ext), key, f"zero-byte member .{ext}")
                     ok = False
             if (ok and img is not None and checked < self.check_per
-                    and s["image"]["count_checked"] + s.get("audio", {}).get("count_checked", 0)
+                    and s["image"]["count_checked"] + sum(
+                        s.get(k, {}).get("count_checked", 0) for k in ("audio", "tokens", "text"))
                     < CHECK_LIMIT):
                 checked += 1
                 self._check(container, key, img, sorted(exts), file_of, open_member, inner)

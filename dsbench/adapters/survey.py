@@ -20,7 +20,15 @@ from PIL import Image, UnidentifiedImageError
 
 from dsbench import fmt, stats
 from dsbench.adapters import audio
-from dsbench.adapters.base import AUDIO, AUDIO_CODECS, TEXT, TOKENS, text_of, token_ids
+from dsbench.adapters.base import (
+    AUDIO,
+    AUDIO_CODECS,
+    TEXT,
+    TOKENS,
+    npy_array,
+    text_of,
+    token_ids,
+)
 from dsbench.storage.files import Loc
 
 # At most this many images (and JSON documents) are opened to learn codecs, sizes and field
@@ -222,9 +230,11 @@ def add_payload(survey: dict[str, Any], codec: str, payload: Any) -> None:
 
 def add_stored(survey: dict[str, Any], codec: str, f: IO[bytes]) -> None:
     """A checked member's payload, from its file: an audio clip's header (libsndfile reads it
-    from the whole clip), an image's header alone."""
-    if codec in AUDIO_CODECS:
+    from the whole clip), token ids (an .npy member) or text whole, an image's header alone."""
+    if codec in AUDIO_CODECS or codec == TEXT:
         add_payload(survey, codec, f.read())
+    elif codec == TOKENS:
+        add_payload(survey, codec, npy_array(f.read()))
     else:
         add_image(survey, *probe_image(f))
 

@@ -127,6 +127,18 @@ class WdsExport(base.ReadsUnits):
     layout: str = "wds"
     ignored: list[str] = field(default_factory=list)
 
+    @property
+    def kind(self) -> str | None:
+        """Token ids or text where a member other than an image or clip carries the samples;
+        None where each sample's image or audio member tells (base.images_only)."""
+        return members.payload_kind(self.images)
+
+    @property
+    def payload_field(self) -> str | None:
+        return next(iter(self.images)) if self.kind else None
+
+    image_field = payload_field  # what the native reader hands over as the payload
+
     def units(self) -> list[str]:
         return [str(p) for p in self.shards]
 
@@ -372,8 +384,33 @@ class WdsAdapter:
         if not found:
             raise DsbenchError(f"no {', '.join(SHARD_EXTS)} shards here", path=path)
         found.sort(key=lambda item: str(item[0]))
-        return WdsExport(path, [p for p, _ in found], members.image_exts(root, image_field),
+        images = members.image_exts(root, image_field)
+        if image_field is None:  # no image or clip in the first sample: token ids, or text
+            first = _first_sample(found[0][0])
+            if first and members.pick_image(first, images) is None:
+                images = members.other_payload(first, found[0][0]) or images
+        return WdsExport(path, [p for p, _ in found], images,
                          sizes={str(p): n for p, n in found}, root=root)
+
+
+def _first_sample(shard: Loc) -> list[str]:
+    """The member extensions of a shard's first sample, from its headers; [] where they do not
+    read (reading the shard reports why)."""
+    exts: list[str] = []
+    key = None
+    try:
+        with base.open_file(shard) as f, tarfile.open(fileobj=f, mode="r|*") as tf:
+            for m in tf:
+                parsed = _sample_name(m)
+                if parsed is None:
+                    continue
+                if key is not None and parsed[0] != key:
+                    break
+                key = parsed[0]
+                exts.append(parsed[1])
+    except (tarfile.TarError, OSError, EOFError, DsbenchError):
+        return []
+    return exts
 
 
 ADAPTER = WdsAdapter()

@@ -18,6 +18,7 @@ from dsbench import adapters
 from dsbench.adapters import base
 from dsbench.adapters.survey import summarize
 from dsbench.cli import main
+from dsbench.errors import SampleError
 from dsbench.loader.options import BenchOptions
 from dsbench.loader.pipeline import TokenCrop, parse_fields
 from dsbench.loader.runner import run_benches
@@ -94,10 +95,12 @@ def test_a_tokensloader_export_is_read_in_the_blocks_litdata_hands_over(
     assert s["samples"] == len(written) and s["fields"] == {} and s["bad_samples"] == 0
     assert s["tokens"]["per_sample"] == {"min": tokenlibs.BLOCK, "p50": tokenlibs.BLOCK,
                                          "max": tokenlibs.BLOCK}
-    # Another --seq-len, other blocks: the default's 2048 ids hold fewer, longer samples.
-    assert adapters.open_export(path).survey()["samples"] == sum(
-        ids // 2048 for ids in (json.loads((path / "index.json").read_text())["chunks"][k]["dim"]
-                                for k in range(tokenlibs.SHARDS)))
+    # Another --seq-len, other blocks: at the default's 2048 ids, as many as litdata counts.
+    import litdata
+    from litdata.streaming.item_loader import TokensLoader
+
+    theirs_2048 = litdata.StreamingDataset(str(path), item_loader=TokensLoader(block_size=2048))
+    assert adapters.open_export(path).survey()["samples"] == len(theirs_2048) > 0
 
 
 def _damaged(src: Path, dst: Path, how: str) -> Path:
@@ -124,6 +127,10 @@ def test_a_damaged_tokensloader_chunk_is_one_line(how: str, needle: str,
     assert main(["bench", str(tmp_path / how), "--seq-len", "64", "--workers", "1",
                  "--rounds", "1", "--seconds", "0.2", "--no-exact", "--count-samples", "0"]) == 2
     assert_one_line_error(capsys.readouterr().err, "bench", chunk.name, needle)
+    # A block read alone (--order random) is refused for the same reason, even the first.
+    export = adapters.open_export(tmp_path / how, seq_len=tokenlibs.BLOCK)
+    with pytest.raises(SampleError, match=needle.replace("(", r"\(")):
+        export.read_at(str(chunk), 0)
 
 
 @pytest.mark.parametrize("argv,needle", [
@@ -300,7 +307,7 @@ def test_commands_that_write_images_refuse_a_token_export_in_one_line(
 def test_a_webdataset_member_that_is_not_token_ids_is_one_line(
         bad: object, needle: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # Written by webdataset's own TarWriter, in the third sample: floats where the ids should
-    # be, or a bytes object (its encoder numpy.save's it as a pickled object array).
+    # be, or bytes that are no .npy file (its encoder writes bytes as they are).
     import webdataset as wds
 
     out = tmp_path / "wds"
@@ -366,3 +373,25 @@ def test_token_and_text_exports_read_from_an_object_store_as_on_disk(
     raw = stream.read_at(unit, 4)
     assert raw is not None and np.array_equal(
         base.token_ids(raw.image), tokenlibs.expected("litdata-tokens")[int(raw.key)])
+
+
+def test_a_webdataset_image_export_whose_first_sample_lacks_its_image_stays_one_of_images(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Its first sample has a caption and no image: that sample is bad, the export still one of
+    # images with captions, not of text.
+    import webdataset as wds
+    from PIL import Image
+
+    out = tmp_path / "wds"
+    out.mkdir()
+    with wds.TarWriter(str(out / "shard-00000.tar")) as w:
+        w.write({"__key__": "000000", "txt": "a caption without its picture"})
+        for i in range(1, 6):
+            w.write({"__key__": f"{i:06d}", "jpg": Image.new("RGB", (8, 8), (i, 0, 0)),
+                     "txt": f"caption {i}"})
+    export = adapters.open_export(out)
+    assert export.kind is None and export.payload_field is None
+    s = summarize(export.survey(), out, export.ignored, export)
+    assert s["sample"]["kind"] == "image" and s["image"]["count_checked"] == 5
+    assert s["bad_samples"] == 1 and s["problems"][0]["key"] == "000000"
+    assert "no image or audio member" in s["problems"][0]["error"]

@@ -52,13 +52,14 @@ class TokenStreamExport(indexed.IndexedExport):
         self.block = base.SEQ_LEN if seq_len is None else seq_len
         self.dtype = np.dtype(dtype).newbyteorder("<")
         self.chunk: dict[str, tuple[int, int]] = {}  # file -> (documents, ids)
+        self._spans: dict[str, str | None] = {}  # chunks read where they lie: why not, or None
         self.field_names: list[str] = []
         self.field_encodings: dict[str, str] = {}
         super().__init__(path)
         if self.index["config"].get("compression"):
-            raise DsbenchError(f"a {LOADER} export with compressed chunks: litdata's "
-                               f"{LOADER} memory-maps its chunks and cannot read them either",
-                               path=where)
+            raise DsbenchError(f"a {LOADER} export with compressed chunks "
+                               f"({self.index['config'].get('compression')}): dsbench does not "
+                               "read them yet", path=where)
         if not any(e.samples for e in self.entries):
             longest = max(ids for _, ids in self.chunk.values())
             raise DsbenchError(f"no block of {self.block} ids (--seq-len) fits in a chunk: the "
@@ -86,19 +87,28 @@ class TokenStreamExport(indexed.IndexedExport):
         documents, ids = self.chunk[entry.name]
         return 4 * (documents + 2), ids * self.dtype.itemsize, self.block * self.dtype.itemsize
 
+    def _problem(self, entry: indexed.Entry, first: int, end: int, length: int) -> str | None:
+        """Why a chunk whose offsets put its documents from byte `first` to `end`, in a file of
+        `length` bytes, does not hold the index's ids where litdata reads them; None if it does."""
+        start, size, _ = self._span(entry)
+        if first != start or end - first != size:
+            return (f"its offsets put the ids at bytes {first} to {end}, but the index's "
+                    f"{self.chunk[entry.name][1]} ids of {self.dtype.name} lie at {start} to "
+                    f"{start + size}")
+        if length < start + size:
+            return (f"truncated: its ids end at byte {start + size}, but the chunk has "
+                    f"{length}")
+        return None
+
     def _records(self, entry: indexed.Entry, shard: indexed.Shard, where: str
                  ) -> Iterator[tuple[int, memoryview]]:
-        start, size, block = self._span(entry)
+        start, _, block = self._span(entry)
         data = shard.data
         offsets = indexed.offset_table(data, self.chunk[entry.name][0], where)
         shard.touch(data[:start])
-        if offsets[0] != start or offsets[-1] - offsets[0] != size:
-            raise SampleError(f"its offsets put the ids at bytes {offsets[0]} to {offsets[-1]}, "
-                              f"but the index's {self.chunk[entry.name][1]} ids of "
-                              f"{self.dtype.name} lie at {start} to {start + size}", path=where)
-        if len(data) < start + size:
-            raise SampleError(f"truncated: its ids end at byte {start + size}, but the chunk "
-                              f"has {len(data)}", path=where)
+        why = self._problem(entry, offsets[0], offsets[-1], len(data))
+        if why:
+            raise SampleError(why, path=where)
         for i in range(entry.samples):
             yield i, shard.touch(data[start + i * block:start + (i + 1) * block])
 
@@ -106,7 +116,17 @@ class TokenStreamExport(indexed.IndexedExport):
         return self.chunk[entry.name][0]
 
     def _locate(self, shard: Any, entry: indexed.Entry, offset: int) -> memoryview:
+        """A block read where it lies; the chunk's first and last offsets checked once, as a
+        read front to back checks them, so that both orders refuse the same chunks."""
         start, _, block = self._span(entry)
+        if entry.name not in self._spans:
+            documents = self.chunk[entry.name][0]
+            first = int.from_bytes(shard.at(4, 4, "its offset table"), "little")
+            end = int.from_bytes(shard.at(4 + 4 * documents, 4, "its offset table"), "little")
+            self._spans[entry.name] = self._problem(entry, first, end, shard.size)
+        why = self._spans[entry.name]
+        if why:
+            raise SampleError(why, path=shard.unit)
         return memoryview(shard.at(start + offset * block, block, f"block {offset}"))
 
     def _sample(self, entry: indexed.Entry, data: Any, key: str, where: str

@@ -11,6 +11,7 @@ It also surveys such samples for `inspect` (MemberSurvey).
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import re
@@ -56,8 +57,8 @@ def is_unsafe(name: str) -> bool:
 
 # --- images and encodings -----------------------------------------------------------------
 
-# Members that carry a sample with no image or audio member: token ids as a NumPy array
-# (`input_ids.npy`), else text (`txt`). An image export's `.npy` and `.txt` are fields.
+# Members that carry a WebDataset sample with no image or audio member: token ids as a NumPy
+# array (`input_ids.npy`), else text (`txt`). An image export's `.npy` and `.txt` are fields.
 TOKEN_EXTS = ("npy",)
 TEXT_EXTS = ("txt", "text")
 
@@ -65,7 +66,7 @@ TEXT_EXTS = ("txt", "text")
 def image_exts(root: Loc, image_field: str | None = None) -> dict[str, str]:
     """Payload extensions and their codecs: images, and audio (`.flac`, `.wav`, ...); `.npy`
     counts as an image in dsbench's raw exports. `image_field` (--image-field) names the one
-    extension that holds the payload (token ids where it ends in `npy`, text in `txt`)."""
+    extension that holds the payload."""
     exts = base.IMAGE_EXTS | base.AUDIO_EXTS
     manifest = base.read_manifest(root) or {}
     definition = manifest.get("definition")
@@ -75,28 +76,42 @@ def image_exts(root: Loc, image_field: str | None = None) -> dict[str, str]:
     if image_field is None:
         return exts
     last = image_field.rsplit(".", 1)[-1].lower()
-    codec = exts.get(last) or (base.TOKENS if last in TOKEN_EXTS else
-                               base.TEXT if last in TEXT_EXTS else None)
+    codec = exts.get(last) or ("raw" if last == "npy" else None)
     if codec is None:
-        raise DsbenchError(f"--image-field {image_field}: not an image, audio, token (.npy) or "
-                           f"text (.txt) member extension ({', '.join(sorted(exts))}, or one "
-                           "ending in them)", path=root)
+        raise DsbenchError(f"--image-field {image_field}: not an image or audio member extension "
+                           f"({', '.join(sorted(exts))}, or one ending in them)", path=root)
     return {image_field: codec}
 
 
-def other_payload(exts: Iterable[str], where: Loc) -> dict[str, str]:
+def other_payload(exts: Iterable[str], where: Loc) -> tuple[str, str] | None:
     """For a sample with no image or audio member (its extensions `exts`, in `where`), the
-    member that carries it: the `.npy` one as token ids, else the `.txt` one as text; {} for
-    neither; one line where several could (--image-field chooses)."""
+    member that could carry it and its kind: the `.npy` one (token ids), else the `.txt` one
+    (text); None for neither; one line where several could (--image-field chooses)."""
     for kind, ends in ((base.TOKENS, TOKEN_EXTS), (base.TEXT, TEXT_EXTS)):
         found = sorted(e for e in exts if e.rsplit(".", 1)[-1].lower() in ends)
         if len(found) == 1:
-            return {found[0]: kind}
+            return found[0], kind
         if found:
             raise DsbenchError(f"several members could carry the samples' {kind} "
                                f"(.{', .'.join(found)}): name one with --image-field",
                                path=where)
-    return {}
+    return None
+
+
+def holds_ids(head: bytes) -> bool:
+    """Whether the start of a `.npy` member (its header) states a 1-d integer array: token
+    ids, where an image's raw pixels are H x W x 3."""
+    import numpy as np
+
+    f = io.BytesIO(head)
+    try:
+        version = np.lib.format.read_magic(f)
+        read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                else np.lib.format.read_array_header_2_0)
+        shape, _, dtype = read(f)
+    except (ValueError, OSError, EOFError, SyntaxError):
+        return False
+    return len(shape) == 1 and dtype.kind in "iu"
 
 
 def payload_kind(images: Mapping[str, str]) -> str | None:

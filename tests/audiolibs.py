@@ -19,7 +19,7 @@ SAMPLES = 24
 PER_SHARD = 8
 SHARDS = SAMPLES // PER_SHARD
 RATE = 16_000
-KINDS = ("wds-flac", "wds-wav", "hf-audio", "hf-hub-audio", "mds-audio")
+KINDS = ("wds-flac", "wds-wav", "hf-audio", "hf-hub-audio", "mds-audio", "litdata-audio")
 CODEC = {"wds-wav": "wav"}  # the others hold FLAC
 
 
@@ -121,6 +121,25 @@ def write_mds(out: Path) -> Path:
     return out
 
 
+# litdata's optimize calls it in a worker process: module-level, so that it pickles.
+def _litdata_item(i: int) -> dict[str, Any]:
+    return {"audio": encoded(i, "flac"), "speaker": speaker(i), "transcript": transcript(i)}
+
+
+def write_litdata(out: Path) -> Path:
+    """litdata's optimize() of {"audio": FLAC bytes, "speaker", "transcript"} items: with no
+    media serializer among them, litdata 0.2.76 stores each chunk's items as rows of an Arrow
+    file at the chunk's end."""
+    import formatlibs
+    import litdata
+
+    with formatlibs.litdata_caches(out.parent / f"{out.name}-cache"):
+        litdata.optimize(fn=_litdata_item, inputs=list(range(SAMPLES)), output_dir=str(out),
+                         chunk_size=PER_SHARD, num_workers=1, mode="overwrite",
+                         start_method="fork")
+    return out
+
+
 def write(kind: str, root: Path) -> Path:
     out = root / kind
     if kind.startswith("wds-"):
@@ -131,6 +150,8 @@ def write(kind: str, root: Path) -> Path:
         return write_hf_hub(out)
     if kind == "mds-audio":
         return write_mds(out)
+    if kind == "litdata-audio":
+        return write_litdata(out)
     raise ValueError(f"unknown kind {kind!r}")
 
 
@@ -161,6 +182,11 @@ def read_back(kind: str, path: Path) -> list[tuple[np.ndarray, int]]:
         # The stored file's bytes, as the Audio feature keeps them (decoding is torchcodec's).
         ds = ds.cast_column("audio", datasets.Audio(decode=False))
         rows = [(r["audio"]["bytes"], r["speaker"]) for r in ds]
+    elif kind == "litdata-audio":
+        import litdata
+
+        lds = litdata.StreamingDataset(str(path))
+        rows = [(r["audio"], r["speaker"]) for r in (lds[i] for i in range(len(lds)))]
     else:
         from streaming import StreamingDataset
 

@@ -410,9 +410,9 @@ class SpyOpen:
         self.seen: list[str] = []
 
     def __call__(self, path: str | Path, layout: str | None = None,
-                 image_field: str | None = None) -> Any:
+                 image_field: str | None = None, seq_len: int | None = None) -> Any:
         self.seen.append(str(path))
-        return _REAL_OPEN(path, layout, image_field)
+        return _REAL_OPEN(path, layout, image_field, seq_len)
 
 
 @pytest.mark.parametrize("layout", ["files", "wds", "arrow", "parquet"])

@@ -24,7 +24,7 @@ from dsbench.loader.runner import run_benches
 from dsbench.report.bench import render
 from dsbench.results import schema
 
-KINDS = ("text-jsonl", "mds-text", "hf-text", "parquet-text", "wds-text")
+KINDS = ("text-jsonl", "mds-text", "hf-text", "parquet-text", "wds-text", "litdata-text")
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +41,7 @@ def test_every_text_is_read_as_written(kind: str, exports: dict[str, Path]) -> N
     # As stored: a str, or its UTF-8 bytes (an MDS str column), decoded in the decode stage.
     assert [base.text_of(raw.image) for raw in samples] == [
         tokenlibs.text(i) for i in range(len(samples))]
-    if kind == "wds-text":  # ...and as webdataset itself reads them back, in its order
+    if kind in ("wds-text", "litdata-text"):  # ...and as the library itself reads them back
         assert [base.text_of(raw.image).encode() for raw in samples] == [
             bytes(b) for b in tokenlibs.read_back(kind, exports[kind])]
     assert [parse_fields(raw)["doc_id"] for raw in samples] == [
@@ -121,3 +121,45 @@ def test_a_tokenizer_file_that_is_not_one_is_one_line(exports: dict[str, Path], 
     assert main(["bench", str(exports["text-jsonl"]), "--tokenizer", str(wrong)]) == 2
     assert_one_line_error(capsys.readouterr().err, "bench", str(wrong),
                           "not a tokenizers JSON file")
+
+
+def test_litdata_arrow_rows_read_alone_as_front_to_back(exports: dict[str, Path]) -> None:
+    # litdata stores items without media as rows of an Arrow file at each chunk's end: a row
+    # read alone (--order random) is the one read front to back.
+    export = adapters.open_export(exports["litdata-text"])
+    every = {raw.key: raw for raw in export.read()}
+    for unit in export.units():
+        for offset in (0, export.unit_samples(unit) - 1):
+            raw = export.read_at(unit, offset)
+            assert raw is not None and base.text_of(raw.image) == base.text_of(
+                every[raw.key].image)
+            assert parse_fields(raw) == parse_fields(every[raw.key])
+
+
+@pytest.mark.parametrize("how,needle", [("cut", "corrupt Arrow rows"),
+                                        ("rows", "its Arrow file holds 40 rows, but the index "
+                                                 "says 41")])
+def test_a_damaged_litdata_arrow_chunk_is_one_line(how: str, needle: str,
+                                                   exports: dict[str, Path], tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    import shutil
+
+    out = tmp_path / how
+    shutil.copytree(exports["litdata-text"], out)
+    index = json.loads((out / "index.json").read_text())
+    chunk = out / index["chunks"][1]["filename"]
+    data = chunk.read_bytes()
+    if how == "cut":  # the Arrow file's middle gone, its length and magic kept
+        chunk.write_bytes(data[:len(data) // 2] + data[-12:])
+        index["chunks"][1]["chunk_bytes"] = len(data) // 2 + 12
+    else:  # an index that promises a row more than the chunk holds
+        import numpy as np
+
+        head = np.frombuffer(data, "<u4", 42).copy()
+        chunk.write_bytes(np.concatenate([[41], head[1:41], head[40:]]).astype("<u4").tobytes()
+                          + data[4 * 42:])
+        index["chunks"][1]["chunk_size"] = 41
+        index["chunks"][1]["chunk_bytes"] = len(data) + 4
+    (out / "index.json").write_text(json.dumps(index))
+    assert main(["inspect", str(out)]) == 2
+    assert_one_line_error(capsys.readouterr().err, "inspect", chunk.name, needle)

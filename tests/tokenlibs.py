@@ -25,7 +25,7 @@ MIN_LEN, MAX_LEN = 20, 300
 BLOCK = 64
 KINDS = ("mds-tokens", "mds-tokens-json", "litdata-tokens", "litdata-tokens-pytree",
          "hf-tokens", "parquet-tokens", "text-jsonl", "megatron-tokens", "mds-text", "hf-text",
-         "parquet-text", "wds-tokens", "wds-text")
+         "parquet-text", "wds-tokens", "wds-text", "litdata-text")
 # The member a WebDataset sample's payload is, as webdataset's own encoders name them.
 WDS_MEMBER = {"wds-tokens": "input_ids.npy", "wds-text": "txt"}
 
@@ -123,6 +123,10 @@ def _litdata_pytree(i: int, dtype: str = "uint16") -> dict[str, Any]:
     return {"input_ids": tokens(i, dtype), "doc_id": doc_id(i)}
 
 
+def _litdata_text(i: int) -> dict[str, Any]:
+    return {"text": text(i), "doc_id": doc_id(i)}
+
+
 def write_litdata(out: Path, dtype: str, loader: bool) -> Path:
     """optimize(): with item_loader=TokensLoader() every chunk is its documents' tokens laid end
     to end, and chunk_size counts tokens; without, one pytree item per document, chunk_size
@@ -146,6 +150,17 @@ def write_litdata(out: Path, dtype: str, loader: bool) -> Path:
             litdata.optimize(fn=partial(_litdata_pytree, dtype=dtype), inputs=inputs,
                              output_dir=str(out), chunk_size=PER_SHARD, num_workers=1,
                              mode="overwrite", start_method="fork")
+    return out
+
+
+def write_litdata_text(out: Path) -> Path:
+    """optimize() of one {"text": str, "doc_id": int} item per text: a `str` leaf."""
+    import litdata
+
+    with formatlibs.litdata_caches(out.parent / f"{out.name}-cache"):
+        litdata.optimize(fn=_litdata_text, inputs=list(range(SAMPLES)), output_dir=str(out),
+                         chunk_size=PER_SHARD, num_workers=1, mode="overwrite",
+                         start_method="fork")
     return out
 
 
@@ -234,6 +249,8 @@ def write(kind: str, root: Path, dtype: str = "uint16") -> Path:
         return write_text(kind, out)
     if kind.startswith("mds"):
         return write_mds(out, dtype, with_json=kind == "mds-tokens-json")
+    if kind == "litdata-text":
+        return write_litdata_text(out)
     if kind.startswith("litdata"):
         return write_litdata(out, dtype, loader=kind == "litdata-tokens")
     if kind == "hf-tokens":
@@ -253,7 +270,7 @@ def expected(kind: str, dtype: str = "uint16") -> list[np.ndarray]:
     """What `read_back` must equal. For TokensLoader: each chunk's tokens cut into BLOCK-token
     blocks that run across document boundaries but never across chunks; the chunk's last
     `tokens % BLOCK` tokens are never read (litdata counts dim // block_size blocks a chunk)."""
-    if kind in ("text-jsonl", "wds-text"):
+    if kind in ("text-jsonl", "wds-text", "litdata-text"):
         return [np.frombuffer(text(i).encode(), np.uint8) for i in range(SAMPLES)]
     if kind != "litdata-tokens":
         return [tokens(i, dtype) for i in range(SAMPLES)]
@@ -299,6 +316,12 @@ def _read(kind: str, path: Path) -> list[tuple[Any, Any]]:
         if kind == "mds-tokens-json":
             return [(r["input_ids"], r["meta"]["doc_id"]) for r in rows]
         return [(r["input_ids"], r["doc_id"]) for r in rows]
+    if kind == "litdata-text":
+        import litdata
+
+        lds = litdata.StreamingDataset(str(path))
+        return [(np.frombuffer(x["text"].encode(), np.uint8), x["doc_id"])
+                for x in (lds[i] for i in range(len(lds)))]
     if kind.startswith("litdata"):
         import litdata
         from litdata.streaming.item_loader import TokensLoader

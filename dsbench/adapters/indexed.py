@@ -294,9 +294,11 @@ class IndexedExport(ShardsAt, base.ReadsUnits):
 
     def _stored_sizes(self, e: Entry, unit: str) -> list[int]:
         """Each sample's stored size from the shard's offset table (the whole shard when it
-        is compressed, where the table is inside the compressed data)."""
+        is compressed, where the table is inside the compressed data); rows of a columnar
+        file inside the shard (litdata's Arrow rows) share its bytes evenly."""
         with self._open(e, unit) as shard:
-            return [len(r) for _, r in self._records(e, shard, unit)]
+            return [len(r) if isinstance(r, memoryview | bytes) else 1
+                    for _, r in self._records(e, shard, unit)]
 
     def _survey_images(self, survey: dict[str, Any], units: list[str]) -> None:
         picked = sorted({round(x) for x in np.linspace(0, len(units) - 1,

@@ -9,15 +9,19 @@ then every leaf's bytes. Compression (zstd): `compression_level` "chunk" compres
 file, "sample" each item, and "batch" (the default) writes framed chunks: a `LDFZ01` header
 with item offsets into the concatenated item bytes, a frame table, and one zstd frame per run
 of items. Items of PyTreeLoader exports are read here; TokensLoader's token streams (read in
-blocks whose size the reader chooses) in litdata_tokens.py; chunks that hold only an Arrow
-footer are refused.
+blocks whose size the reader chooses) in litdata_tokens.py. A chunk of items without media
+(texts, numbers, bytes: litdata's writer decides) may instead hold its items as rows of an Arrow
+IPC file at its end: the header's offsets all equal (no item bodies), then the IPC file, its
+uint32 length and `LDARW01\0`; its rows are read record batch by record batch, as litdata reads
+them, each row's leaves named as the pytree names them.
 
 Leaves: the pytree names them (a dict's keys, "a.b" when nested, list positions as numbers).
 The payload is the leaf named by --image-field, else the only one with an image serializer
 (`jpeg`, `image:<ext>`: the stored bytes; `pil`: raw pixels); with no image, token ids: the
 integer array leaf (`no_header_numpy`, `no_header_tensor`, `numpy`, `tensor`; one named
-input_ids/tokens/token_ids/ids where there are several). Other leaves are fields: `str`,
-`text` and `json` kept as stored for the fields stage, a float32 `no_header_numpy` as float32
+input_ids/tokens/token_ids/ids where there are several), else a `bytes` leaf named for audio
+(audio, flac, wav, ...) holding a clip, else a `str` leaf named text. Other leaves are fields:
+`str`, `text` and `json` kept as stored for the fields stage, a float32 `no_header_numpy` as float32
 bytes, numbers and other arrays decoded here, `pickle` and unknown serializers passed on as
 bytes, never unpickled. The key is a `key` or `__key__` str leaf's text, else the sample's
 number in the export.
@@ -33,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from dsbench.adapters import base, indexed, litdata_tokens
+from dsbench.adapters import base, indexed, litdata_rows, litdata_tokens
 from dsbench.adapters.columns import KEY_NAMES, sniff_codec
 from dsbench.errors import DsbenchError, SampleError
 from dsbench.storage.files import Loc
@@ -166,6 +170,9 @@ class LitdataExport(indexed.IndexedExport):
         self.key = next((n for n in KEY_NAMES if self.serializer.get(n) == "str"), None)
         self.field_names = [n for n in names if n not in (self.image, self.key)]
         self.field_encodings = {n: _encoding(self.serializer[n]) for n in self.field_names}
+        # An Arrow row's leaves are values already; text stays text for the fields stage.
+        self.row_encodings = {n: base.ENC_TEXT if e == base.ENC_TEXT else base.ENC_VALUE
+                              for n, e in self.field_encodings.items()}
 
     def _entries(self, index: dict[str, Any]) -> list[indexed.Entry]:
         chunks, config = index.get("chunks"), index.get("config") or {}
@@ -207,6 +214,10 @@ class LitdataExport(indexed.IndexedExport):
         token = None if images else base.chosen(tokens, base.TOKEN_NAMES)
         if token is not None:
             return token, base.TOKENS
+        clips = [n for n, f in zip(names, formats, strict=True)
+                 if f == "bytes" and n.rsplit(".", 1)[-1].lower() in base.AUDIO_NAMES]
+        if not images and not tokens and len(clips) == 1:
+            return clips[0], base.AUDIO
         texts = [n for n, f in zip(names, formats, strict=True)
                  if f == "str" and n.lower() in base.TEXT_NAMES]
         if not images and not tokens and len(texts) == 1:
@@ -222,23 +233,36 @@ class LitdataExport(indexed.IndexedExport):
         return entry.compression is None and self.level in (None, "sample")
 
     def _records(self, entry: indexed.Entry, shard: indexed.Shard, where: str
-                 ) -> Iterator[tuple[int, memoryview]]:
+                 ) -> Iterator[tuple[int, Any]]:
         data = shard.data
+        if bytes(data[-8:]) == litdata_rows.MAGIC:
+            offsets = indexed.offset_table(data, entry.samples, where)
+            if offsets[0] == offsets[-1]:  # no item bodies: the rows of the Arrow file
+                shard.touch(data[:offsets[0]])
+                yield from litdata_rows.rows(shard.touch(data[offsets[0]:]), entry.samples, where)
+                return
         if self.level == "batch" or bytes(data[:8]) == _FRAMED_MAGIC:
             yield from _framed(data, entry.samples, where)
             return
         yield from super()._records(entry, shard, where)
 
-    def _record(self, entry: indexed.Entry, record: memoryview, where: str) -> memoryview:
-        if not len(record):
-            raise SampleError("the chunk holds an Arrow footer, not pytree items (an export "
-                              "without media)", path=where)
+    def _record(self, entry: indexed.Entry, record: Any, where: str) -> Any:
+        if isinstance(record, dict):  # an Arrow row
+            return record
         if self.level == "sample":
             return memoryview(indexed.decompress(bytes(record), "zstd", None, where))
         return record
 
+    def _locate(self, shard: Any, entry: indexed.Entry, offset: int) -> Any:
+        record = shard.record(offset)
+        # A pytree item is never empty (a size per leaf): an empty one is an Arrow-row chunk's,
+        # whose rows are read from the Arrow file at its end, the chunk whole.
+        return record if len(record) else self._whole_shard(shard.unit, entry).record(offset)
+
     def _sample(self, entry: indexed.Entry, data: Any, key: str, where: str
                 ) -> base.RawSample:
+        if isinstance(data, dict):
+            return self._row_sample(data, key, where)
         k = len(self.formats)
         if len(data) < 4 * k:
             raise SampleError(f"corrupt item: {len(data)} bytes, shorter than its header",
@@ -254,6 +278,8 @@ class LitdataExport(indexed.IndexedExport):
         if self.key is not None:
             key = values[self.key].decode("utf-8", "replace")
         image = values[self.image]
+        if self.kind == base.AUDIO:
+            return self._clip(image, self._fields(values, key, where), key, where)
         if self.kind != "image":  # token ids viewed, text decoded, in the decode stage
             payload = base.StoredIds(partial(_value, self.serializer[self.image]), image) \
                 if self.kind == base.TOKENS else image
@@ -266,6 +292,36 @@ class LitdataExport(indexed.IndexedExport):
                               f"start {image[:8]!r})", path=where, key=key)
         return base.RawSample(key, where, image, codec, self._fields(values, key, where),
                               self.field_encodings)
+
+    def _clip(self, data: bytes, fields: dict[str, Any], key: str, where: str
+              ) -> base.RawSample:
+        codec = sniff_codec(data)
+        if codec not in base.AUDIO_CODECS:
+            raise SampleError(f"leaf {self.image!r} holds bytes that are not WAV, FLAC, Ogg or "
+                              f"MP3 (they start {data[:8]!r})", path=where, key=key)
+        return base.RawSample(key, where, data, codec, fields, self.field_encodings)
+
+    def _row_sample(self, row: dict[str, Any], key: str, where: str) -> base.RawSample:
+        """An Arrow row's sample: its leaves as Arrow made them Python values (a str, bytes, an
+        int, a list), the fields kept as such (a `str` leaf as text)."""
+        values = litdata_rows.flat(row)
+        missing = [n for n in (self.image, *self.field_names) if n not in values]
+        if missing:
+            raise SampleError(f"the Arrow row lacks the leaf {missing[0]!r} the index names",
+                              path=where, key=key)
+        if self.key is not None:
+            key = str(values[self.key])
+        fields = {n: values[n] for n in self.field_names}
+        payload = values[self.image]
+        if self.kind == base.AUDIO:
+            return self._clip(bytes(payload), fields, key, where)
+        if self.kind == base.TEXT:
+            return base.RawSample(key, where, payload, base.TEXT, fields, self.row_encodings)
+        codec = sniff_codec(payload) if isinstance(payload, bytes) else None
+        if self.kind != "image" or codec is None:
+            raise SampleError(f"an Arrow row whose leaf {self.image!r} is not an image's bytes "
+                              f"({type(payload).__name__})", path=where, key=key)
+        return base.RawSample(key, where, payload, codec, fields, self.row_encodings)
 
     def _fields(self, values: dict[str, bytes], key: str, where: str) -> dict[str, Any]:
         fields: dict[str, Any] = {}

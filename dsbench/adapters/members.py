@@ -1,17 +1,14 @@
 """Samples stored as groups of members (tar members or files), shared by `wds` and `files`.
 
-WebDataset's convention: a member's key is its path up to the first dot of its basename, and the
-rest is its extension: `./train/000001.jpg` is key `train/000001`, extension `jpg`;
-`00000007.embedding.f32` is key `00000007`, extension `embedding.f32`. All members of a key form
-one sample. A reader yields the image member as the image and every other member as a field named
-by its extension, with its encoding from `base.EXT_ENCODINGS` (longest suffix match).
-
-It also surveys such samples for `inspect` (MemberSurvey).
+WebDataset's convention: a member's key is its path up to the first dot of its basename, the
+rest its extension (`./train/000001.jpg`: key `train/000001`, extension `jpg`;
+`00000007.embedding.f32`: extension `embedding.f32`). A key's members form one sample: its
+payload member (an image or an audio clip; token ids or text where member_kinds.py says so)
+and its fields, named by their extensions, encoded as `base.EXT_ENCODINGS` says (longest
+suffix match). MemberSurvey surveys such samples for `inspect`.
 """
-
 from __future__ import annotations
 
-import io
 import json
 import math
 import re
@@ -57,12 +54,6 @@ def is_unsafe(name: str) -> bool:
 
 # --- images and encodings -----------------------------------------------------------------
 
-# Members that carry a WebDataset sample with no image or audio member: token ids as a NumPy
-# array (`input_ids.npy`), else text (`txt`). An image export's `.npy` and `.txt` are fields.
-TOKEN_EXTS = ("npy",)
-TEXT_EXTS = ("txt", "text")
-
-
 def image_exts(root: Loc, image_field: str | None = None) -> dict[str, str]:
     """Payload extensions and their codecs: images, and audio (`.flac`, `.wav`, ...); `.npy`
     counts as an image in dsbench's raw exports. `image_field` (--image-field) names the one
@@ -83,44 +74,6 @@ def image_exts(root: Loc, image_field: str | None = None) -> dict[str, str]:
     return {image_field: codec}
 
 
-def other_payload(exts: Iterable[str], where: Loc) -> tuple[str, str] | None:
-    """For a sample with no image or audio member (its extensions `exts`, in `where`), the
-    member that could carry it and its kind: the `.npy` one (token ids), else the `.txt` one
-    (text); None for neither; one line where several could (--image-field chooses)."""
-    for kind, ends in ((base.TOKENS, TOKEN_EXTS), (base.TEXT, TEXT_EXTS)):
-        found = sorted(e for e in exts if e.rsplit(".", 1)[-1].lower() in ends)
-        if len(found) == 1:
-            return found[0], kind
-        if found:
-            raise DsbenchError(f"several members could carry the samples' {kind} "
-                               f"(.{', .'.join(found)}): name one with --image-field",
-                               path=where)
-    return None
-
-
-def holds_ids(head: bytes) -> bool:
-    """Whether the start of a `.npy` member (its header) states a 1-d integer array: token
-    ids, where an image's raw pixels are H x W x 3."""
-    import numpy as np
-
-    f = io.BytesIO(head)
-    try:
-        version = np.lib.format.read_magic(f)
-        read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                else np.lib.format.read_array_header_2_0)
-        shape, _, dtype = read(f)
-    except (ValueError, OSError, EOFError, SyntaxError):
-        return False
-    return len(shape) == 1 and dtype.kind in "iu"
-
-
-def payload_kind(images: Mapping[str, str]) -> str | None:
-    """The sample kind a payload map makes of every sample (token ids, text), or None where
-    it goes by each sample's member (an image's, an audio clip's)."""
-    codecs = set(images.values())
-    return codecs.pop() if len(codecs) == 1 and codecs <= {base.TOKENS, base.TEXT} else None
-
-
 def pick_image(exts: Iterable[str], images: Mapping[str, str]) -> str | None:
     """The member extension holding the payload: an image's before an audio clip's (a sample
     may carry a clip and a picture of it), an exact payload extension before one ending in one
@@ -130,9 +83,9 @@ def pick_image(exts: Iterable[str], images: Mapping[str, str]) -> str | None:
     return ranked[0][2] if ranked else None
 
 
-def _payload_name(images: Mapping[str, str]) -> str:
-    kind = payload_kind(images)
-    return {base.TOKENS: "token ids (.npy)", base.TEXT: "text"}.get(kind or "", "image or audio")
+def _carried(images: Mapping[str, str]) -> str:  # kinds: member_kinds.wds_payload's
+    kind = next(iter(set(images.values()) & {base.TOKENS, base.TEXT}), "image or audio")
+    return {base.TOKENS: "token ids (.npy)", base.TEXT: "text"}.get(kind, kind)
 
 
 def image_codec(ext: str, images: Mapping[str, str]) -> str:
@@ -177,8 +130,8 @@ def to_raw(key: str, source: str, members: dict[str, bytes], images: Mapping[str
     img = pick_image(members, images)
     if img is None:
         have = ", ".join("." + e for e in sorted(members)) or "none"
-        raise SampleError(f"no {_payload_name(images)} member (.{', .'.join(sorted(set(images)))}"
-                          f"); members: {have}", path=source, key=key)
+        raise SampleError(f"no {_carried(images)} member (.{', .'.join(sorted(set(images)))}); "
+                          f"members: {have}", path=source, key=key)
     missing = sorted(expected - members.keys())
     if missing:
         raise SampleError(f"no .{missing[0]} member, which other samples in this {container} "
@@ -345,7 +298,7 @@ class MemberSurvey:
             ok = (container, key) not in self._bad
             if img is None:
                 self.problem(container, file_of(key, None), key,
-                             f"no {_payload_name(self.images)} member")
+                             f"no {_carried(self.images)} member")
                 ok = False
             for ext in sorted(expected - members.keys()):
                 self.problem(container, file_of(key, None), key,

@@ -81,20 +81,23 @@ class _Whole:
     off, the records before it, and its error for the rest."""
 
     def __init__(self, export: Any, unit: str, entry: Entry) -> None:
-        self.records: list[bytes] = []
+        self.records: list[Any] = []
         self.error: SampleError | None = None
         try:
             with export._open(entry, unit) as shard:
                 for _, r in export._records(entry, shard, unit):
-                    self.records.append(bytes(r))
+                    # Copied out of the shard's map; a record that is a value already (a
+                    # litdata Arrow row) kept as it is.
+                    self.records.append(bytes(r) if isinstance(r, memoryview) else r)
         except SampleError as err:
             self.error = err
 
-    def record(self, i: int) -> memoryview:
+    def record(self, i: int) -> Any:
         if i >= len(self.records):
             assert self.error is not None  # a whole shard holds every sample
             raise self.error
-        return memoryview(self.records[i])
+        r = self.records[i]
+        return memoryview(r) if isinstance(r, bytes) else r
 
 
 class ShardsAt:

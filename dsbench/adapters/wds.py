@@ -24,7 +24,7 @@ from pathlib import Path
 from tarfile import EOFHeaderError, InvalidHeaderError  # type: ignore[attr-defined]  # not in typeshed
 from typing import IO, Any
 
-from dsbench.adapters import base, members
+from dsbench.adapters import base, member_kinds, members
 from dsbench.adapters.survey import apportion
 from dsbench.errors import DsbenchError, SampleError
 from dsbench.storage import files as store
@@ -131,7 +131,7 @@ class WdsExport(base.ReadsUnits):
     def kind(self) -> str | None:
         """Token ids or text where a member other than an image or clip carries the samples;
         None where each sample's image or audio member tells (base.images_only)."""
-        return members.payload_kind(self.images)
+        return member_kinds.payload_kind(self.images)
 
     @property
     def payload_field(self) -> str | None:
@@ -384,68 +384,10 @@ class WdsAdapter:
         if not found:
             raise DsbenchError(f"no {', '.join(SHARD_EXTS)} shards here", path=path)
         found.sort(key=lambda item: str(item[0]))
-        return WdsExport(path, [p for p, _ in found], _payload(root, found[0][0], image_field),
+        images = member_kinds.wds_payload(root, found[0][0], image_field,
+                                            _sample_name)
+        return WdsExport(path, [p for p, _ in found], images,
                          sizes={str(p): n for p, n in found}, root=root)
-
-
-def _payload(root: Loc, shard: Loc, image_field: str | None) -> dict[str, str]:
-    """The payload members' extensions and codecs: images and audio clips, or, where the
-    first PEEKED samples have neither, their token ids (an `.npy` member of a 1-d integer
-    array) or text (a `.txt` member); --image-field names the member."""
-    last = (image_field or "").rsplit(".", 1)[-1].lower()
-    raw = members.image_exts(root).get("npy") == "raw"  # dsbench's raw-pixel exports
-    if image_field is not None and last in members.TEXT_EXTS:
-        return {image_field: base.TEXT}
-    if image_field is not None and last in members.TOKEN_EXTS and not raw:
-        first = _first_samples(shard, 1, image_field)
-        if first and members.holds_ids(first[0].get(image_field) or b""):
-            return {image_field: base.TOKENS}
-    images = members.image_exts(root, image_field)
-    if image_field is not None:
-        return images
-    samples = _first_samples(shard, PEEKED)
-    if not samples or any(members.pick_image(s, images) for s in samples):
-        return images
-    other = members.other_payload(samples[0], shard)
-    if other is None:
-        return images
-    ext, kind = other
-    if kind == base.TOKENS and not members.holds_ids(samples[0].get(ext) or b""):
-        return images  # an .npy of pixels or floats: not token ids
-    return {ext: kind}
-
-
-PEEKED = 8  # the samples whose members say what an export's samples carry
-_NPY_HEAD = 4096  # enough of an .npy member for its header
-
-
-def _first_samples(shard: Loc, n: int, wanted: str | None = None
-                   ) -> list[dict[str, bytes | None]]:
-    """The first `n` samples of a shard, from its headers: each member's extension, with the
-    head of its `.npy` members (their array headers; only `wanted`'s where given); [] where the
-    shard does not read (reading it reports why)."""
-    out: list[dict[str, bytes | None]] = []
-    key = None
-    try:
-        with base.open_file(shard) as f, tarfile.open(fileobj=f, mode="r|*") as tf:
-            for m in tf:
-                parsed = _sample_name(m)
-                if parsed is None:
-                    continue
-                if parsed[0] != key:
-                    if len(out) == n:
-                        break
-                    key = parsed[0]
-                    out.append({})
-                ext = parsed[1]
-                head = None
-                if ext == wanted or (wanted is None and ext.endswith("npy")):
-                    data = tf.extractfile(m)
-                    head = data.read(_NPY_HEAD) if data is not None else None
-                out[-1][ext] = head
-    except (tarfile.TarError, OSError, EOFError, DsbenchError):
-        return []
-    return out
 
 
 ADAPTER = WdsAdapter()

@@ -277,11 +277,25 @@ def test_a_clip_among_images_is_one_line_not_a_traceback(tmp_path: Path,
                           "flac audio where the export's samples are images")
 
 
-@pytest.mark.parametrize("argv", [["job", "{src}", "--ranks", "2", "--workers", "1"],
-                                  ["resume", "{src}", "--restart-at", "1"]])
-def test_job_and_resume_refuse_an_audio_export_in_one_line(
-        argv: list[str], exports: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
-    # Their ranks run the image pipeline: a clip there would fail every sample.
-    assert main([a.format(src=exports["mds-audio"]) for a in argv]) == 2
-    assert_one_line_error(capsys.readouterr().err, argv[0], "samples carry audio (audio)",
+def test_a_job_reads_audio_clips_on_every_rank(exports: dict[str, Path], tmp_path: Path
+                                               ) -> None:
+    # Two ranks, each cutting its share's FLAC clips to 0.5 s at the export's rate: an image
+    # pipeline would fail on the first clip.
+    from dsbench.job import result
+
+    out = tmp_path / "job.json"
+    assert main(["job", str(exports["mds-audio"]), "--ranks", "2", "--workers", "1",
+                 "--gpu-batch", "2", "--compute", "0.005", "--steps", "12",
+                 "--clip-seconds", "0.5", "--json", str(out)]) == 0
+    doc = result.read(out)
+    options = doc["config"]["options"]
+    assert (options["kind"], options["rate"], options["clip_s"]) == ("audio", audiolibs.RATE, 0.5)
+    assert doc["ranks"] == 2 and all(len(r["step_s"]) == 12 for r in doc["per_rank"])
+
+
+def test_resume_refuses_an_audio_export_in_one_line(
+        exports: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    # Its ranks replay the image pipeline's batches: a clip there would fail every sample.
+    assert main(["resume", str(exports["mds-audio"]), "--restart-at", "1"]) == 2
+    assert_one_line_error(capsys.readouterr().err, "resume", "samples carry audio (audio)",
                           "not built for them yet")

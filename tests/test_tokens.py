@@ -395,3 +395,29 @@ def test_a_webdataset_image_export_whose_first_sample_lacks_its_image_stays_one_
     assert s["sample"]["kind"] == "image" and s["image"]["count_checked"] == 5
     assert s["bad_samples"] == 1 and s["problems"][0]["key"] == "000000"
     assert "no image or audio member" in s["problems"][0]["error"]
+
+
+def test_a_job_reads_a_token_stream_in_blocks_on_every_rank(exports: dict[str, Path],
+                                                            tmp_path: Path) -> None:
+    # Two ranks over a litdata TokensLoader export's three chunks, each sample a 64-id block
+    # (--seq-len): the ranks open the stream cut as bench cuts it.
+    from dsbench.job import result
+
+    out = tmp_path / "job.json"
+    assert main(["job", str(exports["litdata-tokens"]), "--ranks", "2", "--workers", "1",
+                 "--gpu-batch", "4", "--compute", "0.005", "--steps", "12", "--seq-len",
+                 str(tokenlibs.BLOCK), "--json", str(out)]) == 0
+    doc = result.read(out)
+    options = doc["config"]["options"]
+    assert (options["kind"], options["seq_len"]) == ("tokens", tokenlibs.BLOCK)
+    assert doc["ranks"] == 2 and all(len(r["step_s"]) == 12 for r in doc["per_rank"])
+
+
+def test_a_job_refuses_text_in_one_line(tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    # Text is tokenized in the workers by a tokenizer a job does not train: said before any
+    # rank starts.
+    text = tokenlibs.write("text-jsonl", tmp_path)
+    assert main(["job", str(text), "--ranks", "2", "--workers", "1"]) == 2
+    assert_one_line_error(capsys.readouterr().err, "job", "samples carry text",
+                          "not built for them yet")

@@ -145,10 +145,9 @@ def text_of(payload: object) -> str:
     raise ValueError(f"expected text, got {type(payload).__name__}")
 
 
-def images_only(export: Any, what: str) -> None:
-    """One line where a command that writes images is given an export of another kind (for
-    a layout whose members name the kind, WebDataset's and per-sample files', the first
-    sample's)."""
+def kind_of(export: Any) -> str:
+    """What an export's samples carry (KINDS): as its schema says, or, for a layout whose
+    members name it (WebDataset's and per-sample files' images and clips), its first sample's."""
     kind = getattr(export, "kind", None)
     if kind is None:
         samples = export.read()
@@ -157,6 +156,12 @@ def images_only(export: Any, what: str) -> None:
         finally:
             samples.close()
         kind = AUDIO if first is not None and first.codec in AUDIO_CODECS else "image"
+    return str(kind)
+
+
+def images_only(export: Any, what: str) -> None:
+    """One line where a command that writes images is given an export of another kind."""
+    kind = kind_of(export)
     if kind != "image":
         field = getattr(export, "payload_field", None)
         raise DsbenchError(f"{what}, and this export's samples carry {kind}"

@@ -9,14 +9,17 @@ launcher says which, and rank 0 prints the report and writes `--json`.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
 from dsbench import fmt, installed
 from dsbench.commands import vocabulary
 from dsbench.commands.options import (
     GPU_BATCH,
+    add_clip_argument,
     add_cluster_subset,
     add_json_argument,
+    add_seq_len_argument,
     emit,
     parse_workers,
 )
@@ -74,6 +77,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=int, default=_D.seed,
                    help="random seed: of the compute and stall draws and of the model "
                         "(default 0)")
+    add_seq_len_argument(g)
+    add_clip_argument(g)
     add_json_argument(p, "the job result document")
 
 
@@ -89,7 +94,13 @@ def options(args: argparse.Namespace, ranks: int) -> JobOptions:
                       stall_prob=args.cluster_stall_prob or 0.0,
                       stall_s=args.cluster_stall_s or 0.0, backend=args.backend,
                       prefetch=args.cluster_prefetch or _D.prefetch, seed=args.seed,
-                      decoder=args.decoder, layout=args.layout, device=args.device)
+                      decoder=args.decoder, layout=args.layout, device=args.device,
+                      seq_len=args.seq_len, clip_s=args.clip_seconds)
+
+
+def as_found(opts: JobOptions, found: share.Found) -> JobOptions:
+    """The job's options for what share.check found its export's samples to carry."""
+    return dataclasses.replace(opts, kind=found.kind, rate=found.rate)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -111,7 +122,9 @@ def run(args: argparse.Namespace) -> int:
                            f"{max(counts)}")
     # Options for the whole job (its world size); each node starts `count` of its ranks.
     jobs = [options(args, n * nodes) for n in counts]  # every count checked before any starts
-    found = share.check(args.path, args.workers, max(counts) * nodes, args.layout)
+    found = share.check(args.path, args.workers, max(counts) * nodes, args.layout,
+                        args.seq_len)
+    jobs = [as_found(opts, found) for opts in jobs]
     from dsbench.job.launch import launch
 
     docs = []
@@ -121,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
         fmt.progress(f"job: {per_node} rank{'s' if per_node != 1 else ''}{where} x "
                      f"{opts.workers} loader worker{'s' if opts.workers != 1 else ''}, "
                      f"{opts.steps} steps")
-        got = launch(args.path, opts, nodes=nodes, rdzv=args.rdzv, found_layout=found)
+        got = launch(args.path, opts, nodes=nodes, rdzv=args.rdzv, found_layout=found.layout)
         if got is None:
             fmt.out(f"job: this node's {fmt.plural(per_node, 'rank')} finished; the node that "
                     "holds rank 0 prints the report and writes --json")
@@ -160,9 +173,9 @@ def _as_rank(args: argparse.Namespace, ident: identity.Identity) -> int:
     if args.ranks is not None and args.ranks != ident.world:
         raise DsbenchError(f"--ranks {args.ranks}, but the launcher started {ident.world}")
     try:
-        opts = options(args, ident.world)
-        found = share.check(args.path, args.workers, ident.world, args.layout)
-        doc = rank.run_rank(args.path, opts, ident, found)
+        found = share.check(args.path, args.workers, ident.world, args.layout, args.seq_len)
+        opts = as_found(options(args, ident.world), found)
+        doc = rank.run_rank(args.path, opts, ident, found.layout)
     except (DsbenchError, RuntimeError) as exc:
         rank.fail(str(ident.rank), exc)
         raise  # fail() does not return

@@ -152,10 +152,7 @@ def add_window_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup,
                    help="an image of more pixels is a bad sample, refused from its header "
                         f"before decoding (default {d.max_pixels})")
     add_seq_len_argument(p)
-    p.add_argument("--clip-seconds", type=float, default=d.clip_s, metavar="S",
-                   help="seconds of audio per training clip, for an export of audio samples: "
-                        "each is mixed to mono and cropped to S at a random offset or padded "
-                        f"with silence (default {d.clip_s:g})")
+    add_clip_argument(p)
     p.add_argument("--tokenizer", default=None, metavar="FILE",
                    help="the job's tokenizer for an export of text samples: a Hugging Face "
                         "tokenizers JSON (tokenizer.json); default: a byte-level BPE trained "
@@ -242,6 +239,14 @@ def add_seq_len_argument(p: argparse.ArgumentParser | argparse._ArgumentGroup) -
                         "each is cropped to N at a random offset or padded; a token stream "
                         "stored without samples of its own (litdata's TokensLoader) is cut "
                         f"into blocks of N, as its reader's block size (default {SEQ_LEN})")
+
+
+def add_clip_argument(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    clip_s = BenchOptions().clip_s
+    p.add_argument("--clip-seconds", type=float, default=clip_s, metavar="S",
+                   help="seconds of audio per training clip, for an export of audio samples: "
+                        "each is mixed to mono and cropped to S at a random offset or padded "
+                        f"with silence (default {clip_s:g})")
 
 
 def window_options(args: argparse.Namespace, **more: Any) -> BenchOptions:

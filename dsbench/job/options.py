@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from dsbench import adapters
+from dsbench.adapters.base import SEQ_LEN
 from dsbench.errors import DsbenchError
 from dsbench.loader.decode import DECODERS
 from dsbench.loader.options import BACKENDS
@@ -44,6 +45,12 @@ class JobOptions:
     decoder: str = "pillow"
     layout: str | None = None
     device: str = "auto"
+    # What the samples carry, as share.check found them, and how each becomes a training
+    # sample: token ids cropped to seq_len, clips of clip_s seconds at the export's rate.
+    kind: str = "image"
+    seq_len: int = SEQ_LEN
+    clip_s: float = 4.0
+    rate: int | None = None
 
     def __post_init__(self) -> None:
         def bad(option: str, value: object, want: str) -> DsbenchError:

@@ -54,8 +54,10 @@ def bench_options(opts: JobOptions, ident: Identity, found_layout: str | None = 
     open the export as `found_layout` (share.check's) rather than detect it again."""
     return BenchOptions(workers=(opts.workers,), batch_size=opts.batch_size,
                         backend=opts.backend, prefetch=opts.prefetch, seed=opts.seed,
-                        decoder=opts.decoder, layout=opts.layout,
-                        opener=RankShare(ident.rank, ident.world, opts.layout or found_layout))
+                        decoder=opts.decoder, layout=opts.layout, seq_len=opts.seq_len,
+                        clip_s=opts.clip_s, found_kind=opts.kind, found_rate=opts.rate,
+                        opener=RankShare(ident.rank, ident.world, opts.layout or found_layout,
+                                         opts.seq_len))
 
 
 def _device(opts: JobOptions, ident: Identity, torch: Any) -> str:

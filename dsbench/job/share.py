@@ -17,15 +17,17 @@ from dsbench.adapters.base import Export, RawSample, SkipHandler, worker_share
 
 @dataclass(frozen=True)
 class RankShare:
-    """Opens the export as rank `rank` of `world` sees it."""
+    """Opens the export as rank `rank` of `world` sees it (a token stream cut into blocks of
+    `seq_len`)."""
 
     rank: int
     world: int
     layout: str | None = None
+    seq_len: int | None = None
 
     def __call__(self, path: str) -> Export:
-        return SharedExport(adapters.open_export(path, layout=self.layout), self.rank,
-                            self.world)
+        return SharedExport(adapters.open_export(path, layout=self.layout,
+                                                 seq_len=self.seq_len), self.rank, self.world)
 
 
 class SharedExport:
@@ -53,16 +55,36 @@ class SharedExport:
         return self.inner.survey()
 
 
-def check(path: str, opts_workers: int, world: int, layout: str | None) -> str:
+@dataclass(frozen=True)
+class Found:
+    """What check() found: the layout the ranks open the export as, what its samples carry,
+    and, for audio, the rate its clips are cut at."""
+
+    layout: str
+    kind: str
+    rate: int | None = None
+
+
+def check(path: str, opts_workers: int, world: int, layout: str | None,
+          seq_len: int | None = None) -> Found:
     """Refuse, before any rank starts, an export whose units cannot give every loader worker of
-    every rank its own; returns the export's layout, as found, for the ranks to open it as."""
+    every rank its own, or whose samples are text (tokenized in the workers by a tokenizer
+    that a job does not train); what the ranks need to know of it otherwise."""
+    from dsbench.adapters.base import AUDIO, TEXT, kind_of
+    from dsbench.adapters.survey import summarize
     from dsbench.errors import DsbenchError
 
-    export = adapters.open_export(path, layout=layout)
-    adapters.base.images_only(export, "a job's ranks run the image pipeline")
+    export = adapters.open_export(path, layout=layout, seq_len=seq_len)
+    kind = kind_of(export)
+    if kind == TEXT:
+        adapters.base.images_only(export, "a job's ranks read images, token ids or audio")
     units = len(export.units())
     if units < world * opts_workers:
         raise DsbenchError(f"{units} units (shards or samples) cannot give {world} ranks x "
                            f"{opts_workers} workers one each: use fewer --ranks or --workers",
                            path=path)
-    return export.layout
+    rate = None
+    if kind == AUDIO:  # clips are cut at the rate the survey finds, as bench cuts them
+        audio = summarize(export.survey(), path, export.ignored, export).get("audio") or {}
+        rate = audio.get("sample_rate")
+    return Found(export.layout, kind, rate)

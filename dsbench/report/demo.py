@@ -236,7 +236,7 @@ def job_check(path: Path, opts: DemoOptions, progress: Progress) -> dict[str, An
         return {"skipped": str(exc)}
     progress(f"demo: checking the model against a measured {jo.ranks}-rank job on after "
              f"({jo.steps} steps)")
-    doc = launch(str(path), jo, found_layout=found)
+    doc = launch(str(path), jo, found_layout=found.layout)
     assert doc is not None  # one node: rank 0 is this one's
     # The figures above come from each batch's CPU and the model's time-sharing: that route,
     # run on the job's configuration, is what this job checks.

@@ -421,3 +421,20 @@ def test_a_job_refuses_text_in_one_line(tmp_path: Path,
     assert main(["job", str(text), "--ranks", "2", "--workers", "1"]) == 2
     assert_one_line_error(capsys.readouterr().err, "job", "samples carry text",
                           "not built for them yet")
+
+
+def test_a_restart_of_a_token_streams_loader_is_audited_block_for_block(
+        exports: dict[str, Path]) -> None:
+    # dsbench resume on the TokensLoader export's 64-id blocks: restarted without state, the
+    # first K batches come again; with the loader's state, nothing is replayed or skipped.
+    from dsbench.resume.measure import ResumeOptions, run_resume
+
+    k, batch = 3, 8
+    doc = run_resume(str(exports["litdata-tokens"]), ResumeOptions(
+        restart_at=k, policies=("none", "stateful"), workers=1, batch_size=batch,
+        seq_len=tokenlibs.BLOCK))
+    schema.validate(doc, "resume")
+    by = {p["policy"]: p["total"] for p in doc["policies"]}
+    assert (by["none"]["replayed"], by["none"]["skipped"]) == (k * batch, 0)
+    assert (by["stateful"]["replayed"], by["stateful"]["skipped"]) == (0, 0)
+    assert doc["settings"]["seq_len"] == tokenlibs.BLOCK

@@ -10,7 +10,13 @@ import argparse
 from pathlib import Path
 
 from dsbench import fmt
-from dsbench.commands.options import add_json_argument, add_native_option_argument, emit
+from dsbench.commands.options import (
+    add_clip_argument,
+    add_json_argument,
+    add_native_option_argument,
+    add_seq_len_argument,
+    emit,
+)
 from dsbench.errors import DsbenchError
 from dsbench.loader.native import options as native_options
 from dsbench.report.resume import render, render_native, write_plot
@@ -65,6 +71,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the label field (default: label, cls, class or target)")
     p.add_argument("--units", type=int, default=None, metavar="N",
                    help="only the export's first N units (shards, or files): a quicker run")
+    add_seq_len_argument(p)
+    add_clip_argument(p)
     p.add_argument("--plot", type=Path, default=None, metavar="FILE.png",
                    help="draw the label entropy per step around the restart (needs matplotlib)")
     native = p.add_argument_group("--backend native")
@@ -121,7 +129,8 @@ def run(args: argparse.Namespace) -> int:
                          batch_size=args.batch_size, buffer=args.buffer, seed=args.seed,
                          epoch=args.epoch, window=args.window, label=args.label,
                          units=args.units, ranks_after=args.ranks_after,
-                         workers_after=args.workers_after)
+                         workers_after=args.workers_after, seq_len=args.seq_len,
+                         clip_s=args.clip_seconds)
     opts.check()  # bad options fail before the export is read
     if args.plot is not None:
         from dsbench.report.plots import available

@@ -26,9 +26,11 @@ from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 from dsbench import __version__, adapters, installed
+from dsbench.adapters.base import AUDIO, SEQ_LEN, TEXT, TOKENS
+from dsbench.adapters.survey import summarize
 from dsbench.errors import DsbenchError
 from dsbench.loader.order import Plan, batches_per_rank, shuffle_of
-from dsbench.loader.pipeline import Pipeline
+from dsbench.loader.pipeline import AudioCrop, Pipeline, TokenCrop
 from dsbench.resume import figures
 from dsbench.resume.elastic import Elastic, check_shape, lockstep
 from dsbench.resume.work import Item
@@ -55,6 +57,8 @@ class ResumeOptions:
     units: int | None = None  # only the export's first N units (shards or files): a quick run
     ranks_after: int | None = None  # an elastic restart's ranks (None: the same)
     workers_after: int | None = None  # and its workers per rank (None: the same)
+    seq_len: int = SEQ_LEN  # token samples: cropped to it (a TokensLoader stream cut into it)
+    clip_s: float = 4.0  # audio samples: clips of so many seconds, at the export's rate
 
     @property
     def elastic(self) -> bool:
@@ -108,9 +112,10 @@ def _state_bytes(opts: ResumeOptions, state: dict[str, Any]) -> int:
 class _Run:
     """Makes one rank's loaders."""
 
-    def __init__(self, path: str, plan: Plan, rank: int, opts: ResumeOptions) -> None:
+    def __init__(self, path: str, plan: Plan, rank: int, opts: ResumeOptions,
+                 pipeline: Pipeline) -> None:
         self.path, self.plan, self.rank, self.opts = path, plan, rank, opts
-        self.pipeline = Pipeline()
+        self.pipeline = pipeline
 
     def loader(self, policy: str, state: dict[str, Any] | None = None) -> Loader:
         return open_loader(self.path, self.plan, self.rank, self.opts, self.pipeline, policy,
@@ -206,13 +211,12 @@ def _rank(run: _Run, fill: int) -> list[dict[str, Any]]:
     return out
 
 
-def _elastic(path: str, plan: Plan, opts: ResumeOptions, progress: Callable[[str], None]
-             ) -> tuple[list[dict[str, Any]], list[str]]:
+def _elastic(path: str, plan: Plan, opts: ResumeOptions, pipeline: Pipeline,
+             progress: Callable[[str], None]) -> tuple[list[dict[str, Any]], list[str]]:
     """The restart on another number of ranks or workers (resume/elastic.py)."""
     after = dataclasses.replace(plan, ranks=opts.ranks_after or opts.ranks,
                                 workers=opts.workers_after or opts.workers)
     check_shape(plan, after)
-    pipeline = Pipeline()
 
     def make(p: Plan, rank: int, policy: str, state: dict[str, Any] | None) -> Loader:
         return open_loader(path, p, rank, opts, pipeline, policy, state)
@@ -221,12 +225,28 @@ def _elastic(path: str, plan: Plan, opts: ResumeOptions, progress: Callable[[str
                    opts.backend, make, lambda st: _state_bytes(opts, st)).measure(progress)
 
 
+def _pipeline(kind: str, export: Any, path: str, opts: ResumeOptions) -> Pipeline:
+    """The workers' pipeline for what the samples carry: images, token ids cropped to
+    seq_len, clips of clip_s at the export's rate (the survey's); text, which a tokenizer
+    trained for the run would encode, is refused in one line."""
+    if kind == TEXT:
+        adapters.base.images_only(export, "resume's workers read images, token ids or audio")
+    if kind == TOKENS:
+        return Pipeline(transform=TokenCrop(opts.seq_len))
+    if kind == AUDIO:
+        found = summarize(export.survey(), path, export.ignored, export).get("audio") or {}
+        return Pipeline(transform=AudioCrop(opts.clip_s, found.get("sample_rate") or
+                                            AudioCrop.rate))
+    return Pipeline()
+
+
 def run_resume(path: str, opts: ResumeOptions,
                progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
     """Measure a restart of every rank's loader on the export at `path`: the resume document."""
     opts.check()
-    export = adapters.open_export(path)
-    adapters.base.images_only(export, "resume replays the image pipeline's batches")
+    export = adapters.open_export(path, seq_len=opts.seq_len)
+    kind = adapters.base.kind_of(export)
+    pipeline = _pipeline(kind, export, path, opts)
     shuffle = shuffle_of(export.layout)
     units = tuple(export.units()[:opts.units])
     plan = Plan(units, opts.seed, opts.ranks, opts.workers, opts.batch_size,
@@ -237,13 +257,14 @@ def run_resume(path: str, opts: ResumeOptions,
                            f"{min(steps)} steps per rank (batch {opts.batch_size}, "
                            f"{opts.ranks} ranks)", path=path)
     if opts.elastic:
-        policies, notes = _elastic(str(export.path), plan, opts, progress)
+        policies, notes = _elastic(str(export.path), plan, opts, pipeline, progress)
     else:
         per_rank = []
         for rank in range(opts.ranks):
             progress(f"rank {rank + 1}/{opts.ranks}: uninterrupted epoch, then a restart at "
                      f"step {opts.restart_at} ({', '.join(opts.policies)})")
-            per_rank.append(_rank(_Run(str(export.path), plan, rank, opts), plan.fill_steps()))
+            per_rank.append(_rank(_Run(str(export.path), plan, rank, opts, pipeline),
+                                  plan.fill_steps()))
         policies, notes = [], []
         for i, policy in enumerate(opts.policies):
             ranks = [r[i] for r in per_rank]
@@ -254,7 +275,7 @@ def run_resume(path: str, opts: ResumeOptions,
     if len(set(steps)) > 1:
         notes.append(f"ranks deliver unequal epochs ({', '.join(map(str, steps))} steps): the "
                      "units do not divide evenly between them")
-    settings = {**asdict(opts), "policies": list(opts.policies), "shuffle": shuffle,
+    settings = {**asdict(opts), "kind": kind, "policies": list(opts.policies), "shuffle": shuffle,
                 "buffer": plan.buffer, "fill_steps": plan.fill_steps()}
     return {"kind": "dsbench-resume", "schema_version": SCHEMA_VERSION,
             "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

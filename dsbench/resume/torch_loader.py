@@ -47,7 +47,8 @@ class OrderedSamples(IterableDataset[tuple[Item, np.ndarray]]):
     def __iter__(self) -> Iterator[tuple[Item, np.ndarray]]:
         w = self._worker()
         state, self._pending = self._pending, None
-        export = adapters.open_export(self.path, self.plan.layout)
+        export = adapters.open_export(self.path, self.plan.layout, seq_len=getattr(
+            self.pipeline.transform, "seq_len", None))  # a TokensLoader stream's blocks
         stream = worker_stream(export, self.plan, self.rank, w, self.epoch, state,
                                None if self.pieces is None else self.pieces[w])
         rng = np.random.default_rng([self.plan.seed, self.epoch, self.rank, w, 1])

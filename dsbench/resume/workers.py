@@ -40,7 +40,8 @@ def _worker(path: str, plan: Plan, rank: int, worker: int, epoch: int, pipeline:
     procs.ignore_ctrl_c()  # the main process handles Ctrl-C and stops its workers
     procs.die_with_parent()
     try:
-        export = adapters.open_export(path, plan.layout)
+        export = adapters.open_export(path, plan.layout,
+                                      seq_len=getattr(pipeline.transform, "seq_len", None))
         # An elastic restart's share comes as {"pieces": ...} (reshard.py).
         stream = worker_stream(export, plan, rank, worker, epoch, state,
                                None if state is None else state.get("pieces"))

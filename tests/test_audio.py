@@ -307,3 +307,11 @@ def test_a_restart_of_an_audio_loader_is_audited(exports: dict[str, Path]) -> No
     by = {p["policy"]: p["total"] for p in doc["policies"]}
     assert (by["none"]["replayed"], by["none"]["skipped"]) == (k * batch, 0)
     assert (by["stateful"]["replayed"], by["stateful"]["skipped"]) == (0, 0)
+
+
+def test_a_litdata_bytes_leaf_named_for_audio_is_read_as_clips_when_named_too(
+        exports: dict[str, Path]) -> None:
+    export = adapters.open_export(exports["litdata-audio"], image_field="audio")
+    s = summarize(export.survey(), exports["litdata-audio"], export.ignored, export)
+    assert s["sample"] == {"kind": "audio", "field": "audio"} and s["bad_samples"] == 0
+    assert s["audio"]["count_checked"] == audiolibs.SAMPLES

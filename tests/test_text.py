@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import tokenlibs
@@ -163,3 +164,52 @@ def test_a_damaged_litdata_arrow_chunk_is_one_line(how: str, needle: str,
     (out / "index.json").write_text(json.dumps(index))
     assert main(["inspect", str(out)]) == 2
     assert_one_line_error(capsys.readouterr().err, "inspect", chunk.name, needle)
+
+
+# litdata's optimize calls it in a worker process: module-level, so that it pickles.
+def _nested_item(i: int) -> dict[str, Any]:
+    return {"text": tokenlibs.text(i), "tags": [f"t{i % 3}", "web"][: 1 + i % 2],
+            "meta": {"lang": "en" if i % 4 else None, "year": 2000 + i},
+            "score": None if i % 5 == 0 else float(i)}
+
+
+def test_litdata_arrow_rows_keep_lists_nested_leaves_and_nulls_as_litdata_hands_them(
+        tmp_path: Path) -> None:
+    # Lists, a nested dict and nulls: what makes litdata store rows as Arrow. Each field as
+    # litdata's own reader hands it over, a null as None (not the text "None").
+    import formatlibs
+    import litdata
+
+    out = tmp_path / "nested"
+    with formatlibs.litdata_caches(tmp_path / "cache"):
+        litdata.optimize(fn=_nested_item, inputs=list(range(30)), output_dir=str(out),
+                         chunk_size=10, num_workers=1, mode="overwrite", start_method="fork")
+    theirs = litdata.StreamingDataset(str(out))
+    export = adapters.open_export(out)
+    samples = list(export.read())
+    assert len(samples) == len(theirs) == 30
+    for i, raw in enumerate(samples):
+        want = theirs[i]
+        assert base.text_of(raw.image) == want["text"] == tokenlibs.text(i)
+        fields = parse_fields(raw)
+        got = {name: fields[name] for name in fields}
+        assert got["tags"] == want["tags"] and got["score"] == want["score"]
+        assert got["meta.lang"] == want["meta"]["lang"] and got["meta.year"] == 2000 + i
+    assert parse_fields(samples[0])["score"] is None and parse_fields(samples[4])["meta.lang"] \
+        is None
+
+
+def test_arrow_row_chunks_read_alone_open_each_chunk_the_same_few_times_in_any_order(
+        exports: dict[str, Path]) -> None:
+    # Random access to an Arrow-row chunk reads it whole: one look in place finds no item
+    # bodies, then the chunk is read whole and kept, whatever the order of the samples.
+    opens = []
+    for order in (lambda n: range(n), lambda n: reversed(range(n))):
+        export = adapters.open_export(exports["litdata-text"])
+        before = base.io_counters()[0]
+        for unit in export.units():
+            for offset in order(export.unit_samples(unit)):
+                assert export.read_at(unit, offset) is not None
+        opens.append(base.io_counters()[0] - before)
+        export.forget()
+    assert opens[0] == opens[1] == 2 * 3

@@ -438,3 +438,13 @@ def test_a_restart_of_a_token_streams_loader_is_audited_block_for_block(
     assert (by["none"]["replayed"], by["none"]["skipped"]) == (k * batch, 0)
     assert (by["stateful"]["replayed"], by["stateful"]["skipped"]) == (0, 0)
     assert doc["settings"]["seq_len"] == tokenlibs.BLOCK
+
+
+@pytest.mark.parametrize("command", ["bench", "job", "resume"])
+@pytest.mark.parametrize("option,value", [("--seq-len", "0"), ("--clip-seconds", "0")])
+def test_a_sequence_or_clip_of_nothing_is_refused_in_one_line(
+        command: str, option: str, value: str, exports: dict[str, Path],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    more = ["--restart-at", "1"] if command == "resume" else []
+    assert main([command, str(exports["litdata-tokens"]), option, value, *more]) == 2
+    assert_one_line_error(capsys.readouterr().err, command, option)

@@ -145,6 +145,7 @@ class LitdataExport(indexed.IndexedExport):
     HANDLES_KEPT = 1  # litdata's reader keeps the chunk it read last open
 
     def __init__(self, path: Loc, image_field: str | None = None) -> None:
+        self._row_chunks: set[str] = set()  # chunks found to hold Arrow rows (random access)
         super().__init__(path)
         config = self.index.get("config") or {}
         where = path / indexed.INDEX
@@ -182,9 +183,12 @@ class LitdataExport(indexed.IndexedExport):
         whole = config.get("compression") if (config.get("compression_level") or "chunk") \
             == "chunk" else None
         try:
+            # A chunk compressed whole is named so (`.zstd.bin`); an Arrow-row chunk is not.
             return [indexed.Entry(str(c["filename"]), int(c["chunk_size"]),
                                   int(c["chunk_bytes"]) if c.get("chunk_bytes") is not None
-                                  else None, whole) for c in chunks]
+                                  else None,
+                                  whole if str(c["filename"]).endswith(f".{whole}.bin") else None)
+                    for c in chunks]
         except (KeyError, TypeError, ValueError) as exc:
             raise DsbenchError(f"a chunk of the index lacks or misstates {exc}",
                                path=where) from None
@@ -202,6 +206,9 @@ class LitdataExport(indexed.IndexedExport):
                 return image_field, base.TOKENS
             if serializer == "str":
                 return image_field, base.TEXT
+            if serializer == "bytes" and image_field.rsplit(".", 1)[-1].lower() in \
+                    base.AUDIO_NAMES:
+                return image_field, base.AUDIO
             if serializer != "bytes" and _image_codec(serializer) is None:
                 raise DsbenchError(f"--image-field {image_field}: its serializer is "
                                    f"{serializer}, not an image one nor an integer array "
@@ -230,7 +237,8 @@ class LitdataExport(indexed.IndexedExport):
         raise DsbenchError(f"{what}; name the one to read with --image-field", path=where)
 
     def _mapped(self, entry: indexed.Entry) -> bool:
-        return entry.compression is None and self.level in (None, "sample")
+        return entry.compression is None and self.level in (None, "sample") and \
+            entry.name not in self._row_chunks
 
     def _records(self, entry: indexed.Entry, shard: indexed.Shard, where: str
                  ) -> Iterator[tuple[int, Any]]:
@@ -255,14 +263,18 @@ class LitdataExport(indexed.IndexedExport):
 
     def _locate(self, shard: Any, entry: indexed.Entry, offset: int) -> Any:
         record = shard.record(offset)
+        if len(record):
+            return record
         # A pytree item is never empty (a size per leaf): an empty one is an Arrow-row chunk's,
-        # whose rows are read from the Arrow file at its end, the chunk whole.
-        return record if len(record) else self._whole_shard(shard.unit, entry).record(offset)
+        # whose rows are read from the Arrow file at its end, the chunk whole (and from now on
+        # without opening it in place first: _mapped).
+        self._row_chunks.add(entry.name)
+        return self._whole_shard(shard.unit, entry).record(offset)
 
     def _sample(self, entry: indexed.Entry, data: Any, key: str, where: str
                 ) -> base.RawSample:
         if isinstance(data, dict):
-            return self._row_sample(data, key, where)
+            return litdata_rows.sample(self, data, key, where)
         k = len(self.formats)
         if len(data) < 4 * k:
             raise SampleError(f"corrupt item: {len(data)} bytes, shorter than its header",
@@ -279,7 +291,7 @@ class LitdataExport(indexed.IndexedExport):
             key = values[self.key].decode("utf-8", "replace")
         image = values[self.image]
         if self.kind == base.AUDIO:
-            return self._clip(image, self._fields(values, key, where), key, where)
+            return self.clip(image, self._fields(values, key, where), key, where)
         if self.kind != "image":  # token ids viewed, text decoded, in the decode stage
             payload = base.StoredIds(partial(_value, self.serializer[self.image]), image) \
                 if self.kind == base.TOKENS else image
@@ -293,35 +305,13 @@ class LitdataExport(indexed.IndexedExport):
         return base.RawSample(key, where, image, codec, self._fields(values, key, where),
                               self.field_encodings)
 
-    def _clip(self, data: bytes, fields: dict[str, Any], key: str, where: str
+    def clip(self, data: bytes, fields: dict[str, Any], key: str, where: str
               ) -> base.RawSample:
         codec = sniff_codec(data)
         if codec not in base.AUDIO_CODECS:
             raise SampleError(f"leaf {self.image!r} holds bytes that are not WAV, FLAC, Ogg or "
                               f"MP3 (they start {data[:8]!r})", path=where, key=key)
         return base.RawSample(key, where, data, codec, fields, self.field_encodings)
-
-    def _row_sample(self, row: dict[str, Any], key: str, where: str) -> base.RawSample:
-        """An Arrow row's sample: its leaves as Arrow made them Python values (a str, bytes, an
-        int, a list), the fields kept as such (a `str` leaf as text)."""
-        values = litdata_rows.flat(row)
-        missing = [n for n in (self.image, *self.field_names) if n not in values]
-        if missing:
-            raise SampleError(f"the Arrow row lacks the leaf {missing[0]!r} the index names",
-                              path=where, key=key)
-        if self.key is not None:
-            key = str(values[self.key])
-        fields = {n: values[n] for n in self.field_names}
-        payload = values[self.image]
-        if self.kind == base.AUDIO:
-            return self._clip(bytes(payload), fields, key, where)
-        if self.kind == base.TEXT:
-            return base.RawSample(key, where, payload, base.TEXT, fields, self.row_encodings)
-        codec = sniff_codec(payload) if isinstance(payload, bytes) else None
-        if self.kind != "image" or codec is None:
-            raise SampleError(f"an Arrow row whose leaf {self.image!r} is not an image's bytes "
-                              f"({type(payload).__name__})", path=where, key=key)
-        return base.RawSample(key, where, payload, codec, fields, self.row_encodings)
 
     def _fields(self, values: dict[str, bytes], key: str, where: str) -> dict[str, Any]:
         fields: dict[str, Any] = {}

@@ -16,7 +16,7 @@ from dsbench import adapters
 from dsbench.adapters.base import SEQ_LEN
 from dsbench.errors import DsbenchError
 from dsbench.loader.decode import DECODERS
-from dsbench.loader.options import BACKENDS
+from dsbench.loader.options import BACKENDS, check_clip
 from dsbench.model.costs import Distribution
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -56,7 +56,7 @@ class JobOptions:
         def bad(option: str, value: object, want: str) -> DsbenchError:
             return DsbenchError(f"--{option} must be {want}, got {value!r}")
         for name, lo in (("ranks", 1), ("workers", 1), ("batch_size", 1), ("prefetch", 1),
-                         ("steps", MIN_STEPS)):
+                         ("steps", MIN_STEPS), ("seq_len", 1)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < lo:
                 raise bad(name.replace("_", "-"), value, f"an integer >= {lo}")
@@ -69,6 +69,7 @@ class JobOptions:
             raise bad("stall-time", self.stall_s, "a finite number >= 0")
         if self.stall_prob > 0 and self.stall_s <= 0:
             raise DsbenchError("--stall-prob > 0 needs a --stall-time > 0")
+        check_clip(self.clip_s)
         if self.backend not in BACKENDS:
             raise bad("backend", self.backend, " or ".join(BACKENDS))
         if self.decoder not in DECODERS:

@@ -39,6 +39,14 @@ MAX_STEP_S = 3600
 MAX_CLIP_S = 600  # a training clip of ten minutes is already far past any speech model's
 MAX_INFLIGHT = 64  # requests ahead per worker: past this, threads, not the store, are the cost
 
+def check_clip(clip_s: float) -> None:
+    """--clip-seconds: a number of seconds in (0, MAX_CLIP_S]; one line otherwise."""
+    if isinstance(clip_s, bool) or not (isinstance(clip_s, int | float)
+                                        and math.isfinite(clip_s) and 0 < clip_s <= MAX_CLIP_S):
+        raise DsbenchError(f"--clip-seconds must be a number of seconds in (0, {MAX_CLIP_S}], "
+                           f"got {clip_s!r}")
+
+
 @dataclass(frozen=True)
 class BenchOptions:
     """How to run the benchmark; validated here, so bad options fail before any process starts."""
@@ -115,9 +123,7 @@ class BenchOptions:
                 raise bad(name.replace("_", "-"), value, f"an integer >= {lo}")
         if not (math.isfinite(self.seconds) and self.seconds > 0):
             raise bad("seconds", self.seconds, "a positive number")
-        if not (isinstance(self.clip_s, int | float) and math.isfinite(self.clip_s)
-                and 0 < self.clip_s <= MAX_CLIP_S):
-            raise bad("clip-seconds", self.clip_s, f"a number of seconds in (0, {MAX_CLIP_S}]")
+        check_clip(self.clip_s)
         if not (math.isfinite(self.step_time_s) and 0 <= self.step_time_s <= MAX_STEP_S):
             raise bad("step-time", self.step_time_s, f"a number of seconds in [0, {MAX_STEP_S}]")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:

@@ -29,6 +29,7 @@ from dsbench import __version__, adapters, installed
 from dsbench.adapters.base import AUDIO, SEQ_LEN, TEXT, TOKENS
 from dsbench.adapters.survey import summarize
 from dsbench.errors import DsbenchError
+from dsbench.loader.options import check_clip
 from dsbench.loader.order import Plan, batches_per_rank, shuffle_of
 from dsbench.loader.pipeline import AudioCrop, Pipeline, TokenCrop
 from dsbench.resume import figures
@@ -74,7 +75,7 @@ class ResumeOptions:
             raise DsbenchError(f"unknown backend {self.backend!r} (known: "
                                f"{', '.join(BACKENDS)})")
         for name in ("ranks", "workers", "batch_size", "prefetch", "window", "ranks_after",
-                     "workers_after"):
+                     "workers_after", "seq_len"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise DsbenchError(f"--{name.replace('_', '-')} must be at least 1, got "
@@ -83,6 +84,7 @@ class ResumeOptions:
             raise DsbenchError(f"--units must be at least 1, got {self.units}")
         if self.buffer < 0 or self.epoch < 0:
             raise DsbenchError("--buffer and --epoch must not be negative")
+        check_clip(self.clip_s)
         if self.restart_at < 1:
             raise DsbenchError(f"--restart-at must be at least 1 step, got {self.restart_at}")
         if self.backend == "torch":

@@ -16,9 +16,22 @@ from pathlib import Path
 from typing import Any
 
 from dsbench.adapters import base
-from dsbench.adapters.litdata_rows import flat
 from dsbench.loader.native import Item, Placed, Shuffle, View, made_on_first_use, require
 from dsbench.storage.files import is_remote
+
+
+def flat(sample: Any, prefix: str = "") -> dict[str, Any]:
+    """A pytree sample's leaves by the names dsbench's reader gives them ("a.b", "0")."""
+    if isinstance(sample, dict):
+        items = sample.items()
+    elif isinstance(sample, list | tuple):
+        items = enumerate(sample)  # type: ignore[assignment]
+    else:
+        return {prefix or "item": sample}
+    out: dict[str, Any] = {}
+    for key, value in items:
+        out.update(flat(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out
 
 
 def _make_positioned() -> type:

@@ -3,13 +3,14 @@
 Member layouts (`wds`, `files`): with `fields_as = "json"` one `<key>.json` document holds every
 field except binary embeddings; with `fields_as = "members"` each field is its own member
 (`spec.member_ext`): `.cls` ASCII integer, `.txt` UTF-8 text, `.<name>.f32` raw little-endian
-float32, `.<name>.json` a JSON value.
+float32, `.<name>.json` a JSON value. A token export's ids are an `input_ids.npy` member.
 
 Columnar layouts (`arrow`, `parquet`), the same columns in both:
 
     key              string      the sample key ("%08d")
     image            binary      the encoded image; field metadata dsbench.kind=image and
                                  dsbench.codec=jpeg|png|raw
+    (input_ids       list<int>   a token export's ids, in its dtype, in place of the image)
     <int field>      int64
     <string field>   string
     <embedding>      binary of raw little-endian float32 (encoding "binary"), string holding a JSON
@@ -23,6 +24,7 @@ The names come from the adapters, so what is written here is what they read.
 
 from __future__ import annotations
 
+import io
 import json
 from typing import Any
 
@@ -31,7 +33,7 @@ import pyarrow as pa
 
 from dsbench.adapters import base
 from dsbench.adapters.columns import CODEC, ENCODING, KIND
-from dsbench.export.spec import ExportSpec, FieldSpec, member_ext
+from dsbench.export.spec import TOKENS_NAME, ExportSpec, FieldSpec, member_ext
 
 BOX_TYPE = pa.struct([("x", pa.float32()), ("y", pa.float32()), ("w", pa.float32()),
                       ("h", pa.float32()), ("cls", pa.int32())])
@@ -66,12 +68,19 @@ def _own_members(spec: ExportSpec) -> list[FieldSpec]:
 def member_exts(spec: ExportSpec) -> list[str]:
     """Extensions of a synthetic sample's members, in the order they are written."""
     json_doc = ["json"] if spec.fields_as == "json" else []
-    return [spec.image.ext, *json_doc, *(member_ext(spec, f) for f in _own_members(spec))]
+    return [spec.payload_ext, *json_doc, *(member_ext(spec, f) for f in _own_members(spec))]
+
+
+def _npy(ids: np.ndarray) -> bytes:
+    f = io.BytesIO()
+    np.save(f, ids, allow_pickle=False)
+    return f.getvalue()
 
 
 def sample_members(spec: ExportSpec, sample: dict[str, Any]) -> list[tuple[str, bytes]]:
-    """(extension, bytes) of every member of a synthetic sample, image first, in spec order."""
-    out = [(spec.image.ext, sample["image"])]
+    """(extension, bytes) of every member of a synthetic sample, image (or token ids, as a
+    NumPy .npy file) first, in spec order."""
+    out = [(spec.payload_ext, _npy(sample[TOKENS_NAME]) if spec.tokens else sample["image"])]
     if spec.fields_as == "json":
         doc = {f.name: _json_value(f, sample[f.name]) for f in spec.fields if not _binary(f)}
         out.append(("json", json.dumps(doc).encode("utf-8")))
@@ -98,6 +107,8 @@ def _field_type(f: FieldSpec) -> tuple[pa.DataType, str]:
 def export_schema(spec: ExportSpec) -> pa.Schema:
     """The Arrow schema of an export written from `spec` (see the module docstring)."""
     columns = [pa.field("key", pa.string()),
+               pa.field(TOKENS_NAME, pa.list_(pa.from_numpy_dtype(np.dtype(spec.tokens.dtype))))
+               if spec.tokens else
                pa.field("image", pa.binary(),
                         metadata={KIND: b"image", CODEC: spec.image.codec.encode()})]
     for f in spec.fields:
@@ -121,9 +132,19 @@ def _field_array(f: FieldSpec, values: list[Any]) -> pa.Array:
     return pa.FixedSizeListArray.from_arrays(pa.array(flat, pa.float32()), f.dim)
 
 
+def _token_lists(docs: list[np.ndarray], dtype: str) -> pa.ListArray:
+    """Documents' ids as one list column, in their stored dtype: one array of every id and the
+    offsets where each document starts."""
+    offsets = np.concatenate([[0], np.cumsum([len(d) for d in docs])]).astype(np.int32)
+    ids = np.concatenate(docs) if docs else np.empty(0, dtype)
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(ids.astype(dtype, copy=False)))
+
+
 def to_record_batch(spec: ExportSpec, samples: list[dict[str, Any]]) -> pa.RecordBatch:
     """Samples from synth.make_sample as one record batch of `export_schema(spec)`."""
     arrays = [pa.array([s["__key__"] for s in samples], pa.string()),
+              _token_lists([s[TOKENS_NAME] for s in samples], spec.tokens.dtype) if spec.tokens
+              else
               pa.array([s["image"] for s in samples], pa.binary())]
     arrays += [_field_array(f, [s[f.name] for s in samples]) for f in spec.fields]
     return pa.RecordBatch.from_arrays(arrays, schema=export_schema(spec))

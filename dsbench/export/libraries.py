@@ -42,7 +42,7 @@ import numpy as np
 
 from dsbench import atomic
 from dsbench.errors import DsbenchError
-from dsbench.export.spec import ExportSpec, FieldSpec
+from dsbench.export.spec import TOKENS_NAME, ExportSpec, FieldSpec
 
 Samples = list[dict[str, Any]]
 UNITS = ".units"  # where litdata's and save_to_disk's units wait for `finish`
@@ -90,7 +90,8 @@ def _jpeg_file(data: bytes) -> Iterator[Any]:
 # ---- MDS -------------------------------------------------------------------------------------
 
 def _mds_columns(spec: ExportSpec) -> dict[str, str]:
-    columns = {"key": "str", "image": "jpeg" if spec.image.codec == "jpeg" else "bytes"}
+    columns = ({"key": "str", TOKENS_NAME: f"ndarray:{spec.tokens.dtype}"} if spec.tokens else
+               {"key": "str", "image": "jpeg" if spec.image.codec == "jpeg" else "bytes"})
     for f in spec.fields:
         columns[f.name] = {"int": "int", "string": "str", "boxes": "json"}.get(
             f.type, "json" if f.encoding == "json" else f"ndarray:float32:{f.dim}")
@@ -117,7 +118,9 @@ def write_mds(spec: ExportSpec, out: Path, unit: int, total: int, samples: Sampl
         for s in samples:
             row = {"key": s["__key__"]}
             row.update({f.name: _mds_value(f, s[f.name]) for f in spec.fields})
-            if columns["image"] == "jpeg":
+            if spec.tokens:
+                writer.write({**row, TOKENS_NAME: s[TOKENS_NAME]})
+            elif columns["image"] == "jpeg":
                 with _jpeg_file(s["image"]) as im:
                     writer.write({**row, "image": im})
             else:
@@ -140,9 +143,12 @@ def finish_mds(spec: ExportSpec, out: Path, total: int) -> None:
 
 def _lit_row(spec: ExportSpec, s: dict[str, Any]) -> dict[str, Any]:
     litdata = require("litdata", "litdata")
-    image = (litdata.Image(bytes=s["image"]) if spec.image.codec in ("jpeg", "png", "webp")
-             else s["image"])
-    row: dict[str, Any] = {"key": s["__key__"], "image": image}
+    if spec.tokens:  # a NumPy leaf: litdata's numpy serializer, the dtype in its header
+        row: dict[str, Any] = {"key": s["__key__"], TOKENS_NAME: s[TOKENS_NAME]}
+    else:
+        image = (litdata.Image(bytes=s["image"]) if spec.image.codec in ("jpeg", "png", "webp")
+                 else s["image"])
+        row = {"key": s["__key__"], "image": image}
     for f in spec.fields:
         row[f.name] = np.asarray(s[f.name], np.float32) if f.type == "embedding" else s[f.name]
     return row
@@ -186,13 +192,22 @@ def finish_litdata(spec: ExportSpec, out: Path, total: int) -> None:
 
 # ---- Hugging Face datasets -------------------------------------------------------------------
 
+MAX_LABELS = 100_000
+
+
 def hf_features(spec: ExportSpec) -> Any:
     datasets = require("datasets", "hf")
     box = {k: datasets.Value("int32" if k == "cls" else "float32") for k in BOX_KEYS}
-    features = {"key": datasets.Value("string"), "image": datasets.Image()}
+    features = {"key": datasets.Value("string")} | (
+        {TOKENS_NAME: datasets.Sequence(datasets.Value(spec.tokens.dtype))} if spec.tokens
+        else {"image": datasets.Image()})
     for f in spec.fields:
+        # An int of a few classes is a label; of more, an id (a document's): a ClassLabel would
+        # store every class's name in each shard's schema (1e6 names: 10 MB a shard).
+        label = datasets.ClassLabel(num_classes=f.classes) if f.classes <= MAX_LABELS else \
+            datasets.Value("int64")
         features[f.name] = {
-            "int": datasets.ClassLabel(num_classes=f.classes), "string": datasets.Value("string"),
+            "int": label, "string": datasets.Value("string"),
             "embedding": datasets.Sequence(datasets.Value("float32"), length=f.dim),
             "boxes": datasets.Sequence(box)}[f.type]
     return datasets.Features(features)
@@ -200,9 +215,11 @@ def hf_features(spec: ExportSpec) -> Any:
 
 def _hf_dataset(spec: ExportSpec, samples: Samples) -> Any:
     datasets = require("datasets", "hf")
-    columns: dict[str, list[Any]] = {"key": [s["__key__"] for s in samples],
-                                     "image": [{"bytes": s["image"], "path": None}
-                                               for s in samples]}
+    columns: dict[str, list[Any]] = {"key": [s["__key__"] for s in samples]}
+    if spec.tokens:
+        columns[TOKENS_NAME] = [s[TOKENS_NAME] for s in samples]
+    else:
+        columns["image"] = [{"bytes": s["image"], "path": None} for s in samples]
     for f in spec.fields:
         values = [s[f.name] for s in samples]
         if f.type == "boxes":

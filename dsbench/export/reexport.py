@@ -38,6 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from dsbench import adapters
 from dsbench.adapters import base
 from dsbench.errors import DsbenchError, SampleError
@@ -55,7 +57,7 @@ from dsbench.export.generate import (
     write_manifest,
 )
 from dsbench.export.pool import worker_pool
-from dsbench.export.spec import IMAGE_EXT, ExportSpec, ImageSpec
+from dsbench.export.spec import IMAGE_EXT, TOKEN_DTYPES, TOKENS_NAME, ExportSpec, ImageSpec
 from dsbench.export.synth import sample_key, synthesised_field
 from dsbench.export.write import writer_of
 from dsbench.fmt import Progress
@@ -139,8 +141,25 @@ def _reencoded_as(image: ImageSpec) -> str:
             else "re-encoded, lossless png")
 
 
+def _ids(spec: ExportSpec, raw: base.RawSample) -> np.ndarray:
+    """A token sample's ids, copied as stored; a sample of another kind or dtype is one line."""
+    assert spec.tokens is not None
+    try:
+        ids = base.token_ids(raw.image) if raw.codec == base.TOKENS else None
+    except ValueError as exc:
+        raise SampleError(f"cannot read its token ids: {exc}", path=raw.source,
+                          key=raw.key) from None
+    if ids is None or ids.dtype != np.dtype(spec.tokens.dtype):
+        raise SampleError(f"{'ids of ' + str(ids.dtype) if ids is not None else raw.codec}, "
+                          f"but {spec.tokens.dtype} token ids in the source's first sample: a "
+                          "re-export copies them as stored", path=raw.source, key=raw.key)
+    return np.array(ids)
+
+
 def _sample(job: _Job, index: int, raw: base.RawSample) -> dict[str, Any]:
-    if job.spec.image.reencode:
+    if job.spec.tokens:
+        sample: dict[str, Any] = {"__key__": sample_key(index), TOKENS_NAME: _ids(job.spec, raw)}
+    elif job.spec.image.reencode:
         image = reencoded(raw.image, job.spec.image, raw.source, raw.key)
     elif raw.codec != job.spec.image.codec:
         raise SampleError(f"the image is {raw.codec}, but {job.spec.image.codec} in the "
@@ -148,7 +167,8 @@ def _sample(job: _Job, index: int, raw: base.RawSample) -> dict[str, Any]:
                           path=raw.source, key=raw.key)
     else:
         image = raw.image
-    sample: dict[str, Any] = {"__key__": sample_key(index), "image": image}
+    if not job.spec.tokens:
+        sample = {"__key__": sample_key(index), "image": image}
     sample.update(carried_values(job.spec, job.fields, raw))
     for name in job.fields.synthesised:
         sample[name] = synthesised_field(job.spec.field(name), job.seed, index)
@@ -217,6 +237,35 @@ def _jobs(todo: list[Range], starts: list[int], workers: int) -> list[list[Range
     return groups
 
 
+def _payload_spec(spec: ExportSpec, export: base.Export, first: base.RawSample,
+                  where: str) -> ExportSpec:
+    """`spec` for what the source's samples carry: a token definition for token ids (their
+    dtype the source's, as stored), an image one for images; other kinds, or a definition of
+    the other kind, one line before anything is written."""
+    kind = base.kind_of(export)
+    if kind not in ("image", base.TOKENS):
+        base.images_only(export, "a re-export writes the source's images or token ids in the "
+                         "definition's layout")
+    if (kind == base.TOKENS) != (spec.tokens is not None):
+        carried, made = ("token ids", "images") if kind == base.TOKENS else ("images",
+                                                                            "token ids")
+        raise DsbenchError(f"the source's samples carry {carried}, and the definition "
+                           f"{spec.name!r} makes {made}: use a definition "
+                           f"{'with' if kind == base.TOKENS else 'without'} [tokens]",
+                           path=where)
+    if spec.tokens is None:
+        return spec
+    try:
+        dtype = str(base.token_ids(first.image).dtype)
+    except ValueError as exc:
+        raise DsbenchError(f"cannot read its token ids: {exc}", path=first.source,
+                           key=first.key) from None
+    if dtype not in TOKEN_DTYPES:
+        raise DsbenchError(f"token ids of {dtype}: a re-export writes "
+                           f"{', '.join(TOKEN_DTYPES)}", path=first.source, key=first.key)
+    return dataclasses.replace(spec, tokens=dataclasses.replace(spec.tokens, dtype=dtype))
+
+
 def first_samples(export: base.Export, n: int, where: str) -> list[base.RawSample]:
     """The export's first `n` samples in its unit order (fewer if it holds fewer)."""
     reader = iter(export.read_units(export.units()))
@@ -266,9 +315,9 @@ def reexport(spec: ExportSpec, out_dir: str | Path, source: str, samples: int | 
         raise DsbenchError("the output directory is inside the source export; choose one "
                            "outside it", path=out)
     export = adapters.open_export(source, layout)
-    base.images_only(export, "a re-export writes the source's images in the definition's layout")
     first = first_samples(export, 1, source)[0]
-    if first.codec not in IMAGE_EXT:
+    spec = _payload_spec(spec, export, first, source)
+    if not spec.tokens and first.codec not in IMAGE_EXT:
         raise DsbenchError(f"the images are {first.codec}: a re-export copies them as stored "
                            f"and can write {', '.join(IMAGE_EXT)} images",
                            path=first.source, key=first.key)
@@ -276,7 +325,9 @@ def reexport(spec: ExportSpec, out_dir: str | Path, source: str, samples: int | 
     # A field that does not convert (another type, another dim) is said before anything is
     # written, from the first sample.
     carried_values(spec, fields, first)
-    if spec.image.reencode:
+    if spec.tokens:
+        pass  # the ids are copied as stored, in the source's dtype (_payload_spec)
+    elif spec.image.reencode:
         # Said before anything is written, from the first sample.
         reencoded(first.image, spec.image, first.source, first.key)
     else:
@@ -298,8 +349,10 @@ def reexport(spec: ExportSpec, out_dir: str | Path, source: str, samples: int | 
               else f"all {n} samples")
     provenance = {"path": where, "layout": export.layout, "samples": n, "subset": subset,
                   "units": len(counts), "images": {
-                      "codec": spec.image.codec,
-                      "copied": (_reencoded_as(spec.image) if spec.image.reencode
+                      "codec": f"token ids ({spec.tokens.dtype})" if spec.tokens
+                      else spec.image.codec,
+                      "copied": ("id for id, as stored" if spec.tokens else
+                                 _reencoded_as(spec.image) if spec.image.reencode
                                  else "byte for byte, as stored")},
                   "fields": fields.provenance()}
     prepare(out, manifest(spec, n, seed, complete=False, source=provenance))

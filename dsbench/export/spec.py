@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from dsbench import atomic
 from dsbench.errors import DsbenchError
 
@@ -40,6 +42,11 @@ IMAGE_EXT = {"jpeg": "jpg", "png": "png", "raw": "npy", "webp": "webp", "ppm": "
 
 # The most samples an export may hold: in a definition and as generate --samples.
 MAX_SAMPLES = 10**9
+# Token exports: the layouts whose writers store token ids (an integer array per sample), the
+# dtypes they store them as, and the payload's name in every layout (a member `input_ids.npy`).
+TOKEN_LAYOUTS = ("wds", "arrow", "parquet", "mds", "litdata", "hf")
+TOKEN_DTYPES = ("uint16", "uint32", "int32", "int64")
+TOKENS_NAME = "input_ids"
 
 @dataclass(frozen=True)
 class ImageSpec:
@@ -58,6 +65,22 @@ class ImageSpec:
     @property
     def ext(self) -> str:
         return IMAGE_EXT[self.codec]
+
+
+@dataclass(frozen=True)
+class TokensSpec:
+    """Token ids in place of an image: each sample one document of `vocab` ids drawn by Zipf's
+    law (p(rank k) ~ 1 / k^zipf, as words in text), its length log-normal around
+    `median_length` ids (spread `sigma`, as web documents' lengths are) within [min_length,
+    max_length], stored as `dtype`."""
+
+    vocab: int = 50_000
+    dtype: str = "uint16"
+    zipf: float = 1.1
+    median_length: int = 400
+    sigma: float = 1.0
+    min_length: int = 16
+    max_length: int = 8192
 
 
 @dataclass(frozen=True)
@@ -93,16 +116,24 @@ class ExportSpec:
     source: str = ""
     form: str = "save_to_disk"  # hf: save_to_disk's layout, or the Hub's Parquet ("hub")
     compression: str | None = None  # mds, litdata, arrow: how their shards are compressed
+    tokens: TokensSpec | None = None  # token ids per sample, not an image
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data for manifests and result documents. `image.reencode` and
-        `image.progressive` only when set: a manifest written before they existed still
-        describes the same export."""
+        """Plain data for manifests and result documents. `image.reencode`,
+        `image.progressive` and `tokens` only when set: a manifest written before they existed
+        still describes the same export."""
         out = dataclasses.asdict(self)
         for key in ("reencode", "progressive"):
             if not getattr(self.image, key):
                 del out["image"][key]
+        if self.tokens is None:
+            del out["tokens"]
         return out
+
+    @property
+    def payload_ext(self) -> str:
+        """The payload's member extension (wds, files): the image's, or the token ids' .npy."""
+        return f"{TOKENS_NAME}.npy" if self.tokens else self.image.ext
 
     def field(self, name: str) -> FieldSpec:
         for f in self.fields:
@@ -113,7 +144,7 @@ class ExportSpec:
 
 _TOP_KEYS = {
     "name", "description", "layout", "samples", "shard_samples", "fields_as", "files_per_dir",
-    "image", "fields", "form", "compression",
+    "image", "fields", "form", "compression", "tokens",
 }
 _IMAGE_KEYS = {"codec", "quality", "sizes", "width", "height", "reencode", "progressive"}
 _FIELD_KEYS = {
@@ -175,12 +206,44 @@ def _image(src: str, raw: Any) -> ImageSpec:
     )
 
 
+_TOKENS_KEYS = {"vocab", "dtype", "zipf", "median_length", "sigma", "min_length",
+                "max_length"}
+
+
+def _number(src: str, key: str, value: Any, lo: float, hi: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not lo <= value <= hi:
+        raise _fail(src, key, f"expected a number in [{lo}, {hi}], got {value!r}")
+    return float(value)
+
+
+def _tokens(src: str, raw: Any, layout: str) -> TokensSpec:
+    if not isinstance(raw, dict):
+        raise _fail(src, "tokens", "expected a table")
+    _unknown(src, "tokens.", raw, _TOKENS_KEYS)
+    if layout not in TOKEN_LAYOUTS:
+        raise _fail(src, "tokens", f"dsbench writes token ids in {', '.join(TOKEN_LAYOUTS)}, "
+                    f"not {layout}")
+    d = TokensSpec()
+    dtype = _take_choice(src, "tokens.dtype", raw.get("dtype", d.dtype), TOKEN_DTYPES)
+    vocab = _take_int(src, "tokens.vocab", raw.get("vocab", d.vocab), 2,
+                      int(min(np.iinfo(dtype).max, 2**31 - 1)) + 1)
+    lo = _take_int(src, "tokens.min_length", raw.get("min_length", d.min_length), 1, 10**7)
+    hi = _take_int(src, "tokens.max_length", raw.get("max_length", d.max_length), lo, 10**7)
+    return TokensSpec(vocab=vocab, dtype=dtype,
+                      zipf=_number(src, "tokens.zipf", raw.get("zipf", d.zipf), 0.0, 5.0),
+                      median_length=_take_int(src, "tokens.median_length",
+                                              raw.get("median_length", d.median_length), lo, hi),
+                      sigma=_number(src, "tokens.sigma", raw.get("sigma", d.sigma), 0.0, 5.0),
+                      min_length=lo, max_length=hi)
+
+
 def _field(src: str, name: str, raw: Any, layout: str) -> FieldSpec:
     key = f"fields.{name}"
     if not isinstance(raw, dict):
         raise _fail(src, key, "expected a table")
-    if not name.isidentifier() or name in ("image", "key") or name.startswith("__"):
-        raise _fail(src, key, "a field name must be an identifier other than 'image' or 'key'")
+    if not name.isidentifier() or name in ("image", "key", TOKENS_NAME) or name.startswith("__"):
+        raise _fail(src, key, "a field name must be an identifier other than 'image', 'key' or "
+                    f"'{TOKENS_NAME}'")
     ftype = _take_choice(src, key + ".type", raw.get("type"), FIELD_TYPES)
     _unknown(src, key + ".", raw, _FIELD_KEYS[ftype])
     ext = raw.get("ext", "")
@@ -270,14 +333,18 @@ def parse_spec(data: dict[str, Any], source: str) -> ExportSpec:
         source=source,
         form=_take_choice(source, "form", data.get("form", "save_to_disk"), HF_FORMS),
         compression=_compression(source, layout, data.get("compression")),
+        tokens=_tokens(source, data["tokens"], layout) if "tokens" in data else None,
     )
+    if "tokens" in data and "image" in data:
+        raise _fail(source, "tokens", "a sample carries an image or token ids, not both: "
+                    "leave out [image]")
     if "form" in data and layout != "hf":
         raise _fail(source, "form", "only a Hugging Face (hf) export has a form")
-    if spec.layout == "hf" and spec.image.codec == "raw":
+    if spec.layout == "hf" and spec.image.codec == "raw" and not spec.tokens:
         raise _fail(source, "image.codec", "a Hugging Face Image feature holds encoded "
                     "images (jpeg, png); raw .npy images are not one")
     if spec.layout in ("files", "wds"):
-        exts: dict[str, str] = {spec.image.ext: "image"}
+        exts: dict[str, str] = {spec.payload_ext: "the token ids" if spec.tokens else "image"}
         if spec.fields_as == "json":
             exts["json"] = "the JSON document"
         for f in spec.fields:

@@ -9,13 +9,15 @@ interrupted and resumed. Generator 1 (export.images) is what dsbench made before
 
 from __future__ import annotations
 
+import functools
+import math
 import zlib
 from typing import Any
 
 import numpy as np
 
 from dsbench.export import images, texture
-from dsbench.export.spec import ExportSpec, FieldSpec
+from dsbench.export.spec import TOKENS_NAME, ExportSpec, FieldSpec, TokensSpec
 
 # A fixed pseudo-vocabulary for captions, built from syllables so that it needs no word list.
 _SYLLABLES = ["ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "ba", "de", "fu", "go", "hi", "ja",
@@ -81,12 +83,31 @@ def make_image(spec: ExportSpec, rng: np.random.Generator, generator: int = GENE
     return images.encode(texture.render(spec.image, rng), spec.image)
 
 
+@functools.lru_cache(maxsize=8)
+def _zipf_cdf(vocab: int, exponent: float) -> np.ndarray:
+    """Zipf's law over `vocab` ids as a CDF (id k has rank k + 1), to draw by inverse transform."""
+    cdf = np.cumsum(1.0 / np.arange(1, vocab + 1) ** exponent)
+    return cdf / cdf[-1]
+
+
+def make_tokens(t: TokensSpec, rng: np.random.Generator) -> np.ndarray:
+    """One document's token ids (see TokensSpec)."""
+    n = int(np.clip(round(t.median_length * math.exp(t.sigma * rng.standard_normal())),
+                    t.min_length, t.max_length))
+    ids = np.searchsorted(_zipf_cdf(t.vocab, t.zipf), rng.random(n), side="right")
+    return np.minimum(ids, t.vocab - 1).astype(t.dtype)
+
+
 def make_sample(spec: ExportSpec, seed: int, index: int, generator: int = GENERATOR
                 ) -> dict[str, Any]:
-    """Sample `index` of the export: {"__key__", "image" (encoded bytes), one entry per field}."""
+    """Sample `index` of the export: {"__key__", "image" (encoded bytes) or "input_ids" (a
+    token export's ids), one entry per field}."""
     rng = np.random.default_rng([seed, index])
-    sample: dict[str, Any] = {"__key__": sample_key(index),
-                              "image": make_image(spec, rng, generator)}
+    sample: dict[str, Any] = {"__key__": sample_key(index)}
+    if spec.tokens:
+        sample[TOKENS_NAME] = make_tokens(spec.tokens, rng)
+    else:
+        sample["image"] = make_image(spec, rng, generator)
     for f in spec.fields:
         sample[f.name] = _field_value(f, rng)
     return sample

@@ -107,3 +107,46 @@ def test_the_shipped_token_definition_loads() -> None:
     spec = load_spec("tokens")
     assert spec.tokens is not None and spec.layout in TOKEN_LAYOUTS
     assert dataclasses.asdict(spec.tokens)["dtype"] == "uint16"
+
+
+# Writes and measures three sides, 25 s: with the slow tests (CI runs them).
+@pytest.mark.slow
+def test_advise_relays_a_token_export_in_the_layouts_that_hold_token_ids(
+        tmp_path: Path, private_tmp: Path) -> None:
+    # advise on a library's MDS token export: the candidates carry the ids as stored (uint16)
+    # and the doc id; the layouts that hold no token ids are said not tried, and why.
+    import json
+
+    from dsbench.results import schema
+
+    source = tokenlibs.write("mds-tokens", tmp_path)
+    out = tmp_path / "advice.json"
+    assert main(["advise", str(source), "--layouts", "parquet,litdata,lance",
+                 "--shard-sizes", "64MB", "--compressions", "none", "--budget", "6s",
+                 "--batch-size", "8", "--seq-len", "128", "--no-exact", "--json", str(out),
+                 "--write-definition", str(tmp_path / "advised.toml")]) == 0
+    doc = json.loads(out.read_text())
+    schema.validate(doc, "advice")
+    assert [n["layout"] for n in doc["not_tried"]] == ["lance"]
+    assert {r["name"].split("-")[0] for r in doc["table"][1:]} == {"parquet", "litdata"}
+    assert all(r["definition"]["tokens"]["dtype"] == "uint16" for r in doc["table"][1:])
+
+
+def test_a_token_candidates_definition_loads_back_as_the_same_writer(
+        tmp_path: Path, private_tmp: Path) -> None:
+    from dsbench.advise import definition, grid
+    from dsbench.advise.fields import found_fields
+    from dsbench.export.reexport import first_samples
+
+    source = tokenlibs.write("mds-tokens", tmp_path)
+    export = adapters.open_export(source)
+    raws = first_samples(export, 8, str(source))
+    cands, skipped = grid.candidates(found_fields(raws[0], export.layout), raws, "mds", 120,
+                                     ("wds", "parquet", "mds", "litdata", "hf", "tfrecord"),
+                                     (64_000_000,))
+    assert [s.layout for s in skipped] == ["tfrecord"]
+    for c in cands:
+        assert c.spec.tokens is not None and c.spec.tokens.dtype == "uint16"
+        path = tmp_path / f"{c.name}.toml"
+        path.write_text(definition.to_toml(c.spec, "a token candidate"))
+        assert definition.same_writer(c.spec, load_spec(path)), c.name

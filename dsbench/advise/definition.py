@@ -47,6 +47,8 @@ def to_toml(spec: ExportSpec, header: str) -> str:
     if spec.image.reencode:
         lines += ["", "[image]", f"codec = {_value(spec.image.codec)}",
                   f"quality = {spec.image.quality}", "reencode = true"]
+    if spec.tokens:  # the ids are copied as stored: their dtype is what the writer uses
+        lines += ["", "[tokens]", f"dtype = {_value(spec.tokens.dtype)}"]
     for f in spec.fields:
         lines += ["", *_field(f)]
     return "\n".join(lines) + "\n"
@@ -56,7 +58,7 @@ def same_writer(a: ExportSpec, b: ExportSpec) -> bool:
     """Whether two definitions lay samples out alike (all but names, text and image settings
     a re-export does not use: all of them, unless it re-encodes)."""
     keys = ("layout", "shard_samples", "fields_as", "files_per_dir", "fields", "form",
-            "compression")
+            "compression", "tokens")
     images = (a.image.reencode == b.image.reencode and
               (not a.image.reencode or (a.image.codec, a.image.quality) ==
                (b.image.codec, b.image.quality)))

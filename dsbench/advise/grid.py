@@ -41,7 +41,14 @@ from dsbench.errors import DsbenchError
 from dsbench.export import carry
 from dsbench.export.encode import sample_members
 from dsbench.export.reexport import reencoded
-from dsbench.export.spec import LAYOUTS, ExportSpec, ImageSpec
+from dsbench.export.spec import (
+    LAYOUTS,
+    TOKEN_LAYOUTS,
+    TOKENS_NAME,
+    ExportSpec,
+    ImageSpec,
+    TokensSpec,
+)
 
 DEFAULT_SHARD_BYTES = (64_000_000, 256_000_000, 1_000_000_000)
 # The formats written through their own libraries, by the module each needs.
@@ -115,19 +122,22 @@ def sample_bytes(spec: ExportSpec, raws: Sequence[base.RawSample], layout: str) 
     plan = carry.plan_fields(spec, carry.source_fields(raws[0], layout))
     sizes = []
     for raw in raws:
-        sample = {"image": raw.image, **carry.carried_values(spec, plan, raw)}
+        payload = {TOKENS_NAME: base.token_ids(raw.image)} if spec.tokens else \
+            {"image": raw.image}
+        sample = {**payload, **carry.carried_values(spec, plan, raw)}
         sizes.append(sum(len(b) for _, b in sample_members(spec, sample)))
     return sum(sizes) / len(sizes)
 
 
 def _spec(name: str, layout: str, found: Found, samples: int, image: ImageSpec, *,
           shard_samples: int = 1000, fields_as: str = "members", encoding: str = LIST,
-          what: str = "", compression: str | None = None) -> ExportSpec:
+          what: str = "", compression: str | None = None,
+          tokens: TokensSpec | None = None) -> ExportSpec:
     fields = tuple(dataclasses.replace(f, encoding=encoding) if f.type == "embedding" else f
                    for f in found.fields)
     return ExportSpec(name=name, layout=layout, description=what, samples=samples,
                       shard_samples=shard_samples, fields_as=fields_as,
-                      image=image, fields=fields, compression=compression)
+                      image=image, fields=fields, compression=compression, tokens=tokens)
 
 
 def _installed(layout: str) -> bool:
@@ -196,8 +206,15 @@ def candidates(found: Found, raws: Sequence[base.RawSample], source_layout: str,
     """The grid (the module docstring has it), without duplicates, and the layouts left out
     with the reason; with `reencode`, each sharded candidate again with its images re-encoded
     as JPEG at each quality (named -qQ), sized by the re-encoded images."""
+    tokens = None
+    if raws[0].codec == base.TOKENS:  # token ids, copied in their dtype (export.reexport)
+        if reencode:
+            raise DsbenchError("--reencode re-encodes images; this export's samples carry "
+                               "token ids")
+        tokens = TokensSpec(dtype=str(base.token_ids(raws[0].image).dtype))
     out, skipped = _grid(found, raws, source_layout, samples, layouts, shard_sizes,
-                         compressions, ImageSpec(codec=raws[0].codec))
+                         compressions, ImageSpec(codec="jpeg" if tokens else raws[0].codec),
+                         tokens)
     for q in reencode:
         image = ImageSpec(codec="jpeg", quality=q, reencode=True)
         again = [dataclasses.replace(r, image=reencoded(r.image, image, r.source, r.key),
@@ -210,7 +227,8 @@ def candidates(found: Found, raws: Sequence[base.RawSample], source_layout: str,
 
 def _grid(found: Found, raws: Sequence[base.RawSample], source_layout: str, samples: int,
           layouts: Sequence[str], shard_sizes: Sequence[int], compressions: Sequence[str],
-          image: ImageSpec) -> tuple[list[Candidate], list[Skipped]]:
+          image: ImageSpec, tokens: TokensSpec | None = None
+          ) -> tuple[list[Candidate], list[Skipped]]:
     tag = f"-q{image.quality}" if image.reencode else ""
     images = (f", images re-encoded as JPEG quality {image.quality} (changes the data)"
               if image.reencode else "")
@@ -226,6 +244,9 @@ def _grid(found: Found, raws: Sequence[base.RawSample], source_layout: str, samp
             skipped.append(Skipped(layout, f"needs {LIBRARY[layout]}: pip install "
                                            f"'dsbench[{layout}]'"))
             continue
+        if tokens and layout not in TOKEN_LAYOUTS:
+            skipped.append(Skipped(layout, f"dsbench does not write token ids in {layout}"))
+            continue
         if layout in NO_BOXES and found.has("boxes"):
             skipped.append(Skipped(layout, f"{layout} has no type for a list of records "
                                            "(boxes)"))
@@ -237,14 +258,14 @@ def _grid(found: Found, raws: Sequence[base.RawSample], source_layout: str, samp
             as_members = (fields_as, BINARY if encoding == LIST else encoding)
             if as_members not in sizes:
                 probe = _spec("probe", "wds", found, samples, image, fields_as=fields_as,
-                              encoding=as_members[1])
+                              encoding=as_members[1], tokens=tokens)
                 sizes[as_members] = sample_bytes(probe, raws, source_layout)
             per_sample = sizes[as_members]
             if layout == "files":
                 name = f"files{suffix or '-binary'}{tag}"
                 out.append(Candidate(name, _spec(name, layout, found, samples, image,
                                                  fields_as=fields_as, encoding=encoding,
-                                                 what=what), None, enc, what))
+                                                 what=what, tokens=tokens), None, enc, what))
                 continue
             for size in sorted(shard_sizes, reverse=True):
                 per_shard = max(1, round(size / per_sample))
@@ -257,6 +278,7 @@ def _grid(found: Found, raws: Sequence[base.RawSample], source_layout: str, samp
                 out.append(Candidate(name, _spec(name, layout, found, samples, image,
                                                  shard_samples=per_shard, fields_as=fields_as,
                                                  encoding=encoding, compression=compression,
+                                                 tokens=tokens,
                                                  what=f"{what}, about {fmt.nbytes(size)} "
                                                       f"({fmt.plural(per_shard, 'sample')}) "
                                                       "a shard"),

@@ -20,7 +20,7 @@ from dsbench.advise.fields import found_fields
 from dsbench.advise.search import level_for, search
 from dsbench.errors import DsbenchError
 from dsbench.export.reexport import count_units, first_samples, reexport
-from dsbench.export.spec import ExportSpec, FieldSpec, ImageSpec
+from dsbench.export.spec import ExportSpec, FieldSpec, ImageSpec, TokensSpec
 from dsbench.loader import exact, orphans, summary
 from dsbench.loader.options import BenchOptions
 from dsbench.loader.sampling import RANDOM_ACCESS, RANDOM_ACCESS_LAYOUTS, check_random_access
@@ -101,7 +101,9 @@ def advise(source: str, opts: AdviseOptions, bench: BenchOptions, cluster: Clust
     in_store = loc if isinstance(loc, RemotePath) else None
     staging.check(in_store, opts.stage_url)
     export = adapters.open_export(source, opts.layout)
-    adapters.base.images_only(export, "advise rewrites an export's images in the candidate layouts")
+    if adapters.base.kind_of(export) != adapters.base.TOKENS:
+        adapters.base.images_only(export, "advise re-lays an export's images or token ids in "
+                                  "the candidate layouts")
     total = sum(count_units(export, export.units(), opts.samples or DEFAULT_SAMPLES))
     if opts.samples is None:
         opts = dataclasses.replace(opts, samples=min(DEFAULT_SAMPLES, total))
@@ -228,5 +230,6 @@ def definition_of(row: dict[str, Any]) -> ExportSpec:
     """A table row's definition, back from its plain data."""
     d = dict(row["definition"])
     d["image"] = ImageSpec(**d["image"])
+    d["tokens"] = TokensSpec(**d["tokens"]) if d.get("tokens") else None
     d["fields"] = tuple(FieldSpec(**{**f, "words": tuple(f["words"])}) for f in d["fields"])
     return ExportSpec(**d)

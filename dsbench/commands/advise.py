@@ -11,6 +11,7 @@ from dsbench.commands.options import (
     add_cluster_arguments,
     add_exact_arguments,
     add_json_argument,
+    add_seq_len_argument,
     cluster_from_args,
     emit,
     json_target,
@@ -105,6 +106,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "transform: run on every side (docs/pipeline.md)")
     m.add_argument("--layout", choices=sorted(FORMATS), default=None,
                    help="read as this layout instead of detecting it")
+    add_seq_len_argument(m)
     add_exact_arguments(m, BenchOptions(), "count CPU instructions per sample by stage, "
                         "exactly: after the last pass, of the export and its candidates")
     add_cluster_arguments(p, DEMO_CLUSTER, "the cluster each candidate is carried to (a "
@@ -141,7 +143,8 @@ def run(args: argparse.Namespace) -> int:
                          export_samples=args.export_samples, stage_url=args.stage_url)
     bench = BenchOptions(workers=(args.workers,), batch_size=args.batch_size,
                          decoder=args.decoder, order=args.order, step=args.pipeline,
-                         block=args.block, exact=args.exact, exact_samples=args.exact_samples)
+                         block=args.block, exact=args.exact, exact_samples=args.exact_samples,
+                         seq_len=args.seq_len)
     cluster, sources = cluster_from_args(args, DEMO_CLUSTER)
     if sources["storage"] == "default" and args.path.lower().startswith("s3://"):
         # The demo's shared filesystem is not where this job reads from: S3's published

@@ -19,7 +19,8 @@ SAMPLES = 24
 PER_SHARD = 8
 SHARDS = SAMPLES // PER_SHARD
 RATE = 16_000
-KINDS = ("wds-flac", "wds-wav", "hf-audio", "hf-hub-audio", "mds-audio", "litdata-audio")
+KINDS = ("wds-flac", "wds-wav", "hf-audio", "hf-hub-audio", "mds-audio", "litdata-audio",
+         "lance-audio")
 CODEC = {"wds-wav": "wav"}  # the others hold FLAC
 
 
@@ -140,6 +141,20 @@ def write_litdata(out: Path) -> Path:
     return out
 
 
+def write_lance(out: Path) -> Path:
+    """lance.write_dataset of a binary column named audio (the FLAC files' bytes), PER_SHARD
+    rows a fragment."""
+    import lance
+    import pyarrow as pa
+
+    lance.write_dataset(pa.table({
+        "audio": pa.array([encoded(i, "flac") for i in range(SAMPLES)], pa.binary()),
+        "speaker": pa.array([speaker(i) for i in range(SAMPLES)], pa.int64()),
+        "transcript": [transcript(i) for i in range(SAMPLES)]}), str(out),
+        max_rows_per_file=PER_SHARD)
+    return out
+
+
 def write(kind: str, root: Path) -> Path:
     out = root / kind
     if kind.startswith("wds-"):
@@ -152,6 +167,8 @@ def write(kind: str, root: Path) -> Path:
         return write_mds(out)
     if kind == "litdata-audio":
         return write_litdata(out)
+    if kind == "lance-audio":
+        return write_lance(out)
     raise ValueError(f"unknown kind {kind!r}")
 
 
@@ -182,6 +199,12 @@ def read_back(kind: str, path: Path) -> list[tuple[np.ndarray, int]]:
         # The stored file's bytes, as the Audio feature keeps them (decoding is torchcodec's).
         ds = ds.cast_column("audio", datasets.Audio(decode=False))
         rows = [(r["audio"]["bytes"], r["speaker"]) for r in ds]
+    elif kind == "lance-audio":
+        import lance
+
+        table = lance.dataset(str(path)).to_table()
+        rows = list(zip(table.column("audio").to_pylist(), table.column("speaker").to_pylist(),
+                        strict=True))
     elif kind == "litdata-audio":
         import litdata
 

@@ -25,7 +25,8 @@ from dsbench.loader.runner import run_benches
 from dsbench.report.bench import render
 from dsbench.results import schema
 
-KINDS = ("text-jsonl", "mds-text", "hf-text", "parquet-text", "wds-text", "litdata-text")
+KINDS = ("text-jsonl", "mds-text", "hf-text", "parquet-text", "wds-text", "litdata-text",
+         "lance-text")
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +43,7 @@ def test_every_text_is_read_as_written(kind: str, exports: dict[str, Path]) -> N
     # As stored: a str, or its UTF-8 bytes (an MDS str column), decoded in the decode stage.
     assert [base.text_of(raw.image) for raw in samples] == [
         tokenlibs.text(i) for i in range(len(samples))]
-    if kind in ("wds-text", "litdata-text"):  # ...and as the library itself reads them back
+    if kind in ("wds-text", "litdata-text", "lance-text"):  # ...and as the library reads them
         assert [base.text_of(raw.image).encode() for raw in samples] == [
             bytes(b) for b in tokenlibs.read_back(kind, exports[kind])]
     assert [parse_fields(raw)["doc_id"] for raw in samples] == [

@@ -30,7 +30,7 @@ from dsbench.report.extrapolation import render
 from dsbench.results import schema
 
 READ = ("mds-tokens", "hf-tokens", "parquet-tokens", "litdata-tokens-pytree", "megatron-tokens",
-        "wds-tokens")
+        "wds-tokens", "lance-tokens")
 # The payload's name where it is not input_ids: a Megatron sample is its sequence; a
 # WebDataset sample's ids are a member.
 FIELD = {"megatron-tokens": "the .bin's sequences", "wds-tokens": "input_ids.npy"}
@@ -176,7 +176,7 @@ def test_a_token_sample_is_cropped_at_a_random_offset_or_padded() -> None:
 
 
 NATIVE = ("mds-tokens", "hf-tokens", "litdata-tokens-pytree", "megatron-tokens",
-          "litdata-tokens", "wds-tokens")
+          "litdata-tokens", "wds-tokens", "lance-tokens")
 FIELD["litdata-tokens"] = "the chunks' token stream"
 
 

@@ -25,7 +25,7 @@ MIN_LEN, MAX_LEN = 20, 300
 BLOCK = 64
 KINDS = ("mds-tokens", "mds-tokens-json", "litdata-tokens", "litdata-tokens-pytree",
          "hf-tokens", "parquet-tokens", "text-jsonl", "megatron-tokens", "mds-text", "hf-text",
-         "parquet-text", "wds-tokens", "wds-text", "litdata-text")
+         "parquet-text", "wds-tokens", "wds-text", "litdata-text", "lance-tokens", "lance-text")
 # The member a WebDataset sample's payload is, as webdataset's own encoders name them.
 WDS_MEMBER = {"wds-tokens": "input_ids.npy", "wds-text": "txt"}
 
@@ -243,6 +243,22 @@ def write_wds(kind: str, out: Path, dtype: str) -> Path:
     return out
 
 
+def write_lance(kind: str, out: Path, dtype: str) -> Path:
+    """lance.write_dataset of a table (a list column of the ids in their dtype, or a text
+    column, and the doc id), PER_SHARD rows a fragment."""
+    import lance
+    import pyarrow as pa
+
+    payload = (pa.array([tokens(i, dtype) for i in range(SAMPLES)],
+                        pa.list_(pa.from_numpy_dtype(np.dtype(dtype))))
+               if kind == "lance-tokens" else pa.array([text(i) for i in range(SAMPLES)]))
+    name = "input_ids" if kind == "lance-tokens" else "text"
+    table = pa.table({name: payload, "doc_id": pa.array([doc_id(i) for i in range(SAMPLES)],
+                                                        pa.int64())})
+    lance.write_dataset(table, str(out), max_rows_per_file=PER_SHARD)
+    return out
+
+
 def write(kind: str, root: Path, dtype: str = "uint16") -> Path:
     out = root / kind
     if kind in ("mds-text", "hf-text", "parquet-text"):
@@ -263,6 +279,8 @@ def write(kind: str, root: Path, dtype: str = "uint16") -> Path:
         return write_megatron(out, dtype)
     if kind in WDS_MEMBER:
         return write_wds(kind, out, dtype)
+    if kind.startswith("lance"):
+        return write_lance(kind, out, dtype)
     raise ValueError(f"unknown kind {kind!r}")
 
 
@@ -270,7 +288,7 @@ def expected(kind: str, dtype: str = "uint16") -> list[np.ndarray]:
     """What `read_back` must equal. For TokensLoader: each chunk's tokens cut into BLOCK-token
     blocks that run across document boundaries but never across chunks; the chunk's last
     `tokens % BLOCK` tokens are never read (litdata counts dim // block_size blocks a chunk)."""
-    if kind in ("text-jsonl", "wds-text", "litdata-text"):
+    if kind in ("text-jsonl", "wds-text", "litdata-text", "lance-text"):
         return [np.frombuffer(text(i).encode(), np.uint8) for i in range(SAMPLES)]
     if kind != "litdata-tokens":
         return [tokens(i, dtype) for i in range(SAMPLES)]
@@ -346,6 +364,15 @@ def _read(kind: str, path: Path) -> list[tuple[Any, Any]]:
         prefixes = sorted(str(p)[:-4] for p in path.glob("*.idx"))
         return [(np.array(ds[i]), None) for ds in map(IndexedDataset, prefixes)
                 for i in range(len(ds))]
+    if kind.startswith("lance"):
+        import lance
+
+        table = lance.dataset(str(path)).to_table()
+        if kind == "lance-text":
+            return [(np.frombuffer(t.encode(), np.uint8), d) for t, d in
+                    zip(table.column("text").to_pylist(), table.column("doc_id").to_pylist(),
+                        strict=True)]
+        return _arrow_rows(table)
     files = sorted(p for p in path.iterdir() if not p.name.startswith(("_", ".")))
     if kind in WDS_MEMBER:
         import webdataset as wds

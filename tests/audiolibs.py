@@ -20,7 +20,7 @@ PER_SHARD = 8
 SHARDS = SAMPLES // PER_SHARD
 RATE = 16_000
 KINDS = ("wds-flac", "wds-wav", "hf-audio", "hf-hub-audio", "mds-audio", "litdata-audio",
-         "lance-audio")
+         "lance-audio", "tfrecord-audio")
 CODEC = {"wds-wav": "wav"}  # the others hold FLAC
 
 
@@ -155,6 +155,21 @@ def write_lance(out: Path) -> Path:
     return out
 
 
+def write_tfrecord(out: Path) -> Path:
+    """The tfrecord package's TFRecordWriter: a bytes feature named audio (the FLAC file's
+    bytes), the speaker and the transcript, a file per PER_SHARD clips."""
+    import tfrecord
+
+    out.mkdir(parents=True)
+    for k, rows in enumerate(_per_shard()):
+        writer = tfrecord.TFRecordWriter(str(out / f"part-{k:05d}.tfrecord"))
+        for i in rows:
+            writer.write({"audio": (encoded(i, "flac"), "byte"), "speaker": (speaker(i), "int"),
+                          "transcript": (transcript(i).encode(), "byte")})
+        writer.close()
+    return out
+
+
 def write(kind: str, root: Path) -> Path:
     out = root / kind
     if kind.startswith("wds-"):
@@ -169,6 +184,8 @@ def write(kind: str, root: Path) -> Path:
         return write_litdata(out)
     if kind == "lance-audio":
         return write_lance(out)
+    if kind == "tfrecord-audio":
+        return write_tfrecord(out)
     raise ValueError(f"unknown kind {kind!r}")
 
 
@@ -199,6 +216,11 @@ def read_back(kind: str, path: Path) -> list[tuple[np.ndarray, int]]:
         # The stored file's bytes, as the Audio feature keeps them (decoding is torchcodec's).
         ds = ds.cast_column("audio", datasets.Audio(decode=False))
         rows = [(r["audio"]["bytes"], r["speaker"]) for r in ds]
+    elif kind == "tfrecord-audio":
+        from tfrecord.reader import tfrecord_loader
+
+        rows = [(bytes(r["audio"]), int(r["speaker"][0])) for f in sorted(path.iterdir())
+                for r in tfrecord_loader(str(f), None)]
     elif kind == "lance-audio":
         import lance
 

@@ -30,7 +30,7 @@ from dsbench.report.extrapolation import render
 from dsbench.results import schema
 
 FIELD = {"hf-audio": "audio", "hf-hub-audio": "audio", "mds-audio": "audio",
-         "litdata-audio": "audio", "lance-audio": "audio"}  # wds: none
+         "litdata-audio": "audio", "lance-audio": "audio", "tfrecord-audio": "audio"}  # wds: none
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +94,8 @@ def test_a_clip_is_mixed_to_mono_and_cropped_at_a_random_offset_or_padded() -> N
         crop(Clip(np.zeros((40, 1), dtype=np.float32), 22050), rng)
 
 
-NATIVE = ("wds-flac", "hf-audio", "hf-hub-audio", "mds-audio", "litdata-audio", "lance-audio")
+NATIVE = ("wds-flac", "hf-audio", "hf-hub-audio", "mds-audio", "litdata-audio", "lance-audio",
+          "tfrecord-audio")
 
 
 def _ffmpeg() -> str | None:

@@ -26,7 +26,7 @@ from dsbench.report.bench import render
 from dsbench.results import schema
 
 KINDS = ("text-jsonl", "mds-text", "hf-text", "parquet-text", "wds-text", "litdata-text",
-         "lance-text")
+         "lance-text", "tfrecord-text")
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +43,8 @@ def test_every_text_is_read_as_written(kind: str, exports: dict[str, Path]) -> N
     # As stored: a str, or its UTF-8 bytes (an MDS str column), decoded in the decode stage.
     assert [base.text_of(raw.image) for raw in samples] == [
         tokenlibs.text(i) for i in range(len(samples))]
-    if kind in ("wds-text", "litdata-text", "lance-text"):  # ...and as the library reads them
+    if kind in ("wds-text", "litdata-text", "lance-text", "tfrecord-text"):  # ...as the
+        # library reads them back
         assert [base.text_of(raw.image).encode() for raw in samples] == [
             bytes(b) for b in tokenlibs.read_back(kind, exports[kind])]
     assert [parse_fields(raw)["doc_id"] for raw in samples] == [

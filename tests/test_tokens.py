@@ -30,7 +30,9 @@ from dsbench.report.extrapolation import render
 from dsbench.results import schema
 
 READ = ("mds-tokens", "hf-tokens", "parquet-tokens", "litdata-tokens-pytree", "megatron-tokens",
-        "wds-tokens", "lance-tokens")
+        "wds-tokens", "lance-tokens", "tfrecord-tokens")
+# TFRecord's only integer type: its ids are int64 whatever they were.
+STORED = {"tfrecord-tokens": "int64"}
 # The payload's name where it is not input_ids: a Megatron sample is its sequence; a
 # WebDataset sample's ids are a member.
 FIELD = {"megatron-tokens": "the .bin's sequences", "wds-tokens": "input_ids.npy"}
@@ -47,7 +49,7 @@ def exports(tmp_path_factory: pytest.TempPathFactory, private_tmp: Path) -> dict
 @pytest.mark.parametrize("kind", [*READ, "mds-tokens-int32"])
 def test_every_token_is_read_as_written(kind: str, exports: dict[str, Path]) -> None:
     export = adapters.open_export(exports[kind])
-    dtype = "int32" if kind.endswith("int32") else "uint16"
+    dtype = "int32" if kind.endswith("int32") else STORED.get(kind, "uint16")
     samples = list(export.read())
     assert len(samples) == tokenlibs.SAMPLES
     for i, raw in enumerate(samples):
@@ -149,7 +151,7 @@ def test_inspect_says_the_samples_carry_token_ids(kind: str, exports: dict[str, 
     s = summarize(export.survey(), exports[kind], export.ignored, export)
     assert s["sample"] == {"kind": "tokens", "field": FIELD.get(kind, "input_ids")}
     lengths = [tokenlibs.length(i) for i in range(s["tokens"]["count_checked"])]
-    assert s["tokens"]["dtype"] == "uint16"
+    assert s["tokens"]["dtype"] == STORED.get(kind, "uint16")
     assert (s["tokens"]["per_sample"]["min"], s["tokens"]["per_sample"]["max"]) == (
         min(lengths), max(lengths))
     assert s["tokens"]["mean_per_sample"] == pytest.approx(np.mean(lengths))
@@ -176,7 +178,7 @@ def test_a_token_sample_is_cropped_at_a_random_offset_or_padded() -> None:
 
 
 NATIVE = ("mds-tokens", "hf-tokens", "litdata-tokens-pytree", "megatron-tokens",
-          "litdata-tokens", "wds-tokens", "lance-tokens")
+          "litdata-tokens", "wds-tokens", "lance-tokens", "tfrecord-tokens")
 FIELD["litdata-tokens"] = "the chunks' token stream"
 
 
@@ -199,7 +201,8 @@ def test_token_exports_are_benchmarked_with_both_readers(exports: dict[str, Path
                 "documents laid end to end, as litdata's TokensLoader(block_size=64)" in said
             assert "no padding" in said and "per id read:" in said
             continue
-        assert f"Token samples ({FIELD.get(kind, 'input_ids')}, uint16): sequences of 64 ids" \
+        assert f"Token samples ({FIELD.get(kind, 'input_ids')}, {STORED.get(kind, 'uint16')}): " \
+            "sequences of 64 ids" \
             in said
         assert "a document longer than 64 ids is cropped; per id stored:" in said
     assert [d["config"]["backend"] for d in docs] == ["dsbench", "native"] * len(NATIVE)

@@ -25,7 +25,8 @@ MIN_LEN, MAX_LEN = 20, 300
 BLOCK = 64
 KINDS = ("mds-tokens", "mds-tokens-json", "litdata-tokens", "litdata-tokens-pytree",
          "hf-tokens", "parquet-tokens", "text-jsonl", "megatron-tokens", "mds-text", "hf-text",
-         "parquet-text", "wds-tokens", "wds-text", "litdata-text", "lance-tokens", "lance-text")
+         "parquet-text", "wds-tokens", "wds-text", "litdata-text", "lance-tokens", "lance-text",
+         "tfrecord-tokens", "tfrecord-text")
 # The member a WebDataset sample's payload is, as webdataset's own encoders name them.
 WDS_MEMBER = {"wds-tokens": "input_ids.npy", "wds-text": "txt"}
 
@@ -259,6 +260,23 @@ def write_lance(kind: str, out: Path, dtype: str) -> Path:
     return out
 
 
+def write_tfrecord(kind: str, out: Path) -> Path:
+    """The tfrecord package's TFRecordWriter, a file per PER_SHARD documents: tf.train.Example
+    records with the ids as an int64 list (TFRecord's only integer type) or the text as bytes,
+    and the doc id."""
+    import tfrecord
+
+    out.mkdir(parents=True)
+    for k, rows in enumerate(_per_shard()):
+        writer = tfrecord.TFRecordWriter(str(out / f"part-{k:05d}.tfrecord"))
+        for i in rows:
+            payload = ({"input_ids": (tokens(i).tolist(), "int")} if kind == "tfrecord-tokens"
+                       else {"text": (text(i).encode(), "byte")})
+            writer.write({**payload, "doc_id": (doc_id(i), "int")})
+        writer.close()
+    return out
+
+
 def write(kind: str, root: Path, dtype: str = "uint16") -> Path:
     out = root / kind
     if kind in ("mds-text", "hf-text", "parquet-text"):
@@ -281,6 +299,8 @@ def write(kind: str, root: Path, dtype: str = "uint16") -> Path:
         return write_wds(kind, out, dtype)
     if kind.startswith("lance"):
         return write_lance(kind, out, dtype)
+    if kind.startswith("tfrecord"):
+        return write_tfrecord(kind, out)
     raise ValueError(f"unknown kind {kind!r}")
 
 
@@ -288,7 +308,7 @@ def expected(kind: str, dtype: str = "uint16") -> list[np.ndarray]:
     """What `read_back` must equal. For TokensLoader: each chunk's tokens cut into BLOCK-token
     blocks that run across document boundaries but never across chunks; the chunk's last
     `tokens % BLOCK` tokens are never read (litdata counts dim // block_size blocks a chunk)."""
-    if kind in ("text-jsonl", "wds-text", "litdata-text", "lance-text"):
+    if kind in ("text-jsonl", "wds-text", "litdata-text", "lance-text", "tfrecord-text"):
         return [np.frombuffer(text(i).encode(), np.uint8) for i in range(SAMPLES)]
     if kind != "litdata-tokens":
         return [tokens(i, dtype) for i in range(SAMPLES)]
@@ -374,6 +394,14 @@ def _read(kind: str, path: Path) -> list[tuple[Any, Any]]:
                         strict=True)]
         return _arrow_rows(table)
     files = sorted(p for p in path.iterdir() if not p.name.startswith(("_", ".")))
+    if kind.startswith("tfrecord"):
+        from tfrecord.reader import tfrecord_loader
+
+        rows = [r for f in files for r in tfrecord_loader(str(f), None)]
+        if kind == "tfrecord-text":
+            return [(np.frombuffer(bytes(r["text"]), np.uint8), int(r["doc_id"][0]))
+                    for r in rows]
+        return [(r["input_ids"], int(r["doc_id"][0])) for r in rows]
     if kind in WDS_MEMBER:
         import webdataset as wds
 

@@ -147,7 +147,8 @@ def text_of(payload: object) -> str:
 
 def kind_of(export: Any) -> str:
     """What an export's samples carry (KINDS): as its schema says, or, for a layout whose
-    members name it (WebDataset's and per-sample files' images and clips), its first sample's."""
+    members or first record name it (WebDataset's, per-sample files', TFRecord's), its first
+    sample's."""
     kind = getattr(export, "kind", None)
     if kind is None:
         samples = export.read()
@@ -155,7 +156,8 @@ def kind_of(export: Any) -> str:
             first = next(samples, None)
         finally:
             samples.close()
-        kind = AUDIO if first is not None and first.codec in AUDIO_CODECS else "image"
+        codec = first.codec if first is not None else "image"
+        kind = codec if codec in (TOKENS, TEXT) else AUDIO if codec in AUDIO_CODECS else "image"
     return str(kind)
 
 

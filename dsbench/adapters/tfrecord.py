@@ -8,9 +8,11 @@ corruption); the record's when the `crc32c` module is installed (the `tfrecord` 
 it), as TensorFlow's reader does. A record is a serialized `tf.train.Example` protobuf, parsed
 here from the wire format: a map from feature names to a list of bytes, floats or int64s.
 
-Features: the image is the one named by --image-field, else `image/encoded` (the ImageNet
-convention), else a bytes feature named image/jpg/jpeg/png/img, else the first bytes feature
-whose value starts like a JPEG or PNG. Every other feature is a field named by its key: a list
+Features: the payload is the one named by --image-field, else the image: `image/encoded` (the
+ImageNet convention), else a bytes feature named image/jpg/jpeg/png/img, else the first bytes
+feature whose value starts like a JPEG or PNG; with no image, a bytes feature holding an audio
+clip, else an int64 list named input_ids/tokens/token_ids/ids (token ids), else a bytes feature
+named text/content/document (UTF-8 text). Every other feature is a field named by its key: a list
 of one value is that value, longer ones arrays (int64, float32); bytes stay bytes. The key is
 the `__key__` or `key` feature's text, else the file and the record's number in it
 (`train-00000-of-00004:17`): numbering records across files would mean reading the files before
@@ -29,14 +31,7 @@ import numpy as np
 
 from dsbench.adapters import base
 from dsbench.adapters.columns import IMAGE_NAMES, sniff_codec
-from dsbench.adapters.survey import (
-    CHECK_LIMIT,
-    add_image,
-    finish_image,
-    new_survey,
-    probe_image,
-    problem,
-)
+from dsbench.adapters.survey import CHECK_LIMIT, add_payload, finish_image, new_survey, problem
 from dsbench.adapters.tfexample import (
     fast_crc,
     looks_like,
@@ -65,7 +60,7 @@ class TfrecordExport(base.ReadsUnits):
         self.ignored: list[str] = []
         self.crc = fast_crc()
         self._counts: dict[str, int] = {}
-        self._image: str | None = None
+        self._payload: tuple[str, str] | None = None  # (feature, kind), from the first sample
 
     def units(self) -> list[str]:
         return list(self.files)
@@ -92,48 +87,97 @@ class TfrecordExport(base.ReadsUnits):
             except OSError as exc:  # gzip's own errors on a damaged stream
                 base.report(SampleError(f"cannot read: {exc}", path=unit), skip)
 
-    def _pick_image(self, features: dict[str, tuple[int, list[Any]]], where: str) -> str:
+    def _first(self) -> tuple[str, str] | None:
+        """The payload's feature and kind, from the first record (read for it where no sample
+        has been); None where the first file holds none or does not read (reading says why)."""
+        if self._payload is None and self.files:
+            unit = self.files[0]
+            name = store.relative(location(unit), self.root)
+            try:
+                with open_records(location(unit)) as f:
+                    for _, record in records(f, unit, self.crc):
+                        self._sample(record, f"{name}:0", unit)
+                        break
+            except (SampleError, OSError):
+                return None
+        return self._payload
+
+    @property
+    def kind(self) -> str:
+        return (self._first() or ("", "image"))[1]
+
+    @property
+    def payload_field(self) -> str | None:
+        first = self._first()
+        return first[0] if first and first[1] != "image" else None
+
+    image = payload_field  # the feature the native reader hands over (an image's: its own)
+
+    def _pick(self, features: dict[str, tuple[int, list[Any]]], where: str) -> tuple[str, str]:
+        """The feature the samples carry and its kind: an image (see the module docstring),
+        else an audio clip's bytes, token ids (an int64 list), or text, by name or content."""
+        def kind_of(k: str) -> str | None:
+            kind, values = features[k]
+            if kind == 3:
+                return base.TOKENS
+            codec = sniff_codec(values[0]) if kind == 1 and values else None
+            return (base.AUDIO if codec in base.AUDIO_CODECS else "image" if codec else
+                    base.TEXT if kind == 1 else None)
         if self.image_field is not None:
-            if self.image_field not in features or features[self.image_field][0] != 1:
-                raise DsbenchError(f"--image-field {self.image_field}: no bytes feature of that "
-                                   f"name (features: {', '.join(sorted(features))})", path=where)
-            return self.image_field
+            if self.image_field not in features or kind_of(self.image_field) is None:
+                raise DsbenchError(f"--image-field {self.image_field}: no bytes or int64 "
+                                   f"feature of that name (features: "
+                                   f"{', '.join(sorted(features))})", path=where)
+            return self.image_field, str(kind_of(self.image_field))
         named = [k for k in features if features[k][0] == 1 and (
             k in IMAGE_KEYS or k.lower() in IMAGE_NAMES)]
-        sniffed = [k for k, (kind, v) in features.items()
-                   if kind == 1 and v and sniff_codec(v[0]) in ("jpeg", "png")]
-        found = (named or sniffed or [""])[0]
-        if not found:
-            raise DsbenchError("no image feature: none is named image/encoded or "
-                               f"{'/'.join(IMAGE_NAMES)}, nor holds JPEG or PNG bytes "
-                               f"(features: {', '.join(sorted(features))}); name one with "
-                               "--image-field", path=where)
-        return found
+        sniffed = [k for k in features if kind_of(k) == "image"]
+        if named or sniffed:
+            return (named or sniffed)[0], "image"
+        for kind, names in ((base.AUDIO, base.AUDIO_NAMES), (base.TOKENS, base.TOKEN_NAMES),
+                            (base.TEXT, base.TEXT_NAMES)):
+            found = [k for k in features if kind_of(k) == kind and
+                     (k.lower() in names or kind == base.AUDIO)]
+            if found:
+                return found[0], kind
+        raise DsbenchError("no image feature: none is named image/encoded or "
+                           f"{'/'.join(IMAGE_NAMES)}, nor holds JPEG or PNG bytes, nor a "
+                           f"clip, token ids or text by name (features: "
+                           f"{', '.join(sorted(features))}); name one with --image-field",
+                           path=where)
 
     def _sample(self, record: bytes, key: str, where: str) -> base.RawSample:
         try:
             features = parse_example(record)
         except (ValueError, UnicodeDecodeError) as exc:
             raise SampleError(f"not a tf.train.Example: {exc}", path=where, key=key) from None
-        if self._image is None:
-            self._image = self._pick_image(features, where)
-        kind, values = features.get(self._image, (0, []))
-        if kind != 1 or len(values) != 1:
-            raise SampleError(f"feature {self._image!r} does not hold one image (it has "
-                              f"{len(values)} values)", path=where, key=key)
-        image = values[0]
-        codec = sniff_codec(image)
-        if codec is None:
-            raise SampleError(f"feature {self._image!r} holds bytes that are not an image "
-                              f"(they start {image[:8]!r})", path=where, key=key)
-        for name in ("__key__", "key"):
-            if name in features and features[name][0] == 1 and features[name][1]:
-                key = features[name][1][0].decode("utf-8", "replace")
+        if self._payload is None:
+            self._payload = self._pick(features, where)
+        name, want = self._payload
+        kind, values = features.get(name, (0, []))
+        for k in ("__key__", "key"):
+            if k in features and features[k][0] == 1 and features[k][1]:
+                key = features[k][1][0].decode("utf-8", "replace")
         fields = {k: value_of(kind, v) for k, (kind, v) in features.items()
-                  if k not in (self._image, "__key__", "key")}
+                  if k not in (name, "__key__", "key")}
         encodings = {k: (base.ENC_BYTES if features[k][0] == 1 else base.ENC_VALUE)
                      for k in fields}
-        return base.RawSample(key, where, image, codec, fields, encodings)
+        if want == base.TOKENS:
+            if kind != 3:
+                raise SampleError(f"feature {name!r} holds no int64 token ids", path=where,
+                                  key=key)
+            return base.RawSample(key, where, np.asarray(values, np.int64), base.TOKENS,
+                                  fields, encodings)
+        if kind != 1 or len(values) != 1:
+            raise SampleError(f"feature {name!r} does not hold one {want} value (it has "
+                              f"{len(values)} values)", path=where, key=key)
+        payload = values[0]
+        codec = base.TEXT if want == base.TEXT else sniff_codec(payload)
+        if codec is None or (codec in base.AUDIO_CODECS) != (want == base.AUDIO):
+            raise SampleError(f"feature {name!r} holds bytes that are not "
+                              f"{'audio' if want == base.AUDIO else 'an image'} (they start "
+                              f"{payload[:8]!r})", path=where, key=key)
+        return base.RawSample(key, where, payload, codec, fields, encodings)
 
     def survey(self) -> dict[str, Any]:
         survey = new_survey(self.layout)
@@ -149,7 +193,8 @@ class TfrecordExport(base.ReadsUnits):
             except SampleError as err:
                 problems.append(problem(unit, err.key, str(err)))
                 continue
-            want = CHECK_LIMIT - survey["image"]["count_checked"]
+            want = CHECK_LIMIT - sum(survey.get(k, {}).get("count_checked", 0)
+                                     for k in ("image", "audio", "tokens", "text"))
             if want > 0:
                 self._survey_images(unit, want, survey, types)
         finish_image(survey)
@@ -175,7 +220,7 @@ class TfrecordExport(base.ReadsUnits):
                         raw = self._sample(record, f"{name}:{i}", unit)
                         for field, value in raw.fields.items():
                             types.setdefault(field, _type(value))
-                        add_image(survey, *probe_image(raw.image))
+                        add_payload(survey, raw.codec, raw.image)
                     except (SampleError, ValueError) as exc:
                         survey["problems"].append(problem(unit, f"{name}:{i}", str(exc)))
         except SampleError as err:

@@ -1,8 +1,8 @@
 """TFRecord files through the tfrecord package's reader (`tfrecord.reader.tfrecord_loader`),
 as a torch IterableDataset over files does: each DataLoader worker takes files[w::W] and reads
 them record by record; the package parses each tf.train.Example (protobuf) into arrays and
-bytes, without TensorFlow, and checks no CRC. The image feature's bytes are decoded by the
-loader's decode stage.
+bytes, without TensorFlow, and checks no CRC. The image feature's bytes (a clip's, a text's;
+token ids as its int64 array) are decoded by the loader's decode stage.
 """
 
 from __future__ import annotations
@@ -54,9 +54,11 @@ class TfrecordReader:
             unit = view.units[index]
             for n, record in enumerate(tfrecord_loader(unit, None, compression_type=compressed[
                     unit.endswith(".gz")], **prepared)):
-                image = record.pop(view.image or "image/encoded")
-                yield (f"{unit}:{n}", bytes(image), {k: _plain(v) for k, v in record.items()},
-                       (index, n))
+                payload = record.pop(view.image or "image/encoded")
+                # Token ids stay the package's int64 array; bytes (an image, a clip, text)
+                # are handed over as bytes.
+                yield (f"{unit}:{n}", payload if view.kind == base.TOKENS else bytes(payload),
+                       {k: _plain(v) for k, v in record.items()}, (index, n))
 
     def close(self, prepared: Any) -> None:
         pass

@@ -94,9 +94,6 @@ def test_a_clip_is_mixed_to_mono_and_cropped_at_a_random_offset_or_padded() -> N
         crop(Clip(np.zeros((40, 1), dtype=np.float32), 22050), rng)
 
 
-NATIVE = ("wds-flac", "hf-audio", "hf-hub-audio", "mds-audio", "litdata-audio", "lance-audio",
-          "tfrecord-audio")
-
 
 def _ffmpeg() -> str | None:
     """Why torchcodec cannot decode here, or None: it loads FFmpeg's libraries, which come
@@ -108,13 +105,19 @@ def _ffmpeg() -> str | None:
     return None
 
 
-def test_audio_exports_are_benchmarked_with_both_readers(exports: dict[str, Path]) -> None:
+# Three layouts in the suite, the other four with the slow tests (CI runs both): 10 s a group.
+@pytest.mark.parametrize("kinds", [
+    pytest.param(("wds-flac", "mds-audio", "litdata-audio"), id="wds-mds-litdata"),
+    pytest.param(("hf-audio", "hf-hub-audio", "lance-audio", "tfrecord-audio"),
+                 id="the-others", marks=pytest.mark.slow)])
+def test_audio_exports_are_benchmarked_with_both_readers(kinds: tuple[str, ...],
+                                                         exports: dict[str, Path]) -> None:
     # Each library's export read by dsbench's reader and by the library's (which for the Audio
     # feature decodes with torchcodec, in the decode stage), all in one interleaved run.
     # Without FFmpeg (.ci/run installs it, as it does valgrind) the rest runs, and the test
     # then says what it left out.
     why = _ffmpeg()
-    sides = [(k, b) for k in NATIVE for b in ("dsbench", "native")
+    sides = [(k, b) for k in kinds for b in ("dsbench", "native")
              if why is None or not (k.startswith("hf-") and b == "native")]
     opts = BenchOptions(workers=(1,), batch_size=4, rounds=1, batches=3, warmup_batches=1,
                         clip_s=0.5, exact=False)
@@ -278,6 +281,8 @@ def test_a_clip_among_images_is_one_line_not_a_traceback(tmp_path: Path,
                           "flac audio where the export's samples are images")
 
 
+# Two ranks launched by torch's launcher, 7 s: with the slow tests (CI runs them).
+@pytest.mark.slow
 def test_a_job_reads_audio_clips_on_every_rank(exports: dict[str, Path], tmp_path: Path
                                                ) -> None:
     # Two ranks, each cutting its share's FLAC clips to 0.5 s at the export's rate: an image

@@ -117,28 +117,43 @@ def _order(fmt: str) -> str:
     return "sequential" if fmt in ("lance", "tfrecord") else "shuffle"
 
 
-@pytest.fixture(scope="module")
-def both_readers(exports: dict[str, Path]) -> dict[str, dict[str, Any]]:
-    """Every format read by dsbench's reader and by its library, at 1 and 2 workers, all in one
-    interleaved run (as `compare EXPORT EXPORT --cand-backend native` pairs two), the library
-    configured by options a job passes it (--native-option); a shuffle buffer of 16 where the
-    library's shuffle is a buffer (one of 1000 on 120 samples fills with all of them before the
-    first: seconds of a streaming Hugging Face dataset's warm-up)."""
+# Read by both readers in the suite (13 s); the others (MDS, litdata, TFRecord: 21 s) with the
+# slow tests, which CI runs too.
+QUICK = ("hf", "hf-hub", "lance")
+
+
+def _both_readers(exports: dict[str, Path], fmts: list[str]) -> dict[str, dict[str, Any]]:
+    """Each format of `fmts` read by dsbench's reader and by its library, at 1 and 2 workers,
+    all in one interleaved run (as `compare EXPORT EXPORT --cand-backend native` pairs two),
+    the library configured by options a job passes it (--native-option); a shuffle buffer of
+    16 where the library's shuffle is a buffer (one of 1000 on 120 samples fills with all of
+    them before the first: seconds of a streaming Hugging Face dataset's warm-up)."""
     opts = BenchOptions(workers=(1, 2), batch_size=4, rounds=1, batches=4, warmup_batches=1)
-    each = [side for fmt in BOTH for side in (opts, dataclasses.replace(
+    each = [side for fmt in fmts for side in (opts, dataclasses.replace(
         opts, backend="native", native_options=native_options.parse(NATIVE_OPTIONS[fmt][0]),
         order=_order(fmt), shuffle_buffer=16))]
-    docs = run_benches([exports[fmt] for fmt in BOTH for _ in (0, 1)], opts, each=each)
+    docs = run_benches([exports[fmt] for fmt in fmts for _ in (0, 1)], opts, each=each)
     return {fmt: {"dsbench": docs[2 * i], "native": docs[2 * i + 1]}
-            for i, fmt in enumerate(BOTH)}
+            for i, fmt in enumerate(fmts)}
 
 
-@pytest.mark.parametrize("fmt", BOTH)
+@pytest.fixture(scope="module")
+def both_quick(exports: dict[str, Path]) -> dict[str, dict[str, Any]]:
+    return _both_readers(exports, [f for f in BOTH if f in QUICK])
+
+
+@pytest.fixture(scope="module")
+def both_slow(exports: dict[str, Path]) -> dict[str, dict[str, Any]]:
+    return _both_readers(exports, [f for f in BOTH if f not in QUICK])
+
+
+@pytest.mark.parametrize("fmt", [f if f in QUICK else pytest.param(f, marks=pytest.mark.slow)
+                                 for f in BOTH])
 def test_bench_measures_with_both_readers_at_1_and_2_workers(
-        fmt: str, both_readers: dict[str, dict[str, Any]], tmp_path: Path) -> None:
+        fmt: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
     given = native_options.parse(NATIVE_OPTIONS[fmt][0])
     order = _order(fmt)
-    docs = both_readers[fmt]
+    docs = request.getfixturevalue("both_quick" if fmt in QUICK else "both_slow")[fmt]
     for backend, doc in docs.items():
         write_result(tmp_path / f"{backend}.json", doc)  # validates against the schema
         assert [r["workers"] for r in doc["runs"]] == [1, 2]

@@ -182,14 +182,19 @@ NATIVE = ("mds-tokens", "hf-tokens", "litdata-tokens-pytree", "megatron-tokens",
 FIELD["litdata-tokens"] = "the chunks' token stream"
 
 
-def test_token_exports_are_benchmarked_with_both_readers(exports: dict[str, Path]) -> None:
-    # Every token export with a library of its own, read by dsbench's reader and by the
+# Three layouts in the suite, the other five with the slow tests (CI runs both): 10 s a group.
+@pytest.mark.parametrize("kinds", [
+    pytest.param(NATIVE[:1] + NATIVE[4:6], id="mds-stream-wds"),
+    pytest.param(NATIVE[1:4] + NATIVE[6:], id="the-others", marks=pytest.mark.slow)])
+def test_token_exports_are_benchmarked_with_both_readers(kinds: tuple[str, ...],
+                                                         exports: dict[str, Path]) -> None:
+    # Each token export with a library of its own, read by dsbench's reader and by the
     # library's, all in one interleaved run.
     opts = BenchOptions(workers=(1,), batch_size=4, rounds=1, batches=4, warmup_batches=1,
                         seq_len=64, exact=False)
-    each = [dataclasses.replace(opts, backend=b) for _ in NATIVE for b in ("dsbench", "native")]
-    docs = run_benches([exports[k] for k in NATIVE for _ in (0, 1)], opts, each=each)
-    for doc, kind in zip(docs, [k for k in NATIVE for _ in (0, 1)], strict=True):
+    each = [dataclasses.replace(opts, backend=b) for _ in kinds for b in ("dsbench", "native")]
+    docs = run_benches([exports[k] for k in kinds for _ in (0, 1)], opts, each=each)
+    for doc, kind in zip(docs, [k for k in kinds for _ in (0, 1)], strict=True):
         schema.validate(doc, "bench")
         assert doc["config"]["transform"] == "TokenCrop" and doc["config"]["seq_len"] == 64
         assert doc["export"]["sample"]["kind"] == "tokens"
@@ -205,7 +210,7 @@ def test_token_exports_are_benchmarked_with_both_readers(exports: dict[str, Path
             "sequences of 64 ids" \
             in said
         assert "a document longer than 64 ids is cropped; per id stored:" in said
-    assert [d["config"]["backend"] for d in docs] == ["dsbench", "native"] * len(NATIVE)
+    assert [d["config"]["backend"] for d in docs] == ["dsbench", "native"] * len(kinds)
     assert all(d["reader"]["library"] for d in docs[1::2])
     # Carried to a job, the rates are said in token ids too: 8 sequences of 64 ids per GPU.
     cluster = ClusterSpec(nodes=2, gpus_per_node=8, batch_size=8,
@@ -398,6 +403,8 @@ def test_a_webdataset_image_export_whose_first_sample_lacks_its_image_stays_one_
     assert "no image or audio member" in s["problems"][0]["error"]
 
 
+# Two ranks launched by torch's launcher, 7 s: with the slow tests (CI runs them).
+@pytest.mark.slow
 def test_a_job_reads_a_token_stream_in_blocks_on_every_rank(exports: dict[str, Path],
                                                             tmp_path: Path) -> None:
     # Two ranks over a litdata TokensLoader export's three chunks, each sample a 64-id block

@@ -215,3 +215,20 @@ def test_arrow_row_chunks_read_alone_open_each_chunk_the_same_few_times_in_any_o
         opens.append(base.io_counters()[0] - before)
         export.forget()
     assert opens[0] == opens[1] == 2 * 3
+
+
+def test_a_restart_of_a_text_loader_is_audited_with_the_text_tokenized_in_its_workers(
+        exports: dict[str, Path]) -> None:
+    # dsbench resume on raw text: its workers tokenize each text (a BPE trained on the export's
+    # first texts, as bench trains one) and crop it; without state the first K batches come
+    # again, with the loader's state nothing.
+    from dsbench.resume.measure import ResumeOptions, run_resume
+
+    k, batch = 2, 8
+    doc = run_resume(str(exports["text-jsonl"]), ResumeOptions(
+        restart_at=k, policies=("none", "stateful"), workers=1, batch_size=batch, seq_len=64))
+    schema.validate(doc, "resume")
+    assert doc["settings"]["kind"] == "text"
+    by = {p["policy"]: p["total"] for p in doc["policies"]}
+    assert (by["none"]["replayed"], by["none"]["skipped"]) == (k * batch, 0)
+    assert (by["stateful"]["replayed"], by["stateful"]["skipped"]) == (0, 0)

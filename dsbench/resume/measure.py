@@ -19,6 +19,7 @@ between them (no sleeping, no printing).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import time
 from collections.abc import Callable
@@ -229,10 +230,14 @@ def _elastic(path: str, plan: Plan, opts: ResumeOptions, pipeline: Pipeline,
 
 def _pipeline(kind: str, export: Any, path: str, opts: ResumeOptions) -> Pipeline:
     """The workers' pipeline for what the samples carry: images, token ids cropped to
-    seq_len, clips of clip_s at the export's rate (the survey's); text, which a tokenizer
-    trained for the run would encode, is refused in one line."""
+    seq_len, text tokenized by a byte-level BPE trained on the export's first texts (as bench
+    trains one) and cropped, clips of clip_s at the export's rate (the survey's)."""
     if kind == TEXT:
-        adapters.base.images_only(export, "resume's workers read images, token ids or audio")
+        from dsbench.loader import tokenize
+
+        first = itertools.islice(export.read(), tokenize.TRAIN_SAMPLES)
+        spec = tokenize.trained((adapters.base.text_of(r.image) for r in first), where=path)
+        return Pipeline(transform=TokenCrop(opts.seq_len), tokenizer=spec.json)
     if kind == TOKENS:
         return Pipeline(transform=TokenCrop(opts.seq_len))
     if kind == AUDIO:

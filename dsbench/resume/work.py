@@ -41,7 +41,7 @@ def _label(fields: dict[str, Any], name: str | None) -> int | None:
 class SampleWork:
     def __init__(self, pipeline: Pipeline, label: str | None, rng: np.random.Generator
                  ) -> None:
-        self.decode = make_decoder(pipeline.decoder, pipeline.max_pixels)
+        self.decode = make_decoder(pipeline.decoder, pipeline.max_pixels, pipeline.tokenizer)
         self.transform = pipeline.transform
         self.label, self.rng = label, rng
 

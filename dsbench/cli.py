@@ -7,10 +7,12 @@ printed as a single line with exit code 2. Anything else is a bug and keeps its 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from dsbench.commands.parser import COMMANDS, apply_settings, build_parser, command_in, settled
 from dsbench.errors import DsbenchError, Interrupted
@@ -27,8 +29,27 @@ class Terminated(BaseException):
     counted as an unreadable image header, and the run went on to exit 0."""
 
 
+REDELIVER_S = 0.01
+
+
 def _terminate(signum: int, frame: object) -> None:
     raise Terminated
+
+
+def _redeliver(default: Callable[[Any], object]) -> Callable[[Any], object]:
+    """An unraisablehook that delivers again a SIGTERM or Ctrl-C whose exception was raised
+    inside a finalizer (a `__del__`), where Python prints it and carries on: seen, a SIGTERM
+    during a library's resume lost so, and the run went on to the end. Sent to this process
+    once more, from a thread a moment later (sent at once, its handler would run inside the
+    finalizer again), it unwinds from wherever the program then is."""
+    def hook(unraisable: Any) -> None:
+        exc = unraisable.exc_value
+        if isinstance(exc, Terminated | KeyboardInterrupt):
+            again = signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT
+            threading.Timer(REDELIVER_S, os.kill, (os.getpid(), again)).start()
+            return
+        default(unraisable)
+    return hook
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -39,9 +60,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     # too (about a second): a Ctrl-C or SIGTERM meanwhile gives the same one line and exit code
     # as later, not a traceback. (The handler, first, also tells the Ctrl-C test that this
     # process has got here: SigCgt in /proc/PID/status.)
+    unraisable = sys.unraisablehook
     try:
         if in_main_thread:
             signal.signal(signal.SIGTERM, _terminate)
+            sys.unraisablehook = _redeliver(unraisable)
         from dsbench import procs
 
         # A Ctrl-C inside an import can surface as another error (numpy's C set-up turns it
@@ -75,6 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{name}: terminated", file=sys.stderr)
         return 143
     finally:
+        sys.unraisablehook = unraisable
         if old is not None:
             signal.signal(signal.SIGTERM, old)
 

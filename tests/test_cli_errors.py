@@ -156,3 +156,32 @@ def test_bad_options_exit_2_with_one_line_and_write_nothing(
     assert_one_line_error(capsys.readouterr().err, command,
                           *(n.format(tmp=tmp_path, **files) for n in needles))
     assert list(tmp_path.iterdir()) == []  # refused before anything was written
+
+
+def test_a_sigterm_lost_in_a_finalizer_is_delivered_again() -> None:
+    # Python ignores an exception raised in a __del__: a SIGTERM whose handler ran there (seen
+    # in a library's finalizer during a native resume) would be lost, and the run go on. The
+    # command's unraisablehook sends it again, and it unwinds from where the program is.
+    import signal
+    import sys
+    import time
+
+    from dsbench import cli
+
+    class Dies:
+        def __del__(self) -> None:
+            raise cli.Terminated
+
+    old, hook = signal.signal(signal.SIGTERM, cli._terminate), sys.unraisablehook
+    sys.unraisablehook = cli._redeliver(hook)
+    reached = False
+    try:
+        with pytest.raises(cli.Terminated):
+            Dies()  # collected at once: its Terminated is ignored there, and sent again
+            for _ in range(200):
+                time.sleep(0.01)
+            reached = True
+    finally:
+        sys.unraisablehook = hook
+        signal.signal(signal.SIGTERM, old)
+    assert not reached

@@ -113,6 +113,17 @@ class StoredIds:
         return arr.reshape(-1) if arr.ndim == 2 and 1 in arr.shape else arr  # (1, n) or (n, 1)
 
 
+def npy_header(data: bytes) -> tuple[tuple[int, ...], np.dtype[Any]]:
+    """A NumPy `.npy` file's array shape and dtype, from its header alone (the start of the
+    file is enough); ValueError (or EOFError) where it is not one."""
+    f = io.BytesIO(data)
+    version = np.lib.format.read_magic(f)
+    read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+            else np.lib.format.read_array_header_2_0)
+    shape, _, dtype = read(f)
+    return tuple(shape), dtype
+
+
 def npy_array(data: bytes) -> np.ndarray:
     """A NumPy `.npy` file's array (a WebDataset `.npy` member of token ids); never unpickled.
     ValueError where the bytes are not one."""

@@ -5,11 +5,8 @@ it: members.py reads the samples, this module decides their kind.
 
 from __future__ import annotations
 
-import io
 import tarfile
 from collections.abc import Callable, Iterable, Mapping
-
-import numpy as np
 
 from dsbench.adapters import base, members
 from dsbench.errors import DsbenchError
@@ -42,12 +39,8 @@ def other_payload(exts: Iterable[str], where: Loc) -> tuple[str, str] | None:
 def holds_ids(head: bytes) -> bool:
     """Whether the start of a `.npy` member (its header) states a 1-d integer array: token
     ids, where an image's raw pixels are H x W x 3."""
-    f = io.BytesIO(head)
     try:
-        version = np.lib.format.read_magic(f)
-        read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                else np.lib.format.read_array_header_2_0)
-        shape, _, dtype = read(f)
+        shape, dtype = base.npy_header(head)
     except (ValueError, OSError, EOFError, SyntaxError):
         return False
     return len(shape) == 1 and dtype.kind in "iu"

@@ -23,7 +23,16 @@ from PIL import Image
 
 from dsbench import fmt
 from dsbench.adapters import audio
-from dsbench.adapters.base import AUDIO, AUDIO_CODECS, TEXT, TOKENS, RawSample, text_of, token_ids
+from dsbench.adapters.base import (
+    AUDIO,
+    AUDIO_CODECS,
+    TEXT,
+    TOKENS,
+    RawSample,
+    npy_header,
+    text_of,
+    token_ids,
+)
 from dsbench.adapters.survey import MAX_PIXELS, open_image, pil_raw_header
 from dsbench.errors import DsbenchError, SampleError
 
@@ -59,11 +68,7 @@ def _pillow_decode(data: bytes, limit: int) -> Image.Image:
 
 
 def _npy_decode(data: bytes, limit: int) -> np.ndarray:
-    f = io.BytesIO(data)
-    version = np.lib.format.read_magic(f)
-    read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                   else np.lib.format.read_array_header_2_0)
-    shape, _, dtype = read_header(f)
+    shape, dtype = npy_header(data)
     if len(shape) != 3 or shape[2] != 3 or dtype != np.uint8:
         raise ValueError(f"expected an HxWx3 uint8 array, got {dtype} {shape}")
     _check_size(shape[1], shape[0], limit)

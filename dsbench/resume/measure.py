@@ -27,12 +27,12 @@ from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 from dsbench import __version__, adapters, installed
-from dsbench.adapters.base import AUDIO, SEQ_LEN, TEXT, TOKENS
+from dsbench.adapters.base import AUDIO, SEQ_LEN, TEXT
 from dsbench.adapters.survey import summarize
 from dsbench.errors import DsbenchError
-from dsbench.loader.options import check_clip
+from dsbench.loader.options import BenchOptions, check_clip
 from dsbench.loader.order import Plan, batches_per_rank, shuffle_of
-from dsbench.loader.pipeline import AudioCrop, Pipeline, TokenCrop
+from dsbench.loader.pipeline import Pipeline
 from dsbench.resume import figures
 from dsbench.resume.elastic import Elastic, check_shape, lockstep
 from dsbench.resume.work import Item
@@ -229,22 +229,22 @@ def _elastic(path: str, plan: Plan, opts: ResumeOptions, pipeline: Pipeline,
 
 
 def _pipeline(kind: str, export: Any, path: str, opts: ResumeOptions) -> Pipeline:
-    """The workers' pipeline for what the samples carry: images, token ids cropped to
-    seq_len, text tokenized by a byte-level BPE trained on the export's first texts (as bench
-    trains one) and cropped, clips of clip_s at the export's rate (the survey's)."""
+    """The workers' pipeline for what the samples carry, as bench makes it (BenchOptions):
+    images, token ids cropped to seq_len, text tokenized by a byte-level BPE trained on the
+    export's first texts (as bench trains one) and cropped, clips of clip_s at the export's
+    rate (the survey's)."""
+    rate, tokenizer = None, None
     if kind == TEXT:
         from dsbench.loader import tokenize
 
         first = itertools.islice(export.read(), tokenize.TRAIN_SAMPLES)
-        spec = tokenize.trained((adapters.base.text_of(r.image) for r in first), where=path)
-        return Pipeline(transform=TokenCrop(opts.seq_len), tokenizer=spec.json)
-    if kind == TOKENS:
-        return Pipeline(transform=TokenCrop(opts.seq_len))
+        tokenizer = tokenize.trained((adapters.base.text_of(r.image) for r in first),
+                                     where=path)
     if kind == AUDIO:
         found = summarize(export.survey(), path, export.ignored, export).get("audio") or {}
-        return Pipeline(transform=AudioCrop(opts.clip_s, found.get("sample_rate") or
-                                            AudioCrop.rate))
-    return Pipeline()
+        rate = found.get("sample_rate")
+    return BenchOptions(seq_len=opts.seq_len, clip_s=opts.clip_s, found_kind=kind,
+                        found_rate=rate, tokenizer_spec=tokenizer).pipeline()
 
 
 def run_resume(path: str, opts: ResumeOptions,

@@ -319,6 +319,13 @@ def summarize(survey: dict[str, Any], path: str | Loc = "", ignored: Sequence[st
     }
 
 
+def audio_rate(export: Any, path: str | Loc) -> int | None:
+    """The rate an audio export's clips are cut at: its survey's common one (what bench finds
+    and cuts at), for commands that do not run bench's survey (job, resume)."""
+    found = summarize(export.survey(), path, export.ignored, export).get("audio") or {}
+    return found.get("sample_rate")
+
+
 def _named(counts: Counter[str]) -> str:
     """The common codec, or 'mixed: a, b' where the checked samples differ."""
     if len(counts) == 1:

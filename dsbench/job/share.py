@@ -71,7 +71,7 @@ def check(path: str, opts_workers: int, world: int, layout: str | None,
     every rank its own, or whose samples are text (tokenized in the workers by a tokenizer
     that a job does not train); what the ranks need to know of it otherwise."""
     from dsbench.adapters.base import AUDIO, TEXT, kind_of
-    from dsbench.adapters.survey import summarize
+    from dsbench.adapters.survey import audio_rate
     from dsbench.errors import DsbenchError
 
     export = adapters.open_export(path, layout=layout, seq_len=seq_len)
@@ -85,6 +85,5 @@ def check(path: str, opts_workers: int, world: int, layout: str | None,
                            path=path)
     rate = None
     if kind == AUDIO:  # clips are cut at the rate the survey finds, as bench cuts them
-        audio = summarize(export.survey(), path, export.ignored, export).get("audio") or {}
-        rate = audio.get("sample_rate")
+        rate = audio_rate(export, path)
     return Found(export.layout, kind, rate)

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 from dsbench import __version__, adapters, installed
 from dsbench.adapters.base import AUDIO, SEQ_LEN, TEXT
-from dsbench.adapters.survey import summarize
+from dsbench.adapters.survey import audio_rate
 from dsbench.errors import DsbenchError
 from dsbench.loader.options import BenchOptions, check_clip
 from dsbench.loader.order import Plan, batches_per_rank, shuffle_of
@@ -241,8 +241,7 @@ def _pipeline(kind: str, export: Any, path: str, opts: ResumeOptions) -> Pipelin
         tokenizer = tokenize.trained((adapters.base.text_of(r.image) for r in first),
                                      where=path)
     if kind == AUDIO:
-        found = summarize(export.survey(), path, export.ignored, export).get("audio") or {}
-        rate = found.get("sample_rate")
+        rate = audio_rate(export, path)
     return BenchOptions(seq_len=opts.seq_len, clip_s=opts.clip_s, found_kind=kind,
                         found_rate=rate, tokenizer_spec=tokenizer).pipeline()
 

@@ -175,3 +175,24 @@ def test_bad_input_is_one_line_and_writes_nothing(
     assert "COMMAND = 'x {out}'" in (repo / "benchmarks" / "dsbench_export.py").read_text(
         encoding="utf-8")
     assert not [p for p in repo.rglob(".*.tmp*")]  # no temporaries left
+
+
+@pytest.mark.slow  # two exact passes under valgrind, 15 s: with the slow tests (CI runs them)
+def test_the_instructions_benchmark_counts_a_token_export_as_bench_does(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The asv suite counts outside a bench run, so it must set the pipeline for what the
+    # samples carry as bench does: token ids cropped to a sequence, not decoded as images
+    # (which failed: "could not broadcast ... (224,224,3)").
+    import json
+
+    asv_suite.exact_available()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ASV_COMMIT", raising=False)
+    (tmp_path / "tokens.toml").write_text((FORMATS / "tokens.toml").read_text("utf-8"), "utf-8")
+    export = asv_suite.make_export(tmp_path, "tokens.toml", None, 20)
+    counted = asv_suite.instructions_per_sample(export)
+    out = tmp_path / "bench.json"
+    assert main(["bench", export["path"], "--exact", "--workers", "1", "--rounds", "2",
+                 "--seconds", "0.2", "--batch-size", "20", "--json", str(out)]) == 0
+    bench = json.loads(out.read_text())["exact"]["instructions_per_sample"]
+    assert counted == float(f"{bench:.3g}")

@@ -25,9 +25,10 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from dsbench import adapters
+from dsbench.adapters.survey import summarize
 from dsbench.errors import DsbenchError
 from dsbench.export.spec import parse_spec
-from dsbench.loader import counter, exact
+from dsbench.loader import counter, exact, tokenize, worker
 from dsbench.loader.options import BenchOptions
 from dsbench.loader.runner import run_bench
 
@@ -163,6 +164,12 @@ def instructions_per_sample(export: Export) -> float:
     same export on any machine of the same CPU, so a commit that adds 2% shows as a step. Three
     significant digits, as the other figures."""
     opts = BenchOptions(batch_size=min(BATCH, export["samples"]), exact=True)
+    # Set for what the samples carry, as a bench run sets its sides: token ids are cropped,
+    # text tokenized, audio cropped at its own rate, not decoded as images.
+    found = adapters.open_export(export["path"])
+    opts = tokenize.settled(export["path"], opts.found(summarize(found.survey(), export["path"],
+                                                                 found.ignored, found)),
+                            worker.open_export)
     x = exact.count([export["path"]], [opts], lambda _m: None)[0]
     return three_digits(float(x.get("instructions_per_sample", 0.0)))
 

@@ -246,18 +246,6 @@ def test_a_truncated_wav_is_one_line_not_a_shorter_clip(tmp_path: Path,
                           "truncated WAV")
 
 
-@pytest.mark.parametrize("argv", [["generate", "parquet", "{out}", "--from", "{src}"],
-                                  ["advise", "{src}"]])
-def test_commands_that_write_images_refuse_an_audio_export_in_one_line(
-        argv: list[str], exports: dict[str, Path], tmp_path: Path,
-        capsys: pytest.CaptureFixture[str]) -> None:
-    # WebDataset's members name the kind sample by sample: the first one says audio.
-    given = [a.format(out=tmp_path / "out", src=exports["wds-flac"]) for a in argv]
-    assert main(given) == 2
-    assert_one_line_error(capsys.readouterr().err, argv[0], "samples carry audio: not built")
-    assert not (tmp_path / "out").exists()
-
-
 def test_a_clip_among_images_is_one_line_not_a_traceback(tmp_path: Path,
                                                          capsys: pytest.CaptureFixture[str]
                                                          ) -> None:

@@ -85,6 +85,9 @@ def counted(shards: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
     return out
 
 
+# These two share a fixture of three exact passes (26 s) and count once more beside a busy
+# neighbour (15 s): with the slow tests, which CI runs too.
+@pytest.mark.slow
 def test_the_count_is_the_same_whatever_the_window_workers_path_or_a_busy_neighbour(
         shards: dict[str, Path], counted: dict[str, Path]) -> None:
     quiet, copy = read_result(counted["plain"]), read_result(counted["copy"])
@@ -118,6 +121,7 @@ def test_the_count_is_the_same_whatever_the_window_workers_path_or_a_busy_neighb
     assert result["exact_cpu"]["checked"]
 
 
+@pytest.mark.slow
 def test_gzipped_shards_fail_the_gate_on_exact_cpu(
         counted: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "gz.json"

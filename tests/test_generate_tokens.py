@@ -19,8 +19,9 @@ from dsbench.adapters.survey import summarize
 from dsbench.cli import main
 from dsbench.errors import DsbenchError
 from dsbench.export.generate import generate
+from dsbench.export.payloads import TOKEN_LAYOUTS, TokensSpec
 from dsbench.export.reexport import reexport
-from dsbench.export.spec import TOKEN_LAYOUTS, TokensSpec, load_spec, parse_spec
+from dsbench.export.spec import load_spec, parse_spec
 from dsbench.export.synth import make_sample, make_tokens
 from dsbench.loader.pipeline import parse_fields
 
@@ -82,12 +83,12 @@ def test_generate_from_a_libraries_token_export_copies_every_id_and_carries_the_
 
 
 @pytest.mark.parametrize("more,needle", [
-    ({"image": {"codec": "jpeg"}}, "an image or token ids, not both"),
+    ({"image": {"codec": "jpeg"}}, "one of an image, token ids or an audio clip"),
     ({"layout": "lance"}, "dsbench writes token ids in wds, arrow, parquet, mds, litdata, hf"),
     ({"tokens": {"vocab": 70_000}}, "tokens.vocab: 70000 is out of range"),
     ({"tokens": {"dtype": "float32"}}, "tokens.dtype: 'float32' is not one of"),
     ({"tokens": {"median_length": 5, "min_length": 16}}, "tokens.median_length: 5 is out of"),
-    ({"fields": {"input_ids": {"type": "int"}}}, "other than 'image', 'key' or 'input_ids'")])
+    ({"fields": {"input_ids": {"type": "int"}}}, "other than 'image', 'key', 'input_ids'")])
 def test_a_bad_token_definition_names_its_key(more: dict[str, Any], needle: str) -> None:
     data = {**DEFINITION, "layout": "mds", **more}
     with pytest.raises(DsbenchError, match=needle.replace("(", r"\(").replace(")", r"\)")):
@@ -123,13 +124,16 @@ def test_advise_relays_a_token_export_in_the_layouts_that_hold_token_ids(
     out = tmp_path / "advice.json"
     assert main(["advise", str(source), "--layouts", "parquet,litdata,lance",
                  "--shard-sizes", "64MB", "--compressions", "none", "--budget", "6s",
-                 "--batch-size", "8", "--seq-len", "128", "--no-exact", "--json", str(out),
+                 "--batch-size", "8", "--seq-len", "128", "--exact", "--json", str(out),
                  "--write-definition", str(tmp_path / "advised.toml")]) == 0
     doc = json.loads(out.read_text())
     schema.validate(doc, "advice")
     assert [n["layout"] for n in doc["not_tried"]] == ["lance"]
     assert {r["name"].split("-")[0] for r in doc["table"][1:]} == {"parquet", "litdata"}
     assert all(r["definition"]["tokens"]["dtype"] == "uint16" for r in doc["table"][1:])
+    # The exact pass (a user's default) counts every side as a token pipeline (it decoded the ids
+    # as an image and failed before).
+    assert all(r["measured"]["instructions_per_sample"] > 0 for r in doc["table"])
 
 
 def test_a_token_candidates_definition_loads_back_as_the_same_writer(

@@ -38,17 +38,18 @@ from dsbench import fmt
 from dsbench.adapters import base
 from dsbench.advise.fields import BINARY, JSON, LIST, Found
 from dsbench.errors import DsbenchError
-from dsbench.export import carry
+from dsbench.export import carry, payload_copy
 from dsbench.export.encode import sample_members
-from dsbench.export.reexport import reencoded
-from dsbench.export.spec import (
-    LAYOUTS,
+from dsbench.export.payloads import (
+    AUDIO_CODECS,
+    AUDIO_LAYOUTS,
     TOKEN_LAYOUTS,
     TOKENS_NAME,
-    ExportSpec,
-    ImageSpec,
+    AudioSpec,
     TokensSpec,
 )
+from dsbench.export.reexport import reencoded
+from dsbench.export.spec import LAYOUTS, ExportSpec, ImageSpec
 
 DEFAULT_SHARD_BYTES = (64_000_000, 256_000_000, 1_000_000_000)
 # The formats written through their own libraries, by the module each needs.
@@ -123,7 +124,7 @@ def sample_bytes(spec: ExportSpec, raws: Sequence[base.RawSample], layout: str) 
     sizes = []
     for raw in raws:
         payload = {TOKENS_NAME: base.token_ids(raw.image)} if spec.tokens else \
-            {"image": raw.image}
+            {spec.payload: raw.image}
         sample = {**payload, **carry.carried_values(spec, plan, raw)}
         sizes.append(sum(len(b) for _, b in sample_members(spec, sample)))
     return sum(sizes) / len(sizes)
@@ -132,12 +133,13 @@ def sample_bytes(spec: ExportSpec, raws: Sequence[base.RawSample], layout: str) 
 def _spec(name: str, layout: str, found: Found, samples: int, image: ImageSpec, *,
           shard_samples: int = 1000, fields_as: str = "members", encoding: str = LIST,
           what: str = "", compression: str | None = None,
-          tokens: TokensSpec | None = None) -> ExportSpec:
+          tokens: TokensSpec | None = None, audio: AudioSpec | None = None) -> ExportSpec:
     fields = tuple(dataclasses.replace(f, encoding=encoding) if f.type == "embedding" else f
                    for f in found.fields)
     return ExportSpec(name=name, layout=layout, description=what, samples=samples,
                       shard_samples=shard_samples, fields_as=fields_as,
-                      image=image, fields=fields, compression=compression, tokens=tokens)
+                      image=image, fields=fields, compression=compression, tokens=tokens,
+                      audio=audio)
 
 
 def _installed(layout: str) -> bool:
@@ -207,14 +209,17 @@ def candidates(found: Found, raws: Sequence[base.RawSample], source_layout: str,
     with the reason; with `reencode`, each sharded candidate again with its images re-encoded
     as JPEG at each quality (named -qQ), sized by the re-encoded images."""
     tokens = None
-    if raws[0].codec == base.TOKENS:  # token ids, copied in their dtype (export.reexport)
-        if reencode:
-            raise DsbenchError("--reencode re-encodes images; this export's samples carry "
-                               "token ids")
+    codec = raws[0].codec
+    if (codec == base.TOKENS or codec in base.AUDIO_CODECS) and reencode:
+        raise DsbenchError("--reencode re-encodes images; this export's samples carry "
+                               f"{'token ids' if codec == base.TOKENS else 'audio clips'}")
+    if codec in base.AUDIO_CODECS:
+        return audio_candidates(found, raws, source_layout, samples, layouts, shard_sizes,
+                                compressions)
+    if codec == base.TOKENS:  # token ids, copied in their dtype (export.reexport)
         tokens = TokensSpec(dtype=str(base.token_ids(raws[0].image).dtype))
     out, skipped = _grid(found, raws, source_layout, samples, layouts, shard_sizes,
-                         compressions, ImageSpec(codec="jpeg" if tokens else raws[0].codec),
-                         tokens)
+                         compressions, ImageSpec(codec="jpeg" if tokens else codec), tokens)
     for q in reencode:
         image = ImageSpec(codec="jpeg", quality=q, reencode=True)
         again = [dataclasses.replace(r, image=reencoded(r.image, image, r.source, r.key),
@@ -225,13 +230,37 @@ def candidates(found: Found, raws: Sequence[base.RawSample], source_layout: str,
     return out, skipped
 
 
+def audio_candidates(found: Found, raws: Sequence[base.RawSample], source_layout: str,
+                     samples: int, layouts: Sequence[str], shard_sizes: Sequence[int],
+                     compressions: Sequence[str]) -> tuple[list[Candidate], list[Skipped]]:
+    """An audio export's grid: each layout and shard size with the clips in each codec dsbench
+    writes (FLAC, WAV), the source's own first (as stored), the other transcoded without loss
+    (named -wav or -flac; sized by the transcoded clips)."""
+    source = raws[0].codec
+    out: list[Candidate] = []
+    skipped: list[Skipped] = []
+    for codec in sorted(AUDIO_CODECS, key=lambda c: c != source):
+        audio = AudioSpec(codec=codec)
+        again = raws if codec == source else [
+            dataclasses.replace(r, image=payload_copy.clip(audio, r), codec=codec) for r in raws]
+        more, skipped = _grid(found, again, source_layout, samples, layouts, shard_sizes,
+                              compressions, ImageSpec(), audio=audio,
+                              transcoded_from=None if codec == source else source)
+        out += more
+    return out, skipped
+
+
 def _grid(found: Found, raws: Sequence[base.RawSample], source_layout: str, samples: int,
           layouts: Sequence[str], shard_sizes: Sequence[int], compressions: Sequence[str],
-          image: ImageSpec, tokens: TokensSpec | None = None
-          ) -> tuple[list[Candidate], list[Skipped]]:
+          image: ImageSpec, tokens: TokensSpec | None = None, audio: AudioSpec | None = None,
+          transcoded_from: str | None = None) -> tuple[list[Candidate], list[Skipped]]:
     tag = f"-q{image.quality}" if image.reencode else ""
     images = (f", images re-encoded as JPEG quality {image.quality} (changes the data)"
               if image.reencode else "")
+    if audio is not None and transcoded_from is not None:
+        tag = f"-{audio.codec}"
+        images = (f", clips as {audio.codec.upper()} (decoded from "
+                  f"{transcoded_from.upper()}, the same samples)")
     out: list[Candidate] = []
     skipped: list[Skipped] = []
     wanted = list(layouts)
@@ -247,6 +276,9 @@ def _grid(found: Found, raws: Sequence[base.RawSample], source_layout: str, samp
         if tokens and layout not in TOKEN_LAYOUTS:
             skipped.append(Skipped(layout, f"dsbench does not write token ids in {layout}"))
             continue
+        if audio and layout not in AUDIO_LAYOUTS:
+            skipped.append(Skipped(layout, f"dsbench does not write audio clips in {layout}"))
+            continue
         if layout in NO_BOXES and found.has("boxes"):
             skipped.append(Skipped(layout, f"{layout} has no type for a list of records "
                                            "(boxes)"))
@@ -258,14 +290,15 @@ def _grid(found: Found, raws: Sequence[base.RawSample], source_layout: str, samp
             as_members = (fields_as, BINARY if encoding == LIST else encoding)
             if as_members not in sizes:
                 probe = _spec("probe", "wds", found, samples, image, fields_as=fields_as,
-                              encoding=as_members[1], tokens=tokens)
+                              encoding=as_members[1], tokens=tokens, audio=audio)
                 sizes[as_members] = sample_bytes(probe, raws, source_layout)
             per_sample = sizes[as_members]
             if layout == "files":
                 name = f"files{suffix or '-binary'}{tag}"
                 out.append(Candidate(name, _spec(name, layout, found, samples, image,
                                                  fields_as=fields_as, encoding=encoding,
-                                                 what=what, tokens=tokens), None, enc, what))
+                                                 what=what, tokens=tokens, audio=audio),
+                                     None, enc, what))
                 continue
             for size in sorted(shard_sizes, reverse=True):
                 per_shard = max(1, round(size / per_sample))
@@ -278,7 +311,7 @@ def _grid(found: Found, raws: Sequence[base.RawSample], source_layout: str, samp
                 out.append(Candidate(name, _spec(name, layout, found, samples, image,
                                                  shard_samples=per_shard, fields_as=fields_as,
                                                  encoding=encoding, compression=compression,
-                                                 tokens=tokens,
+                                                 tokens=tokens, audio=audio,
                                                  what=f"{what}, about {fmt.nbytes(size)} "
                                                       f"({fmt.plural(per_shard, 'sample')}) "
                                                       "a shard"),

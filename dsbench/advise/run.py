@@ -15,12 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from dsbench import adapters, atomic, fmt
+from dsbench.adapters.survey import audio_rate
 from dsbench.advise import advice, definition, grid, staging
 from dsbench.advise.fields import found_fields
 from dsbench.advise.search import level_for, search
 from dsbench.errors import DsbenchError
+from dsbench.export.payloads import AudioSpec, TokensSpec
 from dsbench.export.reexport import count_units, first_samples, reexport
-from dsbench.export.spec import ExportSpec, FieldSpec, ImageSpec, TokensSpec
+from dsbench.export.spec import ExportSpec, FieldSpec, ImageSpec
 from dsbench.loader import exact, orphans, summary
 from dsbench.loader.options import BenchOptions
 from dsbench.loader.sampling import RANDOM_ACCESS, RANDOM_ACCESS_LAYOUTS, check_random_access
@@ -101,9 +103,9 @@ def advise(source: str, opts: AdviseOptions, bench: BenchOptions, cluster: Clust
     in_store = loc if isinstance(loc, RemotePath) else None
     staging.check(in_store, opts.stage_url)
     export = adapters.open_export(source, opts.layout)
-    if adapters.base.kind_of(export) != adapters.base.TOKENS:
-        adapters.base.images_only(export, "advise re-lays an export's images or token ids in "
-                                  "the candidate layouts")
+    if adapters.base.kind_of(export) not in (adapters.base.TOKENS, adapters.base.AUDIO):
+        adapters.base.images_only(export, "advise re-lays an export's images, token ids or "
+                                  "audio clips in the candidate layouts")
     total = sum(count_units(export, export.units(), opts.samples or DEFAULT_SAMPLES))
     if opts.samples is None:
         opts = dataclasses.replace(opts, samples=min(DEFAULT_SAMPLES, total))
@@ -133,6 +135,12 @@ def advise(source: str, opts: AdviseOptions, bench: BenchOptions, cluster: Clust
     if not cands:
         raise DsbenchError("no layout of --layouts can hold this export's fields", path=source)
     # The passes time the candidates; the exact pass counts those of the last one, after.
+    # The exact pass is run here, outside the benchmark that sets each side for what its
+    # samples carry: token ids are cropped to --seq-len, clips at their rate, not decoded as
+    # images.
+    kind = adapters.base.kind_of(export)
+    bench = dataclasses.replace(bench, found_kind=kind, found_rate=audio_rate(export, source)
+                                if kind == adapters.base.AUDIO else None)
     base_opts = dataclasses.replace(bench, layout=opts.layout, exact=False)
     cand_opts = dataclasses.replace(bench, layout=None, exact=False)
     with work_dir(opts.work_dir) as root, \
@@ -231,5 +239,6 @@ def definition_of(row: dict[str, Any]) -> ExportSpec:
     d = dict(row["definition"])
     d["image"] = ImageSpec(**d["image"])
     d["tokens"] = TokensSpec(**d["tokens"]) if d.get("tokens") else None
+    d["audio"] = AudioSpec(**d["audio"]) if d.get("audio") else None
     d["fields"] = tuple(FieldSpec(**{**f, "words": tuple(f["words"])}) for f in d["fields"])
     return ExportSpec(**d)

@@ -8,6 +8,7 @@ from pathlib import Path
 from dsbench import atomic, fmt
 from dsbench.commands import vocabulary
 from dsbench.commands.options import (
+    add_clip_argument,
     add_cluster_arguments,
     add_exact_arguments,
     add_json_argument,
@@ -107,6 +108,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     m.add_argument("--layout", choices=sorted(FORMATS), default=None,
                    help="read as this layout instead of detecting it")
     add_seq_len_argument(m)
+    add_clip_argument(m)
     add_exact_arguments(m, BenchOptions(), "count CPU instructions per sample by stage, "
                         "exactly: after the last pass, of the export and its candidates")
     add_cluster_arguments(p, DEMO_CLUSTER, "the cluster each candidate is carried to (a "
@@ -144,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
     bench = BenchOptions(workers=(args.workers,), batch_size=args.batch_size,
                          decoder=args.decoder, order=args.order, step=args.pipeline,
                          block=args.block, exact=args.exact, exact_samples=args.exact_samples,
-                         seq_len=args.seq_len)
+                         seq_len=args.seq_len, clip_s=args.clip_seconds)
     cluster, sources = cluster_from_args(args, DEMO_CLUSTER)
     if sources["storage"] == "default" and args.path.lower().startswith("s3://"):
         # The demo's shared filesystem is not where this job reads from: S3's published

@@ -95,7 +95,8 @@ def _summary(name: str, r: ReexportReport) -> list[str]:
                for n, src in r.fields.carried]
     lines = [_written(name, r),
              f"  source: {r.source} ({r.layout}), {r.subset}",
-             (f"  images: copied byte for byte as stored ({r.codec}); the definition's image "
+             (f"  {r.payload['codec']}: {r.payload['copied']}" if r.payload is not None else
+              f"  images: copied byte for byte as stored ({r.codec}); the definition's image "
               "settings (codec, quality, sizes) are not applied" if r.reencoded is None else
               f"  images: {r.codec} decoded and re-encoded as {r.reencoded[0]}"
               + (f" quality {r.reencoded[1]}" if r.reencoded[0] == "jpeg" else " (lossless)")

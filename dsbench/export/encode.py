@@ -33,7 +33,8 @@ import pyarrow as pa
 
 from dsbench.adapters import base
 from dsbench.adapters.columns import CODEC, ENCODING, KIND
-from dsbench.export.spec import TOKENS_NAME, ExportSpec, FieldSpec, member_ext
+from dsbench.export.payloads import TOKENS_NAME
+from dsbench.export.spec import ExportSpec, FieldSpec, member_ext
 
 BOX_TYPE = pa.struct([("x", pa.float32()), ("y", pa.float32()), ("w", pa.float32()),
                       ("h", pa.float32()), ("cls", pa.int32())])
@@ -80,7 +81,8 @@ def _npy(ids: np.ndarray) -> bytes:
 def sample_members(spec: ExportSpec, sample: dict[str, Any]) -> list[tuple[str, bytes]]:
     """(extension, bytes) of every member of a synthetic sample, image (or token ids, as a
     NumPy .npy file) first, in spec order."""
-    out = [(spec.payload_ext, _npy(sample[TOKENS_NAME]) if spec.tokens else sample["image"])]
+    out = [(spec.payload_ext, _npy(sample[TOKENS_NAME]) if spec.tokens else
+            sample[spec.payload])]
     if spec.fields_as == "json":
         doc = {f.name: _json_value(f, sample[f.name]) for f in spec.fields if not _binary(f)}
         out.append(("json", json.dumps(doc).encode("utf-8")))
@@ -106,11 +108,14 @@ def _field_type(f: FieldSpec) -> tuple[pa.DataType, str]:
 
 def export_schema(spec: ExportSpec) -> pa.Schema:
     """The Arrow schema of an export written from `spec` (see the module docstring)."""
-    columns = [pa.field("key", pa.string()),
-               pa.field(TOKENS_NAME, pa.list_(pa.from_numpy_dtype(np.dtype(spec.tokens.dtype))))
-               if spec.tokens else
-               pa.field("image", pa.binary(),
-                        metadata={KIND: b"image", CODEC: spec.image.codec.encode()})]
+    columns = [pa.field("key", pa.string())]
+    if spec.tokens:
+        columns.append(pa.field(TOKENS_NAME,
+                                pa.list_(pa.from_numpy_dtype(np.dtype(spec.tokens.dtype)))))
+    else:
+        codec = spec.audio.codec if spec.audio else spec.image.codec
+        columns.append(pa.field(spec.payload, pa.binary(),
+                                metadata={KIND: spec.kind.encode(), CODEC: codec.encode()}))
     for f in spec.fields:
         ftype, enc = _field_type(f)
         columns.append(pa.field(f.name, ftype, metadata={KIND: f.type.encode(),
@@ -145,6 +150,6 @@ def to_record_batch(spec: ExportSpec, samples: list[dict[str, Any]]) -> pa.Recor
     arrays = [pa.array([s["__key__"] for s in samples], pa.string()),
               _token_lists([s[TOKENS_NAME] for s in samples], spec.tokens.dtype) if spec.tokens
               else
-              pa.array([s["image"] for s in samples], pa.binary())]
+              pa.array([s[spec.payload] for s in samples], pa.binary())]
     arrays += [_field_array(f, [s[f.name] for s in samples]) for f in spec.fields]
     return pa.RecordBatch.from_arrays(arrays, schema=export_schema(spec))

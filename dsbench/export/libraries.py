@@ -42,7 +42,8 @@ import numpy as np
 
 from dsbench import atomic
 from dsbench.errors import DsbenchError
-from dsbench.export.spec import TOKENS_NAME, ExportSpec, FieldSpec
+from dsbench.export.payloads import AUDIO_NAME, TOKENS_NAME
+from dsbench.export.spec import ExportSpec, FieldSpec
 
 Samples = list[dict[str, Any]]
 UNITS = ".units"  # where litdata's and save_to_disk's units wait for `finish`
@@ -90,7 +91,9 @@ def _jpeg_file(data: bytes) -> Iterator[Any]:
 # ---- MDS -------------------------------------------------------------------------------------
 
 def _mds_columns(spec: ExportSpec) -> dict[str, str]:
+    # A clip is a bytes column: MDS has no audio encoding.
     columns = ({"key": "str", TOKENS_NAME: f"ndarray:{spec.tokens.dtype}"} if spec.tokens else
+               {"key": "str", AUDIO_NAME: "bytes"} if spec.audio else
                {"key": "str", "image": "jpeg" if spec.image.codec == "jpeg" else "bytes"})
     for f in spec.fields:
         columns[f.name] = {"int": "int", "string": "str", "boxes": "json"}.get(
@@ -118,8 +121,8 @@ def write_mds(spec: ExportSpec, out: Path, unit: int, total: int, samples: Sampl
         for s in samples:
             row = {"key": s["__key__"]}
             row.update({f.name: _mds_value(f, s[f.name]) for f in spec.fields})
-            if spec.tokens:
-                writer.write({**row, TOKENS_NAME: s[TOKENS_NAME]})
+            if spec.kind != "image":
+                writer.write({**row, spec.payload: s[spec.payload]})
             elif columns["image"] == "jpeg":
                 with _jpeg_file(s["image"]) as im:
                     writer.write({**row, "image": im})
@@ -143,8 +146,10 @@ def finish_mds(spec: ExportSpec, out: Path, total: int) -> None:
 
 def _lit_row(spec: ExportSpec, s: dict[str, Any]) -> dict[str, Any]:
     litdata = require("litdata", "litdata")
-    if spec.tokens:  # a NumPy leaf: litdata's numpy serializer, the dtype in its header
-        row: dict[str, Any] = {"key": s["__key__"], TOKENS_NAME: s[TOKENS_NAME]}
+    # Token ids are a NumPy leaf (litdata's numpy serializer, the dtype in its header); a clip
+    # is a bytes leaf, which litdata stores with the other plain values as Arrow rows.
+    if spec.kind != "image":
+        row: dict[str, Any] = {"key": s["__key__"], spec.payload: s[spec.payload]}
     else:
         image = (litdata.Image(bytes=s["image"]) if spec.image.codec in ("jpeg", "png", "webp")
                  else s["image"])
@@ -200,7 +205,7 @@ def hf_features(spec: ExportSpec) -> Any:
     box = {k: datasets.Value("int32" if k == "cls" else "float32") for k in BOX_KEYS}
     features = {"key": datasets.Value("string")} | (
         {TOKENS_NAME: datasets.Sequence(datasets.Value(spec.tokens.dtype))} if spec.tokens
-        else {"image": datasets.Image()})
+        else {AUDIO_NAME: datasets.Audio()} if spec.audio else {"image": datasets.Image()})
     for f in spec.fields:
         # An int of a few classes is a label; of more, an id (a document's): a ClassLabel would
         # store every class's name in each shard's schema (1e6 names: 10 MB a shard).
@@ -219,7 +224,12 @@ def _hf_dataset(spec: ExportSpec, samples: Samples) -> Any:
     if spec.tokens:
         columns[TOKENS_NAME] = [s[TOKENS_NAME] for s in samples]
     else:
-        columns["image"] = [{"bytes": s["image"], "path": None} for s in samples]
+        # The encoded file as it is: `datasets` stores an Image's or Audio's bytes without
+        # decoding them. An Audio keeps its file's name (the codec is in its extension).
+        ext = spec.audio.ext if spec.audio else None
+        columns[spec.payload] = [{"bytes": s[spec.payload],
+                                  "path": f"{s['__key__']}.{ext}" if ext else None}
+                                 for s in samples]
     for f in spec.fields:
         values = [s[f.name] for s in samples]
         if f.type == "boxes":
@@ -282,9 +292,11 @@ def tfrecord_paths(spec: ExportSpec, out: Path, unit: int, total: int) -> list[P
 
 
 def _tf_example(spec: ExportSpec, s: dict[str, Any]) -> dict[str, tuple[Any, str]]:
-    ex: dict[str, tuple[Any, str]] = {"image/encoded": (s["image"], "byte"),
-                                      "image/format": (spec.image.codec.encode(), "byte"),
-                                      "key": (s["__key__"].encode(), "byte")}
+    ex: dict[str, tuple[Any, str]] = (
+        {AUDIO_NAME: (s[AUDIO_NAME], "byte")} if spec.audio else
+        {"image/encoded": (s["image"], "byte"),
+         "image/format": (spec.image.codec.encode(), "byte")}) | {
+        "key": (s["__key__"].encode(), "byte")}
     for f in spec.fields:
         v = s[f.name]
         if f.type == "int":

@@ -38,11 +38,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from dsbench import adapters
 from dsbench.adapters import base
 from dsbench.errors import DsbenchError, SampleError
+from dsbench.export import payload_copy
 from dsbench.export.carry import FieldPlan, carried_values, plan_fields, source_fields
 from dsbench.export.generate import (
     GenerateReport,
@@ -56,8 +55,9 @@ from dsbench.export.generate import (
     unit_ranges,
     write_manifest,
 )
+from dsbench.export.payloads import AUDIO_NAME, TOKENS_NAME
 from dsbench.export.pool import worker_pool
-from dsbench.export.spec import IMAGE_EXT, TOKEN_DTYPES, TOKENS_NAME, ExportSpec, ImageSpec
+from dsbench.export.spec import IMAGE_EXT, ExportSpec, ImageSpec
 from dsbench.export.synth import sample_key, synthesised_field
 from dsbench.export.write import writer_of
 from dsbench.fmt import Progress
@@ -77,6 +77,8 @@ class ReexportReport(GenerateReport):
     fields: FieldPlan
     ignored: tuple[str, ...] = ()  # files under the source its layout does not read
     reencoded: tuple[str, int] | None = None  # (codec, quality) the images were re-encoded as
+    # Token ids or clips in place of images: how they were copied (payload_copy.copied)
+    payload: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -141,24 +143,12 @@ def _reencoded_as(image: ImageSpec) -> str:
             else "re-encoded, lossless png")
 
 
-def _ids(spec: ExportSpec, raw: base.RawSample) -> np.ndarray:
-    """A token sample's ids, copied as stored; a sample of another kind or dtype is one line."""
-    assert spec.tokens is not None
-    try:
-        ids = base.token_ids(raw.image) if raw.codec == base.TOKENS else None
-    except ValueError as exc:
-        raise SampleError(f"cannot read its token ids: {exc}", path=raw.source,
-                          key=raw.key) from None
-    if ids is None or ids.dtype != np.dtype(spec.tokens.dtype):
-        raise SampleError(f"{'ids of ' + str(ids.dtype) if ids is not None else raw.codec}, "
-                          f"but {spec.tokens.dtype} token ids in the source's first sample: a "
-                          "re-export copies them as stored", path=raw.source, key=raw.key)
-    return np.array(ids)
-
-
 def _sample(job: _Job, index: int, raw: base.RawSample) -> dict[str, Any]:
     if job.spec.tokens:
-        sample: dict[str, Any] = {"__key__": sample_key(index), TOKENS_NAME: _ids(job.spec, raw)}
+        sample: dict[str, Any] = {"__key__": sample_key(index),
+                                  TOKENS_NAME: payload_copy.ids(job.spec, raw)}
+    elif job.spec.audio:
+        sample = {"__key__": sample_key(index), AUDIO_NAME: payload_copy.clip(job.spec, raw)}
     elif job.spec.image.reencode:
         image = reencoded(raw.image, job.spec.image, raw.source, raw.key)
     elif raw.codec != job.spec.image.codec:
@@ -167,7 +157,7 @@ def _sample(job: _Job, index: int, raw: base.RawSample) -> dict[str, Any]:
                           path=raw.source, key=raw.key)
     else:
         image = raw.image
-    if not job.spec.tokens:
+    if job.spec.kind == "image":
         sample = {"__key__": sample_key(index), "image": image}
     sample.update(carried_values(job.spec, job.fields, raw))
     for name in job.fields.synthesised:
@@ -237,35 +227,6 @@ def _jobs(todo: list[Range], starts: list[int], workers: int) -> list[list[Range
     return groups
 
 
-def _payload_spec(spec: ExportSpec, export: base.Export, first: base.RawSample,
-                  where: str) -> ExportSpec:
-    """`spec` for what the source's samples carry: a token definition for token ids (their
-    dtype the source's, as stored), an image one for images; other kinds, or a definition of
-    the other kind, one line before anything is written."""
-    kind = base.kind_of(export)
-    if kind not in ("image", base.TOKENS):
-        base.images_only(export, "a re-export writes the source's images or token ids in the "
-                         "definition's layout")
-    if (kind == base.TOKENS) != (spec.tokens is not None):
-        carried, made = ("token ids", "images") if kind == base.TOKENS else ("images",
-                                                                            "token ids")
-        raise DsbenchError(f"the source's samples carry {carried}, and the definition "
-                           f"{spec.name!r} makes {made}: use a definition "
-                           f"{'with' if kind == base.TOKENS else 'without'} [tokens]",
-                           path=where)
-    if spec.tokens is None:
-        return spec
-    try:
-        dtype = str(base.token_ids(first.image).dtype)
-    except ValueError as exc:
-        raise DsbenchError(f"cannot read its token ids: {exc}", path=first.source,
-                           key=first.key) from None
-    if dtype not in TOKEN_DTYPES:
-        raise DsbenchError(f"token ids of {dtype}: a re-export writes "
-                           f"{', '.join(TOKEN_DTYPES)}", path=first.source, key=first.key)
-    return dataclasses.replace(spec, tokens=dataclasses.replace(spec.tokens, dtype=dtype))
-
-
 def first_samples(export: base.Export, n: int, where: str) -> list[base.RawSample]:
     """The export's first `n` samples in its unit order (fewer if it holds fewer)."""
     reader = iter(export.read_units(export.units()))
@@ -316,8 +277,8 @@ def reexport(spec: ExportSpec, out_dir: str | Path, source: str, samples: int | 
                            "outside it", path=out)
     export = adapters.open_export(source, layout)
     first = first_samples(export, 1, source)[0]
-    spec = _payload_spec(spec, export, first, source)
-    if not spec.tokens and first.codec not in IMAGE_EXT:
+    spec = payload_copy.kind_spec(spec, export, first, source)
+    if spec.kind == "image" and first.codec not in IMAGE_EXT:
         raise DsbenchError(f"the images are {first.codec}: a re-export copies them as stored "
                            f"and can write {', '.join(IMAGE_EXT)} images",
                            path=first.source, key=first.key)
@@ -326,7 +287,9 @@ def reexport(spec: ExportSpec, out_dir: str | Path, source: str, samples: int | 
     # written, from the first sample.
     carried_values(spec, fields, first)
     if spec.tokens:
-        pass  # the ids are copied as stored, in the source's dtype (_payload_spec)
+        pass  # the ids are copied as stored, in the source's dtype (payload_copy.kind_spec)
+    elif spec.audio:
+        payload_copy.clip(spec, first)  # a clip that does not transcode: said before writing
     elif spec.image.reencode:
         # Said before anything is written, from the first sample.
         reencoded(first.image, spec.image, first.source, first.key)
@@ -347,12 +310,11 @@ def reexport(spec: ExportSpec, out_dir: str | Path, source: str, samples: int | 
         starts.append(starts[-1] + c)
     subset = (f"the first {n} samples in its unit order" if samples is not None
               else f"all {n} samples")
+    copied = payload_copy.copied(spec, first.codec) if spec.kind != "image" else None
     provenance = {"path": where, "layout": export.layout, "samples": n, "subset": subset,
-                  "units": len(counts), "images": {
-                      "codec": f"token ids ({spec.tokens.dtype})" if spec.tokens
-                      else spec.image.codec,
-                      "copied": ("id for id, as stored" if spec.tokens else
-                                 _reencoded_as(spec.image) if spec.image.reencode
+                  "units": len(counts), "images": copied or {
+                      "codec": spec.image.codec,
+                      "copied": (_reencoded_as(spec.image) if spec.image.reencode
                                  else "byte for byte, as stored")},
                   "fields": fields.provenance()}
     prepare(out, manifest(spec, n, seed, complete=False, source=provenance))
@@ -386,4 +348,5 @@ def reexport(spec: ExportSpec, out_dir: str | Path, source: str, samples: int | 
                           layout=export.layout, codec=first.codec, subset=subset,
                           fields=fields, ignored=tuple(export.ignored),
                           reencoded=((spec.image.codec, spec.image.quality)
-                                     if spec.image.reencode else None))
+                                     if spec.image.reencode else None),
+                          payload=copied)

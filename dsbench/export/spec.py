@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from dsbench import atomic
 from dsbench.errors import DsbenchError
+from dsbench.export import payloads
+from dsbench.export.keys import fail, take_choice, take_int, unknown
+from dsbench.export.payloads import AUDIO_NAME, TOKENS_NAME, AudioSpec, TokensSpec
 
 LAYOUTS = ("files", "wds", "arrow", "parquet", "mds", "litdata", "hf", "lance", "tfrecord")
 # Layouts written through their format's own library (export.libraries).
@@ -42,12 +43,6 @@ IMAGE_EXT = {"jpeg": "jpg", "png": "png", "raw": "npy", "webp": "webp", "ppm": "
 
 # The most samples an export may hold: in a definition and as generate --samples.
 MAX_SAMPLES = 10**9
-# Token exports: the layouts whose writers store token ids (an integer array per sample), the
-# dtypes they store them as, and the payload's name in every layout (a member `input_ids.npy`).
-TOKEN_LAYOUTS = ("wds", "arrow", "parquet", "mds", "litdata", "hf")
-TOKEN_DTYPES = ("uint16", "uint32", "int32", "int64")
-TOKENS_NAME = "input_ids"
-
 @dataclass(frozen=True)
 class ImageSpec:
     codec: str = "jpeg"
@@ -65,22 +60,6 @@ class ImageSpec:
     @property
     def ext(self) -> str:
         return IMAGE_EXT[self.codec]
-
-
-@dataclass(frozen=True)
-class TokensSpec:
-    """Token ids in place of an image: each sample one document of `vocab` ids drawn by Zipf's
-    law (p(rank k) ~ 1 / k^zipf, as words in text), its length log-normal around
-    `median_length` ids (spread `sigma`, as web documents' lengths are) within [min_length,
-    max_length], stored as `dtype`."""
-
-    vocab: int = 50_000
-    dtype: str = "uint16"
-    zipf: float = 1.1
-    median_length: int = 400
-    sigma: float = 1.0
-    min_length: int = 16
-    max_length: int = 8192
 
 
 @dataclass(frozen=True)
@@ -117,6 +96,7 @@ class ExportSpec:
     form: str = "save_to_disk"  # hf: save_to_disk's layout, or the Hub's Parquet ("hub")
     compression: str | None = None  # mds, litdata, arrow: how their shards are compressed
     tokens: TokensSpec | None = None  # token ids per sample, not an image
+    audio: AudioSpec | None = None  # an encoded clip per sample, not an image
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for manifests and result documents. `image.reencode`,
@@ -126,14 +106,28 @@ class ExportSpec:
         for key in ("reencode", "progressive"):
             if not getattr(self.image, key):
                 del out["image"][key]
-        if self.tokens is None:
-            del out["tokens"]
+        for key in ("tokens", "audio"):
+            if getattr(self, key) is None:
+                del out[key]
         return out
 
     @property
+    def kind(self) -> str:
+        """What each sample carries: "image", "tokens" or "audio"."""
+        return "tokens" if self.tokens else "audio" if self.audio else "image"
+
+    @property
+    def payload(self) -> str:
+        """The payload's key in a synthetic sample, and its column's name in every layout."""
+        return TOKENS_NAME if self.tokens else AUDIO_NAME if self.audio else "image"
+
+    @property
     def payload_ext(self) -> str:
-        """The payload's member extension (wds, files): the image's, or the token ids' .npy."""
-        return f"{TOKENS_NAME}.npy" if self.tokens else self.image.ext
+        """The payload's member extension (wds): the image's, the token ids' .npy, the clip's
+        codec."""
+        if self.tokens:
+            return f"{TOKENS_NAME}.npy"
+        return self.audio.ext if self.audio else self.image.ext
 
     def field(self, name: str) -> FieldSpec:
         for f in self.fields:
@@ -144,7 +138,7 @@ class ExportSpec:
 
 _TOP_KEYS = {
     "name", "description", "layout", "samples", "shard_samples", "fields_as", "files_per_dir",
-    "image", "fields", "form", "compression", "tokens",
+    "image", "fields", "form", "compression", "tokens", "audio",
 }
 _IMAGE_KEYS = {"codec", "quality", "sizes", "width", "height", "reencode", "progressive"}
 _FIELD_KEYS = {
@@ -155,128 +149,74 @@ _FIELD_KEYS = {
 }
 
 
-def _fail(src: str, key: str, message: str) -> DsbenchError:
-    return DsbenchError(f"{key}: {message}", path=src)
-
-
-def _take_int(src: str, key: str, value: Any, lo: int, hi: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _fail(src, key, f"expected an integer, got {value!r}")
-    if not lo <= value <= hi:
-        raise _fail(src, key, f"{value} is out of range [{lo}, {hi}]")
-    return value
-
-
-def _take_choice(src: str, key: str, value: Any, choices: tuple[str, ...]) -> str:
-    if value not in choices:
-        raise _fail(src, key, f"{value!r} is not one of {', '.join(choices)}")
-    return str(value)
-
-
-def _unknown(src: str, prefix: str, table: dict[str, Any], allowed: set[str]) -> None:
-    extra = sorted(set(table) - allowed)
-    if extra:
-        raise _fail(src, prefix + extra[0], f"unknown key (allowed: {', '.join(sorted(allowed))})")
-
-
 def _image(src: str, raw: Any) -> ImageSpec:
     if not isinstance(raw, dict):
-        raise _fail(src, "image", "expected a table")
-    _unknown(src, "image.", raw, _IMAGE_KEYS)
-    codec = _take_choice(src, "image.codec", raw.get("codec", "jpeg"), CODECS)
+        raise fail(src, "image", "expected a table")
+    unknown(src, "image.", raw, _IMAGE_KEYS)
+    codec = take_choice(src, "image.codec", raw.get("codec", "jpeg"), CODECS)
     reencode = raw.get("reencode", False)
     if not isinstance(reencode, bool):
-        raise _fail(src, "image.reencode", f"expected true or false, got {reencode!r}")
+        raise fail(src, "image.reencode", f"expected true or false, got {reencode!r}")
     if reencode and codec not in REENCODE_CODECS:
-        raise _fail(src, "image.reencode", f"re-encodes as {' or '.join(REENCODE_CODECS)}, "
-                    f"not {codec}")
+        raise fail(src, "image.reencode", f"re-encodes as {' or '.join(REENCODE_CODECS)}, "
+                   f"not {codec}")
     progressive = raw.get("progressive", False)
     if not isinstance(progressive, bool):
-        raise _fail(src, "image.progressive", f"expected true or false, got {progressive!r}")
+        raise fail(src, "image.progressive", f"expected true or false, got {progressive!r}")
     if progressive and codec != "jpeg":
-        raise _fail(src, "image.progressive", f"a JPEG's encoding, not {codec}'s")
+        raise fail(src, "image.progressive", f"a JPEG's encoding, not {codec}'s")
     return ImageSpec(
         reencode=reencode,
         progressive=progressive,
         codec=codec,
-        quality=_take_int(src, "image.quality", raw.get("quality", 90), 1, 100),
-        sizes=_take_choice(src, "image.sizes", raw.get("sizes", "imagenet"), SIZE_DISTRIBUTIONS),
-        width=_take_int(src, "image.width", raw.get("width", 500), 8, 8192),
-        height=_take_int(src, "image.height", raw.get("height", 375), 8, 8192),
+        quality=take_int(src, "image.quality", raw.get("quality", 90), 1, 100),
+        sizes=take_choice(src, "image.sizes", raw.get("sizes", "imagenet"), SIZE_DISTRIBUTIONS),
+        width=take_int(src, "image.width", raw.get("width", 500), 8, 8192),
+        height=take_int(src, "image.height", raw.get("height", 375), 8, 8192),
     )
-
-
-_TOKENS_KEYS = {"vocab", "dtype", "zipf", "median_length", "sigma", "min_length",
-                "max_length"}
-
-
-def _number(src: str, key: str, value: Any, lo: float, hi: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not lo <= value <= hi:
-        raise _fail(src, key, f"expected a number in [{lo}, {hi}], got {value!r}")
-    return float(value)
-
-
-def _tokens(src: str, raw: Any, layout: str) -> TokensSpec:
-    if not isinstance(raw, dict):
-        raise _fail(src, "tokens", "expected a table")
-    _unknown(src, "tokens.", raw, _TOKENS_KEYS)
-    if layout not in TOKEN_LAYOUTS:
-        raise _fail(src, "tokens", f"dsbench writes token ids in {', '.join(TOKEN_LAYOUTS)}, "
-                    f"not {layout}")
-    d = TokensSpec()
-    dtype = _take_choice(src, "tokens.dtype", raw.get("dtype", d.dtype), TOKEN_DTYPES)
-    vocab = _take_int(src, "tokens.vocab", raw.get("vocab", d.vocab), 2,
-                      int(min(np.iinfo(dtype).max, 2**31 - 1)) + 1)
-    lo = _take_int(src, "tokens.min_length", raw.get("min_length", d.min_length), 1, 10**7)
-    hi = _take_int(src, "tokens.max_length", raw.get("max_length", d.max_length), lo, 10**7)
-    return TokensSpec(vocab=vocab, dtype=dtype,
-                      zipf=_number(src, "tokens.zipf", raw.get("zipf", d.zipf), 0.0, 5.0),
-                      median_length=_take_int(src, "tokens.median_length",
-                                              raw.get("median_length", d.median_length), lo, hi),
-                      sigma=_number(src, "tokens.sigma", raw.get("sigma", d.sigma), 0.0, 5.0),
-                      min_length=lo, max_length=hi)
 
 
 def _field(src: str, name: str, raw: Any, layout: str) -> FieldSpec:
     key = f"fields.{name}"
     if not isinstance(raw, dict):
-        raise _fail(src, key, "expected a table")
-    if not name.isidentifier() or name in ("image", "key", TOKENS_NAME) or name.startswith("__"):
-        raise _fail(src, key, "a field name must be an identifier other than 'image', 'key' or "
-                    f"'{TOKENS_NAME}'")
-    ftype = _take_choice(src, key + ".type", raw.get("type"), FIELD_TYPES)
-    _unknown(src, key + ".", raw, _FIELD_KEYS[ftype])
+        raise fail(src, key, "expected a table")
+    if not name.isidentifier() or name in ("image", "key", TOKENS_NAME, AUDIO_NAME) \
+            or name.startswith("__"):
+        raise fail(src, key, "a field name must be an identifier other than 'image', 'key', "
+                   f"'{TOKENS_NAME}' or '{AUDIO_NAME}'")
+    ftype = take_choice(src, key + ".type", raw.get("type"), FIELD_TYPES)
+    unknown(src, key + ".", raw, _FIELD_KEYS[ftype])
     ext = raw.get("ext", "")
     if not isinstance(ext, str) or (ext and not all(p.isalnum() for p in ext.split("."))):
-        raise _fail(src, key + ".ext", f"{ext!r} is not a member extension like 'cls' or 'emb.f32'")
+        raise fail(src, key + ".ext", f"{ext!r} is not a member extension like 'cls' or 'emb.f32'")
     if ftype == "int":
-        return FieldSpec(name, ftype, classes=_take_int(src, key + ".classes",
-                                                        raw.get("classes", 1000), 1, 2**31 - 1),
+        return FieldSpec(name, ftype, classes=take_int(src, key + ".classes",
+                                                       raw.get("classes", 1000), 1, 2**31 - 1),
                          ext=ext)
     if ftype == "string":
         words = raw.get("words", [5, 20])
         if (not isinstance(words, list) or len(words) != 2
                 or not all(isinstance(w, int) and not isinstance(w, bool) for w in words)
                 or not 0 <= words[0] <= words[1] <= 10_000):
-            raise _fail(src, key + ".words", f"expected [min, max] word counts, got {words!r}")
+            raise fail(src, key + ".words", f"expected [min, max] word counts, got {words!r}")
         return FieldSpec(name, ftype, words=(words[0], words[1]), ext=ext)
     if ftype == "embedding":
         if "dim" not in raw:
-            raise _fail(src, key + ".dim", "an embedding needs its dimension")
-        encoding = _take_choice(src, key + ".encoding", raw.get("encoding", "binary"),
-                                EMBEDDING_ENCODINGS)
+            raise fail(src, key + ".dim", "an embedding needs its dimension")
+        encoding = take_choice(src, key + ".encoding", raw.get("encoding", "binary"),
+                               EMBEDDING_ENCODINGS)
         if encoding == "list" and layout not in ("arrow", "parquet", *LIBRARY_LAYOUTS):
-            raise _fail(src, key + ".encoding",
-                        "'list' is a columnar encoding; use 'binary' or 'json' for " + layout)
+            raise fail(src, key + ".encoding",
+                       "'list' is a columnar encoding; use 'binary' or 'json' for " + layout)
         if encoding == "json" and layout in ("litdata", "hf", "tfrecord"):
-            raise _fail(src, key + ".encoding", f"{layout} stores an embedding as a float32 "
-                        "array; use 'list'")
-        return FieldSpec(name, ftype, dim=_take_int(src, key + ".dim", raw["dim"], 1, 65536),
+            raise fail(src, key + ".encoding", f"{layout} stores an embedding as a float32 "
+                       "array; use 'list'")
+        return FieldSpec(name, ftype, dim=take_int(src, key + ".dim", raw["dim"], 1, 65536),
                          encoding=encoding, ext=ext)
     if layout in ("litdata", "tfrecord"):
-        raise _fail(src, key + ".type", f"{layout} has no list-of-records type for boxes (a "
-                    "variable list of records); leave the field out")
-    max_boxes = _take_int(src, key + ".max_boxes", raw.get("max_boxes", 8), 0, 10_000)
+        raise fail(src, key + ".type", f"{layout} has no list-of-records type for boxes (a "
+                   "variable list of records); leave the field out")
+    max_boxes = take_int(src, key + ".max_boxes", raw.get("max_boxes", 8), 0, 10_000)
     return FieldSpec(name, ftype, max_boxes=max_boxes, ext=ext)
 
 
@@ -284,9 +224,9 @@ def _compression(src: str, layout: str, value: Any) -> str | None:
     if value is None:
         return None
     if layout not in COMPRESSIONS:
-        raise _fail(src, "compression", f"{layout} shards are not compressed by dsbench's "
-                    f"writer ({', '.join(COMPRESSIONS)} shards are)")
-    return _take_choice(src, "compression", value, COMPRESSIONS[layout])
+        raise fail(src, "compression", f"{layout} shards are not compressed by dsbench's "
+                   f"writer ({', '.join(COMPRESSIONS)} shards are)")
+    return take_choice(src, "compression", value, COMPRESSIONS[layout])
 
 
 def member_ext(spec: ExportSpec, f: FieldSpec) -> str:
@@ -303,48 +243,52 @@ def member_ext(spec: ExportSpec, f: FieldSpec) -> str:
 
 
 def parse_spec(data: dict[str, Any], source: str) -> ExportSpec:
-    _unknown(source, "", data, _TOP_KEYS)
+    unknown(source, "", data, _TOP_KEYS)
     for required in ("name", "layout"):
         if required not in data:
-            raise _fail(source, required, "missing (every definition names itself and its layout)")
+            raise fail(source, required, "missing (every definition names itself and its layout)")
     name = data["name"]
     if not isinstance(name, str) or not name:
-        raise _fail(source, "name", f"expected a non-empty string, got {name!r}")
-    layout = _take_choice(source, "layout", data["layout"], LAYOUTS)
+        raise fail(source, "name", f"expected a non-empty string, got {name!r}")
+    layout = take_choice(source, "layout", data["layout"], LAYOUTS)
     description = data.get("description", "")
     if not isinstance(description, str):
-        raise _fail(source, "description", "expected a string")
+        raise fail(source, "description", "expected a string")
     raw_fields = data.get("fields", {})
     if not isinstance(raw_fields, dict):
-        raise _fail(source, "fields", "expected a table of fields")
+        raise fail(source, "fields", "expected a table of fields")
     fields = tuple(_field(source, n, v, layout) for n, v in raw_fields.items())
     spec = ExportSpec(
         name=name,
         layout=layout,
         description=description,
-        samples=_take_int(source, "samples", data.get("samples", 2000), 1, MAX_SAMPLES),
-        shard_samples=_take_int(source, "shard_samples", data.get("shard_samples", 1000),
-                                1, 10**7),
-        fields_as=_take_choice(source, "fields_as", data.get("fields_as", "members"), FIELDS_AS),
-        files_per_dir=_take_int(source, "files_per_dir", data.get("files_per_dir", 1000),
-                                1, 10**7),
+        samples=take_int(source, "samples", data.get("samples", 2000), 1, MAX_SAMPLES),
+        shard_samples=take_int(source, "shard_samples", data.get("shard_samples", 1000),
+                               1, 10**7),
+        fields_as=take_choice(source, "fields_as", data.get("fields_as", "members"), FIELDS_AS),
+        files_per_dir=take_int(source, "files_per_dir", data.get("files_per_dir", 1000),
+                               1, 10**7),
         image=_image(source, data.get("image", {})),
         fields=fields,
         source=source,
-        form=_take_choice(source, "form", data.get("form", "save_to_disk"), HF_FORMS),
+        form=take_choice(source, "form", data.get("form", "save_to_disk"), HF_FORMS),
         compression=_compression(source, layout, data.get("compression")),
-        tokens=_tokens(source, data["tokens"], layout) if "tokens" in data else None,
+        tokens=payloads.tokens(source, data["tokens"], layout) if "tokens" in data else None,
+        audio=payloads.audio(source, data["audio"], layout) if "audio" in data else None,
     )
-    if "tokens" in data and "image" in data:
-        raise _fail(source, "tokens", "a sample carries an image or token ids, not both: "
-                    "leave out [image]")
+    tables = [t for t in ("image", "tokens", "audio") if t in data]
+    if len(tables) > 1:
+        raise fail(source, tables[1], f"a sample carries one of an image, token ids or an "
+                   f"audio clip: leave out [{tables[0]}] or [{tables[1]}]")
     if "form" in data and layout != "hf":
-        raise _fail(source, "form", "only a Hugging Face (hf) export has a form")
-    if spec.layout == "hf" and spec.image.codec == "raw" and not spec.tokens:
-        raise _fail(source, "image.codec", "a Hugging Face Image feature holds encoded "
-                    "images (jpeg, png); raw .npy images are not one")
+        raise fail(source, "form", "only a Hugging Face (hf) export has a form")
+    if spec.layout == "hf" and spec.image.codec == "raw" and spec.kind == "image":
+        raise fail(source, "image.codec", "a Hugging Face Image feature holds encoded "
+                   "images (jpeg, png); raw .npy images are not one")
     if spec.layout in ("files", "wds"):
-        exts: dict[str, str] = {spec.payload_ext: "the token ids" if spec.tokens else "image"}
+        exts: dict[str, str] = {spec.payload_ext: {"tokens": "the token ids",
+                                                   "audio": "the audio clip"}.get(spec.kind,
+                                                                                  "image")}
         if spec.fields_as == "json":
             exts["json"] = "the JSON document"
         for f in spec.fields:
@@ -352,8 +296,8 @@ def parse_spec(data: dict[str, Any], source: str) -> ExportSpec:
                 continue
             ext = member_ext(spec, f)
             if ext in exts:
-                raise _fail(source, f"fields.{f.name}.ext",
-                            f"member extension {ext!r} is already used by {exts[ext]}; set ext")
+                raise fail(source, f"fields.{f.name}.ext",
+                           f"member extension {ext!r} is already used by {exts[ext]}; set ext")
             exts[ext] = f"field {f.name!r}"
     return spec
 

@@ -1,0 +1,104 @@
+"""What a sample carries in place of an image, in a definition: token ids (`[tokens]`) or an
+encoded audio clip (`[audio]`), each with the layouts whose writers store it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dsbench.export.keys import fail, number, take_choice, take_int, unknown
+
+# Token exports: the layouts whose writers store token ids (an integer array per sample), the
+# dtypes they store them as, and the payload's name in every layout (a member `input_ids.npy`).
+TOKEN_LAYOUTS = ("wds", "arrow", "parquet", "mds", "litdata", "hf")
+TOKEN_DTYPES = ("uint16", "uint32", "int32", "int64")
+TOKENS_NAME = "input_ids"
+# Audio exports: the layouts whose writers store an encoded clip (bytes, or Hugging Face's Audio
+# feature), the codecs written (lossless 16-bit PCM, through libsndfile), and the clip's name in
+# every layout (a column or leaf `audio`; a WebDataset member `.flac` or `.wav`).
+AUDIO_LAYOUTS = ("wds", "arrow", "parquet", "mds", "litdata", "hf", "lance", "tfrecord")
+AUDIO_CODECS = ("flac", "wav")
+AUDIO_NAME = "audio"
+
+
+@dataclass(frozen=True)
+class TokensSpec:
+    """Token ids in place of an image: each sample one document of `vocab` ids drawn by Zipf's
+    law (p(rank k) ~ 1 / k^zipf, as words in text), its length log-normal around
+    `median_length` ids (spread `sigma`, as web documents' lengths are) within [min_length,
+    max_length], stored as `dtype`."""
+
+    vocab: int = 50_000
+    dtype: str = "uint16"
+    zipf: float = 1.1
+    median_length: int = 400
+    sigma: float = 1.0
+    min_length: int = 16
+    max_length: int = 8192
+
+
+@dataclass(frozen=True)
+class AudioSpec:
+    """An encoded clip in place of an image: speech-like mono audio (a voiced tone whose pitch
+    glides within each syllable, about four syllables a second, over a quiet noise floor),
+    16-bit PCM at `sample_rate`, its length log-normal around `seconds` (spread `sigma`) within
+    [min_seconds, max_seconds], stored as `codec` (FLAC or WAV, by libsndfile)."""
+
+    codec: str = "flac"
+    sample_rate: int = 16_000
+    seconds: float = 4.0
+    sigma: float = 0.3
+    min_seconds: float = 0.5
+    max_seconds: float = 30.0
+
+    @property
+    def ext(self) -> str:
+        return self.codec
+
+
+_TOKENS_KEYS = {"vocab", "dtype", "zipf", "median_length", "sigma", "min_length",
+                "max_length"}
+_AUDIO_KEYS = {"codec", "sample_rate", "seconds", "sigma", "min_seconds", "max_seconds"}
+
+
+def tokens(src: str, raw: Any, layout: str) -> TokensSpec:
+    if not isinstance(raw, dict):
+        raise fail(src, "tokens", "expected a table")
+    unknown(src, "tokens.", raw, _TOKENS_KEYS)
+    if layout not in TOKEN_LAYOUTS:
+        raise fail(src, "tokens", f"dsbench writes token ids in {', '.join(TOKEN_LAYOUTS)}, "
+                   f"not {layout}")
+    d = TokensSpec()
+    dtype = take_choice(src, "tokens.dtype", raw.get("dtype", d.dtype), TOKEN_DTYPES)
+    vocab = take_int(src, "tokens.vocab", raw.get("vocab", d.vocab), 2,
+                     int(min(np.iinfo(dtype).max, 2**31 - 1)) + 1)
+    lo = take_int(src, "tokens.min_length", raw.get("min_length", d.min_length), 1, 10**7)
+    hi = take_int(src, "tokens.max_length", raw.get("max_length", d.max_length), lo, 10**7)
+    return TokensSpec(vocab=vocab, dtype=dtype,
+                      zipf=number(src, "tokens.zipf", raw.get("zipf", d.zipf), 0.0, 5.0),
+                      median_length=take_int(src, "tokens.median_length",
+                                             raw.get("median_length", d.median_length), lo, hi),
+                      sigma=number(src, "tokens.sigma", raw.get("sigma", d.sigma), 0.0, 5.0),
+                      min_length=lo, max_length=hi)
+
+
+def audio(src: str, raw: Any, layout: str) -> AudioSpec:
+    if not isinstance(raw, dict):
+        raise fail(src, "audio", "expected a table")
+    unknown(src, "audio.", raw, _AUDIO_KEYS)
+    if layout not in AUDIO_LAYOUTS:
+        raise fail(src, "audio", f"dsbench writes audio clips in {', '.join(AUDIO_LAYOUTS)}, "
+                   f"not {layout}")
+    d = AudioSpec()
+    lo = number(src, "audio.min_seconds", raw.get("min_seconds", d.min_seconds), 0.01, 3600.0)
+    hi = number(src, "audio.max_seconds", raw.get("max_seconds", d.max_seconds), lo, 3600.0)
+    return AudioSpec(
+        codec=take_choice(src, "audio.codec", raw.get("codec", d.codec), AUDIO_CODECS),
+        # libsndfile's FLAC encoder takes rates up to 655,350 Hz; speech is 8 to 48 kHz.
+        sample_rate=take_int(src, "audio.sample_rate", raw.get("sample_rate", d.sample_rate),
+                             1000, 192_000),
+        seconds=number(src, "audio.seconds", raw.get("seconds", d.seconds), lo, hi),
+        sigma=number(src, "audio.sigma", raw.get("sigma", d.sigma), 0.0, 5.0),
+        min_seconds=lo, max_seconds=hi)

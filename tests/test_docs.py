@@ -200,10 +200,10 @@ RUNNABLE = [d for d in DOCS if d.name not in NO_COMMANDS]
 
 
 # The guides whose commands take longest (a job, a store, a user's pipeline, a resume, the token
-# guide's libraries, advise's candidates: 15 to 20 s each here) run with the slow tests
-# (`python -m pytest -m slow`, which CI runs too).
+# guide's libraries, advise's candidates, the audio guide's advice: 15 to 30 s each here) run
+# with the slow tests (`python -m pytest -m slow`, which CI runs too).
 SLOW_DOCS = {"object-store.md", "pipeline.md", "job.md", "resume.md", "tokens.md",
-             "advise.md"}
+             "advise.md", "audio.md"}
 
 
 @pytest.mark.parametrize("doc", [pytest.param(d, marks=pytest.mark.slow) if d.name in SLOW_DOCS

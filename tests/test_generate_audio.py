@@ -110,8 +110,8 @@ def test_generate_from_a_libraries_audio_export_keeps_every_frame_and_the_speake
 
 
 @pytest.mark.parametrize("more,needle", [
-    ({"image": {"codec": "jpeg"}}, "one of an image, token ids or an audio clip"),
-    ({"tokens": {}}, "one of an image, token ids or an audio clip"),
+    ({"image": {"codec": "jpeg"}}, "one of an image, token ids, an audio clip or text"),
+    ({"tokens": {}}, "one of an image, token ids, an audio clip or text"),
     ({"layout": "files"}, "dsbench writes audio clips in wds, arrow, parquet"),
     ({"audio": {"codec": "mp3"}}, "audio.codec: 'mp3' is not one of flac, wav"),
     ({"audio": {"sample_rate": 100}}, "audio.sample_rate: 100 is out of range"),
@@ -189,3 +189,71 @@ def test_advise_weighs_flac_against_wav_for_an_audio_export(
     assert rows["mds-64MB-wav"]["vs_baseline"]["instructions_per_sample"]["ratio"] < 0.9
     if (tmp_path / "advised.toml").exists():
         assert load_spec(tmp_path / "advised.toml").audio is not None
+
+
+def _wds_clips(out: Path, clips: list[tuple[str, bytes]]) -> Path:
+    """A WebDataset shard written by webdataset's TarWriter, one clip a sample."""
+    import webdataset as wds
+
+    out.mkdir(parents=True)
+    with wds.TarWriter(str(out / "shard-00000.tar")) as w:
+        for i, (codec, data) in enumerate(clips):
+            w.write({"__key__": f"{i:06d}", codec: data, "cls": str(i).encode()})
+    return out
+
+
+def _parquet_clips(out: Path, clips: list[bytes]) -> Path:
+    """A Parquet file written by pyarrow: a binary column named audio, one clip a row."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out.mkdir(parents=True)
+    pq.write_table(pa.table({"audio": pa.array(clips, pa.binary()),
+                             "speaker": list(range(len(clips)))}), str(out / "part.parquet"))
+    return out
+
+
+def _encoded(frames: np.ndarray, codec: str, subtype: str) -> bytes:
+    import soundfile as sf
+
+    buf = io.BytesIO()
+    sf.write(buf, frames, 8000, format=codec.upper(), subtype=subtype)
+    return buf.getvalue()
+
+
+def test_a_24_bit_clip_is_transcoded_without_loss_and_a_float_one_at_full_scale(
+        tmp_path: Path, private_tmp: Path) -> None:
+    rng = np.random.default_rng(0)
+    deep = rng.integers(-2**23, 2**23, size=(4000, 1)).astype(np.int32) * 256  # 24 bits
+    loud = np.clip(rng.normal(0, 0.6, size=(4000, 1)), -1.4, 1.4).astype(np.float32)
+    source = _wds_clips(tmp_path / "src", [("wav", _encoded(deep, "wav", "PCM_24")),
+                                           ("wav", _encoded(loud, "wav", "FLOAT"))])
+    spec = parse_spec({**DEFINITION, "layout": "parquet", "fields_as": "members",
+                       "fields": {}}, "speech-test.toml")
+    reexport(spec, tmp_path / "out", str(source), jobs=1)
+    import soundfile as sf
+
+    got = [sf.read(io.BytesIO(r.image), dtype="int32", always_2d=True)[0]
+           for r in adapters.open_export(tmp_path / "out").read()]
+    assert np.array_equal(got[0], deep)  # every one of the 24 bits
+    # A float clip is 16-bit PCM, clipped at full scale: not wrapped around, not silence.
+    expect = np.clip(loud, -1.0, 1.0)
+    assert np.abs(got[1] / 2.0**31 - expect).max() < 2.0 / 2**15
+    assert sf.info(io.BytesIO(next(iter(adapters.open_export(tmp_path / "out").read())).image)
+                   ).subtype == "PCM_24"
+
+
+@pytest.mark.parametrize("second,needle", [("flac", "the clip is flac, but wav in the source"),
+                                           ("cut", "truncated WAV")])
+def test_a_clip_that_cannot_be_copied_as_the_first_is_one_line_and_nothing_is_left(
+        second: str, needle: str, tmp_path: Path, private_tmp: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    tone = (3000 * np.sin(np.arange(4000) / 5)).astype(np.int16)[:, None]
+    wav = _encoded(tone, "wav", "PCM_16")
+    clips = [wav, _encoded(tone, "flac", "PCM_16") if second == "flac" else wav[:-800]]
+    source = _parquet_clips(tmp_path / "src", clips)
+    (tmp_path / "d.toml").write_text('name = "d"\nlayout = "mds"\n[audio]\ncodec = "flac"\n')
+    assert main(["generate", str(tmp_path / "d.toml"), str(tmp_path / "out"), "--from",
+                 str(source)]) == 2
+    assert_one_line_error(capsys.readouterr().err, "generate", "part.parquet", needle)
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").glob("**/*.mds"))

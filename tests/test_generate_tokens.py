@@ -83,7 +83,7 @@ def test_generate_from_a_libraries_token_export_copies_every_id_and_carries_the_
 
 
 @pytest.mark.parametrize("more,needle", [
-    ({"image": {"codec": "jpeg"}}, "one of an image, token ids or an audio clip"),
+    ({"image": {"codec": "jpeg"}}, "one of an image, token ids, an audio clip or text"),
     ({"layout": "lance"}, "dsbench writes token ids in wds, arrow, parquet, mds, litdata, hf"),
     ({"tokens": {"vocab": 70_000}}, "tokens.vocab: 70000 is out of range"),
     ({"tokens": {"dtype": "float32"}}, "tokens.dtype: 'float32' is not one of"),

@@ -62,7 +62,7 @@ def info(data: bytes | memoryview) -> tuple[str, int, int, int]:
     try:
         found = sf.info(io.BytesIO(raw))
     except (RuntimeError, sf.LibsndfileError) as exc:
-        raise ValueError(f"not audio libsndfile reads: {_said(exc)}") from None
+        raise ValueError(f"not audio libsndfile reads: {said(exc)}") from None
     codec = _FORMATS.get(found.format, found.format.lower())
     _whole(codec, raw)
     if found.samplerate <= 0 or found.channels <= 0:
@@ -85,7 +85,7 @@ def read(data: bytes | memoryview) -> Clip:
             _whole(_FORMATS.get(f.format, f.format.lower()), raw)
             blocks = list(f.blocks(blocksize=_BLOCK, dtype="float32", always_2d=True))
     except (RuntimeError, sf.LibsndfileError, MemoryError) as exc:
-        raise ValueError(f"cannot decode audio: {_said(exc)}") from None
+        raise ValueError(f"cannot decode audio: {said(exc)}") from None
     frames = np.concatenate(blocks) if len(blocks) > 1 else (blocks[0] if blocks else None)
     got = 0 if frames is None else len(frames)
     if frames is None or got == 0 or (declared < _UNKNOWN and got < declared):
@@ -132,7 +132,7 @@ def _whole_wav(raw: bytes) -> None:
         at += 8 + size + (size & 1)
 
 
-def _said(exc: BaseException) -> str:
+def said(exc: BaseException) -> str:
     """libsndfile's message without the in-memory file's repr it names."""
     text = str(exc) or type(exc).__name__
     return re.sub(r"^Error opening <[^>]*>: ", "", text).strip()

@@ -18,6 +18,7 @@ import numpy as np
 from dsbench.adapters import base
 from dsbench.errors import DsbenchError
 from dsbench.export import carry
+from dsbench.export.payloads import AUDIO_NAME, TOKENS_NAME
 from dsbench.export.spec import FieldSpec
 
 # How the source stores an embedding, in the definition's words.
@@ -113,8 +114,10 @@ def found_fields(raw: base.RawSample, layout: str) -> Found:
             encoding = (JSON if src.item is not None or raw.encodings.get(src.raw) == base.ENC_JSON
                         else BINARY if src.member else LIST)
     names = [f.name for f in fields]
-    if "image" in names or "key" in names:
-        clash = "image" if "image" in names else "key"
+    # The names a candidate's writer gives the sample's own key and payload (export.payloads;
+    # a definition reserves them: export.spec).
+    clash = next((n for n in ("image", "key", TOKENS_NAME, AUDIO_NAME) if n in names), None)
+    if clash is not None:
         raise DsbenchError(f"a field named {clash!r} besides the sample's own: a definition "
                            "cannot name it", path=raw.source, key=raw.key)
     return Found(tuple(fields), stored, encoding, in_document)

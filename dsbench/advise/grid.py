@@ -260,7 +260,7 @@ def _grid(found: Found, raws: Sequence[base.RawSample], source_layout: str, samp
     if audio is not None and transcoded_from is not None:
         tag = f"-{audio.codec}"
         images = (f", clips as {audio.codec.upper()} (decoded from "
-                  f"{transcoded_from.upper()}, the same samples)")
+                  f"{transcoded_from.upper()}; 16- and 24-bit PCM without loss)")
     out: list[Candidate] = []
     skipped: list[Skipped] = []
     wanted = list(layouts)

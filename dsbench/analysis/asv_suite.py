@@ -159,17 +159,21 @@ def exact_available() -> None:
         raise NotImplementedError(counter.INSTALL)
 
 
+def settled(path: str, opts: BenchOptions) -> BenchOptions:
+    """`opts` set for what the export's samples carry, as a bench run sets its sides before
+    measuring (the suite's benchmarks that count or decode outside one need the same): token
+    ids are cropped, text tokenized, audio cut at its own rate, not decoded as images."""
+    found = adapters.open_export(path)
+    summary = summarize(found.survey(), path, found.ignored, found)
+    return tokenize.settled(path, opts.found(summary), worker.open_export)
+
+
 def instructions_per_sample(export: Export) -> float:
     """CPU instructions per sample, counted by the exact pass (loader/exact.py): the same for the
     same export on any machine of the same CPU, so a commit that adds 2% shows as a step. Three
     significant digits, as the other figures."""
-    opts = BenchOptions(batch_size=min(BATCH, export["samples"]), exact=True)
-    # Set for what the samples carry, as a bench run sets its sides: token ids are cropped,
-    # text tokenized, audio cropped at its own rate, not decoded as images.
-    found = adapters.open_export(export["path"])
-    opts = tokenize.settled(export["path"], opts.found(summarize(found.survey(), export["path"],
-                                                                 found.ignored, found)),
-                            worker.open_export)
+    opts = settled(export["path"], BenchOptions(batch_size=min(BATCH, export["samples"]),
+                                                exact=True))
     x = exact.count([export["path"]], [opts], lambda _m: None)[0]
     return three_digits(float(x.get("instructions_per_sample", 0.0)))
 

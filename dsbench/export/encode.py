@@ -81,13 +81,21 @@ def _npy(ids: np.ndarray) -> bytes:
 def sample_members(spec: ExportSpec, sample: dict[str, Any]) -> list[tuple[str, bytes]]:
     """(extension, bytes) of every member of a synthetic sample, image (or token ids, as a
     NumPy .npy file) first, in spec order."""
-    out = [(spec.payload_ext, _npy(sample[TOKENS_NAME]) if spec.tokens else
-            sample[spec.payload])]
+    payload = sample[spec.payload]
+    out = [(spec.payload_ext, _npy(payload) if spec.tokens else
+            payload.encode("utf-8") if spec.text else payload)]
     if spec.fields_as == "json":
         doc = {f.name: _json_value(f, sample[f.name]) for f in spec.fields if not _binary(f)}
         out.append(("json", json.dumps(doc).encode("utf-8")))
     out += [(member_ext(spec, f), encode_field(f, sample[f.name])) for f in _own_members(spec)]
     return out
+
+
+def jsonl_line(spec: ExportSpec, sample: dict[str, Any]) -> bytes:
+    """A text sample as one line of JSON Lines: its id, its text, then each field's value."""
+    doc = {"id": sample["__key__"], spec.payload: sample[spec.payload]}
+    doc.update({f.name: _json_value(f, sample[f.name]) for f in spec.fields})
+    return json.dumps(doc, ensure_ascii=False).encode("utf-8") + b"\n"
 
 
 # --- columns ---------------------------------------------------------------------------------
@@ -112,6 +120,8 @@ def export_schema(spec: ExportSpec) -> pa.Schema:
     if spec.tokens:
         columns.append(pa.field(TOKENS_NAME,
                                 pa.list_(pa.from_numpy_dtype(np.dtype(spec.tokens.dtype)))))
+    elif spec.text:
+        columns.append(pa.field(spec.payload, pa.string()))
     else:
         codec = spec.audio.codec if spec.audio else spec.image.codec
         columns.append(pa.field(spec.payload, pa.binary(),
@@ -150,6 +160,7 @@ def to_record_batch(spec: ExportSpec, samples: list[dict[str, Any]]) -> pa.Recor
     arrays = [pa.array([s["__key__"] for s in samples], pa.string()),
               _token_lists([s[TOKENS_NAME] for s in samples], spec.tokens.dtype) if spec.tokens
               else
-              pa.array([s[spec.payload] for s in samples], pa.binary())]
+              pa.array([s[spec.payload] for s in samples],
+                       pa.string() if spec.text else pa.binary())]
     arrays += [_field_array(f, [s[f.name] for s in samples]) for f in spec.fields]
     return pa.RecordBatch.from_arrays(arrays, schema=export_schema(spec))

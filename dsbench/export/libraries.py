@@ -42,7 +42,7 @@ import numpy as np
 
 from dsbench import atomic
 from dsbench.errors import DsbenchError
-from dsbench.export.payloads import AUDIO_NAME, TOKENS_NAME
+from dsbench.export.payloads import AUDIO_NAME, TEXT_NAME, TOKENS_NAME
 from dsbench.export.spec import ExportSpec, FieldSpec
 
 Samples = list[dict[str, Any]]
@@ -94,6 +94,7 @@ def _mds_columns(spec: ExportSpec) -> dict[str, str]:
     # A clip is a bytes column: MDS has no audio encoding.
     columns = ({"key": "str", TOKENS_NAME: f"ndarray:{spec.tokens.dtype}"} if spec.tokens else
                {"key": "str", AUDIO_NAME: "bytes"} if spec.audio else
+               {"key": "str", TEXT_NAME: "str"} if spec.text else
                {"key": "str", "image": "jpeg" if spec.image.codec == "jpeg" else "bytes"})
     for f in spec.fields:
         columns[f.name] = {"int": "int", "string": "str", "boxes": "json"}.get(
@@ -205,7 +206,8 @@ def hf_features(spec: ExportSpec) -> Any:
     box = {k: datasets.Value("int32" if k == "cls" else "float32") for k in BOX_KEYS}
     features = {"key": datasets.Value("string")} | (
         {TOKENS_NAME: datasets.Sequence(datasets.Value(spec.tokens.dtype))} if spec.tokens
-        else {AUDIO_NAME: datasets.Audio()} if spec.audio else {"image": datasets.Image()})
+        else {AUDIO_NAME: datasets.Audio()} if spec.audio
+        else {TEXT_NAME: datasets.Value("string")} if spec.text else {"image": datasets.Image()})
     for f in spec.fields:
         # An int of a few classes is a label; of more, an id (a document's): a ClassLabel would
         # store every class's name in each shard's schema (1e6 names: 10 MB a shard).
@@ -221,8 +223,8 @@ def hf_features(spec: ExportSpec) -> Any:
 def _hf_dataset(spec: ExportSpec, samples: Samples) -> Any:
     datasets = require("datasets", "hf")
     columns: dict[str, list[Any]] = {"key": [s["__key__"] for s in samples]}
-    if spec.tokens:
-        columns[TOKENS_NAME] = [s[TOKENS_NAME] for s in samples]
+    if spec.tokens or spec.text:
+        columns[spec.payload] = [s[spec.payload] for s in samples]
     else:
         # The encoded file as it is: `datasets` stores an Image's or Audio's bytes without
         # decoding them. An Audio keeps its file's name (the codec is in its extension).
@@ -294,6 +296,7 @@ def tfrecord_paths(spec: ExportSpec, out: Path, unit: int, total: int) -> list[P
 def _tf_example(spec: ExportSpec, s: dict[str, Any]) -> dict[str, tuple[Any, str]]:
     ex: dict[str, tuple[Any, str]] = (
         {AUDIO_NAME: (s[AUDIO_NAME], "byte")} if spec.audio else
+        {TEXT_NAME: (s[TEXT_NAME].encode("utf-8"), "byte")} if spec.text else
         {"image/encoded": (s["image"], "byte"),
          "image/format": (spec.image.codec.encode(), "byte")}) | {
         "key": (s["__key__"].encode(), "byte")}

@@ -1,8 +1,9 @@
 """What a re-export (export.reexport) writes in place of an image: token ids copied id for id
-in their stored dtype, and audio clips copied byte for byte where the definition's codec is the
-source's, else decoded and encoded as the definition's codec without loss (FLAC and WAV hold
-the same PCM samples at the same bit depth). A clip keeps its rate, channels and length: the
-`[audio]` table's rate and lengths shape synthetic clips only; nothing is resampled."""
+in their stored dtype, text as stored, and audio clips copied byte for byte where the
+definition's codec is the source's, else decoded and encoded as the definition's codec (16- and
+24-bit PCM without loss; LOSSLESS says the rest). A clip keeps its rate,
+channels and length: the `[audio]` table's rate and lengths shape synthetic clips only; nothing
+is resampled. The `[text]` table's lengths likewise shape synthetic documents only."""
 
 from __future__ import annotations
 
@@ -16,10 +17,11 @@ from dsbench.errors import DsbenchError, SampleError
 from dsbench.export.payloads import TOKEN_DTYPES, AudioSpec
 from dsbench.export.spec import ExportSpec
 
-# The PCM depths both FLAC and WAV hold: a clip of one of these is transcoded sample for sample;
-# a lossy or float source (MP3, Ogg, float WAV) is written as 16-bit PCM.
-LOSSLESS = ("PCM_16", "PCM_24", "PCM_S8")
-_KIND_TABLE = {base.TOKENS: "tokens", base.AUDIO: "audio"}
+# The depths FLAC and WAV both store as they are, and the dtype that reads them whole: a clip of
+# one is transcoded sample for sample; any other (8- or 32-bit or float PCM, a lossy Ogg) is
+# written as 16-bit PCM, clipped to full scale.
+LOSSLESS = {"PCM_16": "int16", "PCM_24": "int32"}
+_KIND_TABLE = {base.TOKENS: "tokens", base.AUDIO: "audio", base.TEXT: "text"}
 
 
 def kind_spec(spec: ExportSpec, export: base.Export, first: base.RawSample,
@@ -28,9 +30,9 @@ def kind_spec(spec: ExportSpec, export: base.Export, first: base.RawSample,
     dtype the source's), an audio one for clips, an image one for images; text, or a
     definition of another kind, one line before anything is written."""
     kind = base.kind_of(export)
-    if kind not in ("image", base.TOKENS, base.AUDIO):
-        base.images_only(export, "a re-export writes the source's images, token ids or audio "
-                         "clips in the definition's layout")
+    if kind not in ("image", base.TOKENS, base.AUDIO, base.TEXT):
+        base.images_only(export, "a re-export writes the source's images, token ids, audio "
+                         "clips or text in the definition's layout")
     if kind != spec.kind:
         table = _KIND_TABLE.get(kind)
         raise DsbenchError(f"the source's samples carry {_what(kind)}, and the definition "
@@ -50,8 +52,8 @@ def kind_spec(spec: ExportSpec, export: base.Export, first: base.RawSample,
 
 
 def _what(kind: str) -> str:
-    return {base.TOKENS: "token ids", base.AUDIO: "audio clips", "image": "images"}.get(kind,
-                                                                                       kind)
+    return {base.TOKENS: "token ids", base.AUDIO: "audio clips", base.TEXT: "text",
+            "image": "images"}.get(kind, kind)
 
 
 def ids(spec: ExportSpec, raw: base.RawSample) -> np.ndarray:
@@ -69,34 +71,60 @@ def ids(spec: ExportSpec, raw: base.RawSample) -> np.ndarray:
     return np.array(found)
 
 
-def clip(spec: ExportSpec | AudioSpec, raw: base.RawSample) -> bytes:
-    """An audio sample's clip as the definition's codec: as stored where it already is."""
+def clip(spec: ExportSpec | AudioSpec, raw: base.RawSample, first_codec: str | None = None
+         ) -> bytes:
+    """An audio sample's clip as the definition's codec: as stored where it already is, else
+    transcoded (LOSSLESS says how). A clip in another codec than the source's first
+    (`first_codec`) is one line, as an image of another codec is: the manifest describes the
+    copy by the first."""
     want = spec.audio if isinstance(spec, ExportSpec) else spec
     assert want is not None
+    if first_codec is not None and raw.codec != first_codec:
+        raise SampleError(f"the clip is {raw.codec}, but {first_codec} in the source's first "
+                          "sample: a re-export copies one codec", path=raw.source, key=raw.key)
     if raw.codec == want.codec:
         return raw.image
     if raw.codec not in base.AUDIO_CODECS:
         raise SampleError(f"{raw.codec}, not an audio clip", path=raw.source, key=raw.key)
     sf = audio.soundfile()
     try:
+        audio.info(raw.image)  # the reader's checks: MP3 refused, a cut WAV or Ogg said
         with sf.SoundFile(io.BytesIO(raw.image)) as f:
-            subtype = f.subtype if f.subtype in LOSSLESS else "PCM_16"
-            frames = f.read(dtype="int32" if subtype == "PCM_24" else "int16", always_2d=True)
-            rate = f.samplerate
+            dtype, rate = LOSSLESS.get(f.subtype), f.samplerate
+            subtype = f.subtype if dtype else "PCM_16"
+            frames = f.read(dtype=dtype or "float32", always_2d=True)
+        if dtype is None:  # float samples past full scale would wrap around as integers
+            frames = np.clip(frames, -1.0, 1.0)
         out = io.BytesIO()
         sf.write(out, frames, rate, format=want.codec.upper(), subtype=subtype)
-    except (RuntimeError, ValueError, TypeError) as exc:  # libsndfile's errors
+    except ValueError as exc:  # audio.info's word on a clip the reader refuses
+        raise SampleError(f"cannot transcode the {raw.codec} clip to {want.codec}: {exc}",
+                          path=raw.source, key=raw.key) from None
+    except (RuntimeError, TypeError, sf.LibsndfileError) as exc:  # libsndfile's own errors
         raise SampleError(f"cannot transcode the {raw.codec} clip to {want.codec}: "
-                          f"{exc}", path=raw.source, key=raw.key) from None
+                          f"{audio.said(exc)}", path=raw.source, key=raw.key) from None
     return out.getvalue()
+
+
+def text(raw: base.RawSample) -> str:
+    """A text sample's text, as stored; a sample of another kind is one line."""
+    if raw.codec != base.TEXT:
+        raise SampleError(f"{raw.codec}, but text in the source's first sample", path=raw.source,
+                          key=raw.key)
+    try:
+        return base.text_of(raw.image)
+    except ValueError as exc:
+        raise SampleError(f"cannot read its text: {exc}", path=raw.source, key=raw.key) from None
 
 
 def copied(spec: ExportSpec, source_codec: str) -> dict[str, str]:
     """The manifest's word on the payload: its codec and how it was copied."""
     if spec.tokens:
         return {"codec": f"token ids ({spec.tokens.dtype})", "copied": "id for id, as stored"}
+    if spec.text:
+        return {"codec": "text (UTF-8)", "copied": "character for character, as stored"}
     assert spec.audio is not None
     return {"codec": f"{spec.audio.codec} audio clips",
             "copied": "byte for byte, as stored" if source_codec == spec.audio.codec else
-            f"decoded from {source_codec} and encoded as {spec.audio.codec} "
-            f"({'without loss' if source_codec in ('flac', 'wav') else '16-bit PCM'})"}
+            f"decoded from {source_codec} and encoded as {spec.audio.codec} (16- and 24-bit "
+            "PCM without loss, other samples as 16-bit PCM)"}

@@ -21,6 +21,12 @@ TOKENS_NAME = "input_ids"
 AUDIO_LAYOUTS = ("wds", "arrow", "parquet", "mds", "litdata", "hf", "lance", "tfrecord")
 AUDIO_CODECS = ("flac", "wav")
 AUDIO_NAME = "audio"
+MAX_SECONDS = 120.0
+# Text exports: every layout holds a string per sample (a WebDataset `.txt` member, a string
+# column, leaf or feature named `text`), and JSON Lines, which holds nothing else.
+TEXT_LAYOUTS = ("jsonl", "wds", "arrow", "parquet", "mds", "litdata", "hf", "lance",
+                "tfrecord")
+TEXT_NAME = "text"
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,20 @@ class AudioSpec:
         return self.codec
 
 
+@dataclass(frozen=True)
+class TextSpec:
+    """Raw text in place of an image: each sample one document of made-up words (a fixed
+    vocabulary of syllable words, drawn by Zipf's law as words in text), in sentences of 8 to
+    20 words, its length log-normal around `median_words` (spread `sigma`) within [min_words,
+    max_words]. The loader tokenizes it in its workers (docs/tokens.md)."""
+
+    median_words: int = 300
+    sigma: float = 0.8
+    min_words: int = 8
+    max_words: int = 20_000
+
+
+_TEXT_KEYS = {"median_words", "sigma", "min_words", "max_words"}
 _TOKENS_KEYS = {"vocab", "dtype", "zipf", "median_length", "sigma", "min_length",
                 "max_length"}
 _AUDIO_KEYS = {"codec", "sample_rate", "seconds", "sigma", "min_seconds", "max_seconds"}
@@ -92,13 +112,33 @@ def audio(src: str, raw: Any, layout: str) -> AudioSpec:
         raise fail(src, "audio", f"dsbench writes audio clips in {', '.join(AUDIO_LAYOUTS)}, "
                    f"not {layout}")
     d = AudioSpec()
-    lo = number(src, "audio.min_seconds", raw.get("min_seconds", d.min_seconds), 0.01, 3600.0)
-    hi = number(src, "audio.max_seconds", raw.get("max_seconds", d.max_seconds), lo, 3600.0)
+    # A clip is made whole in memory (about 75 bytes a frame): a few minutes at most.
+    lo = number(src, "audio.min_seconds", raw.get("min_seconds", d.min_seconds), 0.01,
+                MAX_SECONDS)
+    hi = number(src, "audio.max_seconds", raw.get("max_seconds", d.max_seconds), lo,
+                MAX_SECONDS)
     return AudioSpec(
         codec=take_choice(src, "audio.codec", raw.get("codec", d.codec), AUDIO_CODECS),
-        # libsndfile's FLAC encoder takes rates up to 655,350 Hz; speech is 8 to 48 kHz.
         sample_rate=take_int(src, "audio.sample_rate", raw.get("sample_rate", d.sample_rate),
-                             1000, 192_000),
-        seconds=number(src, "audio.seconds", raw.get("seconds", d.seconds), lo, hi),
+                             8000, 48_000),
+        # Left out, the median is the default's within the range given.
+        seconds=number(src, "audio.seconds", raw.get("seconds", min(max(d.seconds, lo), hi)),
+                       lo, hi),
         sigma=number(src, "audio.sigma", raw.get("sigma", d.sigma), 0.0, 5.0),
         min_seconds=lo, max_seconds=hi)
+
+
+def text(src: str, raw: Any, layout: str) -> TextSpec:
+    if not isinstance(raw, dict):
+        raise fail(src, "text", "expected a table")
+    unknown(src, "text.", raw, _TEXT_KEYS)
+    if layout not in TEXT_LAYOUTS:
+        raise fail(src, "text", f"dsbench writes text in {', '.join(TEXT_LAYOUTS)}, not "
+                   f"{layout}")
+    d = TextSpec()
+    lo = take_int(src, "text.min_words", raw.get("min_words", d.min_words), 1, 10**7)
+    hi = take_int(src, "text.max_words", raw.get("max_words", d.max_words), lo, 10**7)
+    return TextSpec(median_words=take_int(src, "text.median_words",
+                                          raw.get("median_words", d.median_words), lo, hi),
+                    sigma=number(src, "text.sigma", raw.get("sigma", d.sigma), 0.0, 5.0),
+                    min_words=lo, max_words=hi)

@@ -55,7 +55,7 @@ from dsbench.export.generate import (
     unit_ranges,
     write_manifest,
 )
-from dsbench.export.payloads import AUDIO_NAME, TOKENS_NAME
+from dsbench.export.payloads import AUDIO_NAME, TEXT_NAME, TOKENS_NAME
 from dsbench.export.pool import worker_pool
 from dsbench.export.spec import IMAGE_EXT, ExportSpec, ImageSpec
 from dsbench.export.synth import sample_key, synthesised_field
@@ -93,6 +93,7 @@ class _Job:
     units: tuple[str, ...]
     skip: int
     writes: tuple[Range, ...]
+    first_codec: str | None = None  # audio: the source's first clip's (payload_copy.clip)
 
 
 # The source as a worker opened it (set by _open_source in each worker of the pool), or why
@@ -148,7 +149,10 @@ def _sample(job: _Job, index: int, raw: base.RawSample) -> dict[str, Any]:
         sample: dict[str, Any] = {"__key__": sample_key(index),
                                   TOKENS_NAME: payload_copy.ids(job.spec, raw)}
     elif job.spec.audio:
-        sample = {"__key__": sample_key(index), AUDIO_NAME: payload_copy.clip(job.spec, raw)}
+        clip = payload_copy.clip(job.spec, raw, job.first_codec)
+        sample = {"__key__": sample_key(index), AUDIO_NAME: clip}
+    elif job.spec.text:
+        sample = {"__key__": sample_key(index), TEXT_NAME: payload_copy.text(raw)}
     elif job.spec.image.reencode:
         image = reencoded(raw.image, job.spec.image, raw.source, raw.key)
     elif raw.codec != job.spec.image.codec:
@@ -325,7 +329,8 @@ def reexport(spec: ExportSpec, out_dir: str | Path, source: str, samples: int | 
     for group in _jobs(todo, starts, workers):
         j0, j1 = _unit_of(starts, group[0][1]), _unit_of(starts, group[-1][2] - 1)
         tasks.append(_Job(spec, out, seed, fields, tuple(units[j0:j1 + 1]),
-                          group[0][1] - starts[j0], tuple(group)))
+                          group[0][1] - starts[j0], tuple(group),
+                          first.codec if spec.audio else None))
     bar = Progress(f"generate {spec.name} from {source}", sum(r[2] - r[1] for r in todo),
                    "samples")
     t0, cpu0 = time.perf_counter(), cpu_with_children()

@@ -16,7 +16,14 @@ from dsbench import atomic
 from dsbench.errors import DsbenchError
 from dsbench.export import payloads
 from dsbench.export.keys import fail, take_choice, take_int, unknown
-from dsbench.export.payloads import AUDIO_NAME, TOKENS_NAME, AudioSpec, TokensSpec
+from dsbench.export.payloads import (
+    AUDIO_NAME,
+    TEXT_NAME,
+    TOKENS_NAME,
+    AudioSpec,
+    TextSpec,
+    TokensSpec,
+)
 
 LAYOUTS = ("files", "wds", "arrow", "parquet", "mds", "litdata", "hf", "lance", "tfrecord")
 # Layouts written through their format's own library (export.libraries).
@@ -97,6 +104,7 @@ class ExportSpec:
     compression: str | None = None  # mds, litdata, arrow: how their shards are compressed
     tokens: TokensSpec | None = None  # token ids per sample, not an image
     audio: AudioSpec | None = None  # an encoded clip per sample, not an image
+    text: TextSpec | None = None  # a document's raw text per sample, not an image
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for manifests and result documents. `image.reencode`,
@@ -106,20 +114,22 @@ class ExportSpec:
         for key in ("reencode", "progressive"):
             if not getattr(self.image, key):
                 del out["image"][key]
-        for key in ("tokens", "audio"):
+        for key in ("tokens", "audio", "text"):
             if getattr(self, key) is None:
                 del out[key]
         return out
 
     @property
     def kind(self) -> str:
-        """What each sample carries: "image", "tokens" or "audio"."""
-        return "tokens" if self.tokens else "audio" if self.audio else "image"
+        """What each sample carries: "image", "tokens", "audio" or "text"."""
+        return ("tokens" if self.tokens else "audio" if self.audio else "text" if self.text
+                else "image")
 
     @property
     def payload(self) -> str:
         """The payload's key in a synthetic sample, and its column's name in every layout."""
-        return TOKENS_NAME if self.tokens else AUDIO_NAME if self.audio else "image"
+        return {"tokens": TOKENS_NAME, "audio": AUDIO_NAME, "text": TEXT_NAME}.get(self.kind,
+                                                                                "image")
 
     @property
     def payload_ext(self) -> str:
@@ -127,6 +137,8 @@ class ExportSpec:
         codec."""
         if self.tokens:
             return f"{TOKENS_NAME}.npy"
+        if self.text:
+            return "txt"
         return self.audio.ext if self.audio else self.image.ext
 
     def field(self, name: str) -> FieldSpec:
@@ -138,7 +150,7 @@ class ExportSpec:
 
 _TOP_KEYS = {
     "name", "description", "layout", "samples", "shard_samples", "fields_as", "files_per_dir",
-    "image", "fields", "form", "compression", "tokens", "audio",
+    "image", "fields", "form", "compression", "tokens", "audio", "text",
 }
 _IMAGE_KEYS = {"codec", "quality", "sizes", "width", "height", "reencode", "progressive"}
 _FIELD_KEYS = {
@@ -250,7 +262,10 @@ def parse_spec(data: dict[str, Any], source: str) -> ExportSpec:
     name = data["name"]
     if not isinstance(name, str) or not name:
         raise fail(source, "name", f"expected a non-empty string, got {name!r}")
-    layout = take_choice(source, "layout", data["layout"], LAYOUTS)
+    # JSON Lines holds text only: a layout of text definitions alone.
+    layout = take_choice(source, "layout", data["layout"], (*LAYOUTS, "jsonl"))
+    if layout == "jsonl" and "text" not in data:
+        raise fail(source, "layout", "jsonl holds documents' text: add a [text] table")
     description = data.get("description", "")
     if not isinstance(description, str):
         raise fail(source, "description", "expected a string")
@@ -275,11 +290,15 @@ def parse_spec(data: dict[str, Any], source: str) -> ExportSpec:
         compression=_compression(source, layout, data.get("compression")),
         tokens=payloads.tokens(source, data["tokens"], layout) if "tokens" in data else None,
         audio=payloads.audio(source, data["audio"], layout) if "audio" in data else None,
+        text=payloads.text(source, data["text"], layout) if "text" in data else None,
     )
-    tables = [t for t in ("image", "tokens", "audio") if t in data]
+    tables = [t for t in ("image", "tokens", "audio", "text") if t in data]
     if len(tables) > 1:
-        raise fail(source, tables[1], f"a sample carries one of an image, token ids or an "
-                   f"audio clip: leave out [{tables[0]}] or [{tables[1]}]")
+        raise fail(source, tables[1], f"a sample carries one of an image, token ids, an "
+                   f"audio clip or text: leave out [{tables[0]}] or [{tables[1]}]")
+    if spec.text and any(f.name == TEXT_NAME for f in fields):
+        raise fail(source, f"fields.{TEXT_NAME}", "a text export's payload is named text: "
+                   "name the field otherwise")
     if "form" in data and layout != "hf":
         raise fail(source, "form", "only a Hugging Face (hf) export has a form")
     if spec.layout == "hf" and spec.image.codec == "raw" and spec.kind == "image":
@@ -287,8 +306,8 @@ def parse_spec(data: dict[str, Any], source: str) -> ExportSpec:
                    "images (jpeg, png); raw .npy images are not one")
     if spec.layout in ("files", "wds"):
         exts: dict[str, str] = {spec.payload_ext: {"tokens": "the token ids",
-                                                   "audio": "the audio clip"}.get(spec.kind,
-                                                                                  "image")}
+                                                   "audio": "the audio clip",
+                                                   "text": "the text"}.get(spec.kind, "image")}
         if spec.fields_as == "json":
             exts["json"] = "the JSON document"
         for f in spec.fields:

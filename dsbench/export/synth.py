@@ -19,7 +19,7 @@ import numpy as np
 
 from dsbench.adapters.audio import soundfile as sound_file
 from dsbench.export import images, texture
-from dsbench.export.payloads import AudioSpec, TokensSpec
+from dsbench.export.payloads import AudioSpec, TextSpec, TokensSpec
 from dsbench.export.spec import ExportSpec, FieldSpec
 
 # A fixed pseudo-vocabulary for captions, built from syllables so that it needs no word list.
@@ -126,16 +126,33 @@ def make_audio(a: AudioSpec, rng: np.random.Generator) -> bytes:
     return buf.getvalue()
 
 
+def make_text(t: TextSpec, rng: np.random.Generator) -> str:
+    """One document (see TextSpec): sentences of 8 to 20 words, each capitalised and ended
+    with a full stop."""
+    n = int(np.clip(round(t.median_words * math.exp(t.sigma * rng.standard_normal())),
+                    t.min_words, t.max_words))
+    words = [_VOCAB[int(j)] for j in rng.choice(len(_VOCAB), size=n, p=_ZIPF)]
+    sentences, i = [], 0
+    while i < n:
+        k = int(rng.integers(8, 21))
+        sentences.append(" ".join(words[i:i + k]).capitalize() + ".")
+        i += k
+    return " ".join(sentences)
+
+
 def make_sample(spec: ExportSpec, seed: int, index: int, generator: int = GENERATOR
                 ) -> dict[str, Any]:
     """Sample `index` of the export: {"__key__", "image" (encoded bytes), "input_ids" (a
-    token export's ids) or "audio" (an encoded clip), one entry per field}."""
+    token export's ids), "audio" (an encoded clip) or "text" (a document), one entry per
+    field}."""
     rng = np.random.default_rng([seed, index])
     sample: dict[str, Any] = {"__key__": sample_key(index)}
     if spec.tokens:
         sample[spec.payload] = make_tokens(spec.tokens, rng)
     elif spec.audio:
         sample[spec.payload] = make_audio(spec.audio, rng)
+    elif spec.text:
+        sample[spec.payload] = make_text(spec.text, rng)
     else:
         sample["image"] = make_image(spec, rng, generator)
     for f in spec.fields:

@@ -15,12 +15,12 @@ directory of `files_per_dir` samples. What each writes:
   that compress.
 * `parquet`: one file per shard (`shard-000000.parquet`), row groups of up to `shard_samples`
   rows. zstd at pyarrow's default level for every column except a JPEG, PNG (or, copied by a
-  re-export, WebP) image column, stored uncompressed: those bytes are compressed already
-  (measured on the image column of 1000 synthetic q90 JPEGs: zstd made it 2 kB larger, 92.5 MB
-  either way, and reading the row group took 42.8 instead of 29.0 ms of CPU); raw .npy (and
-  PPM) images are compressed like the rest. Dictionary encoding only for integer fields (labels
-  repeat; keys, images and embeddings do not), column statistics only for the key and integer
-  fields.
+  re-export, WebP) image column or a FLAC clip column, stored uncompressed: those bytes are
+  compressed already (measured on the image column of 1000 synthetic q90 JPEGs: zstd made it
+  2 kB larger, 92.5 MB either way, and reading the row group took 42.8 instead of 29.0 ms of
+  CPU); raw .npy (and PPM) images and WAV clips are compressed like the rest. Dictionary
+  encoding only for integer fields (labels repeat; keys, images and embeddings do not), column
+  statistics only for the key and integer fields.
 
 Every file goes through dsbench.atomic, so a unit is either absent or whole; the manifest is
 dsbench.export.generate's.
@@ -41,7 +41,7 @@ import pyarrow.parquet as pq
 from dsbench import atomic
 from dsbench.adapters import base
 from dsbench.export import libraries
-from dsbench.export.encode import member_exts, sample_members, to_record_batch
+from dsbench.export.encode import jsonl_line, member_exts, sample_members, to_record_batch
 from dsbench.export.spec import ExportSpec
 
 SHARD_NAME = "shard-{:06d}{}"
@@ -165,8 +165,10 @@ def _leaf_paths(schema: pa.Schema) -> dict[str, list[str]]:
 def parquet_options(spec: ExportSpec, schema: pa.Schema) -> dict[str, Any]:
     """pq.write_table options for an export of `spec` (see the module docstring)."""
     leaves = _leaf_paths(schema)
-    plain_image = spec.image.codec in ("jpeg", "png", "webp")
-    compression = {leaf: ("NONE" if top == "image" and plain_image else PARQUET_COMPRESSION)
+    # A JPEG, PNG or WebP image and a FLAC clip are compressed already; a WAV clip is not.
+    packed = (spec.audio.codec == "flac" if spec.audio else
+              spec.kind == "image" and spec.image.codec in ("jpeg", "png", "webp"))
+    compression = {leaf: ("NONE" if top == spec.payload and packed else PARQUET_COMPRESSION)
                    for top, paths in leaves.items() for leaf in paths}
     ints = [f.name for f in spec.fields if f.type == "int"]
     return {"row_group_size": spec.shard_samples, "compression": compression,
@@ -180,8 +182,16 @@ def _write_parquet(spec: ExportSpec, out_dir: Path, unit: int, samples: Samples)
                        **parquet_options(spec, batch.schema))
 
 
+# --- JSON Lines -------------------------------------------------------------------------------
+
+def _write_jsonl(spec: ExportSpec, out_dir: Path, unit: int, samples: Samples) -> None:
+    with atomic.replacing(out_dir / SHARD_NAME.format(unit, ".jsonl")) as tmp:
+        tmp.write_bytes(b"".join(jsonl_line(spec, s) for s in samples))
+
+
 # How each kind of file the writers make ends when whole: a cut keeps the head, not the end.
-_ENDINGS = {".tar": bytes(2 * tarfile.BLOCKSIZE), ".arrow": b"ARROW1", ".parquet": b"PAR1"}
+_ENDINGS = {".tar": bytes(2 * tarfile.BLOCKSIZE), ".arrow": b"ARROW1", ".parquet": b"PAR1",
+            ".jsonl": b"\n"}
 
 
 def is_whole(path: Path) -> bool:
@@ -207,6 +217,7 @@ WRITERS: dict[str, Writer] = {
     "files": Writer("files", _file_paths, _write_files),
     "arrow": Writer("arrow", _shard(".arrow"), _write_arrow),
     "parquet": Writer("parquet", _shard(".parquet"), _write_parquet),
+    "jsonl": Writer("jsonl", _shard(".jsonl"), _write_jsonl),
     "mds": Writer("mds", *_library(libraries.mds_unit_paths, libraries.write_mds),
                   finish=libraries.finish_mds),
     "litdata": Writer("litdata", *_library(libraries.units_path, libraries.write_litdata),

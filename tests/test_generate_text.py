@@ -1,0 +1,106 @@
+"""generate for raw text: a definition's [text] table makes documents of made-up words (Zipf's
+law over a fixed vocabulary, sentences of 8 to 20 words, log-normal lengths), written in JSON
+Lines and each layout that stores a string per sample, read back character for character; and
+`generate --from` re-lays a text export a library wrote, copying each text as stored."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tokenlibs
+from layouts import assert_one_line_error
+
+from dsbench import adapters
+from dsbench.adapters import base
+from dsbench.adapters.survey import summarize
+from dsbench.cli import main
+from dsbench.errors import DsbenchError
+from dsbench.export.generate import generate
+from dsbench.export.payloads import TEXT_LAYOUTS, TextSpec
+from dsbench.export.reexport import reexport
+from dsbench.export.spec import load_spec, parse_spec
+from dsbench.export.synth import make_sample, make_text
+from dsbench.loader.pipeline import parse_fields
+
+DEFINITION: dict[str, Any] = {
+    "name": "text-test", "samples": 12, "shard_samples": 5, "fields_as": "json",
+    "text": {"median_words": 60, "max_words": 400},
+    "fields": {"doc_id": {"type": "int", "classes": 1_000_000}}}
+
+
+def _spec(layout: str) -> Any:
+    return parse_spec({**DEFINITION, "layout": layout}, "text-test.toml")
+
+
+@pytest.mark.parametrize("layout", TEXT_LAYOUTS)
+def test_a_text_definition_is_written_in_each_layout_and_read_back_as_written(
+        layout: str, tmp_path: Path, private_tmp: Path) -> None:
+    spec = _spec(layout)
+    generate(spec, tmp_path / layout, seed=3, jobs=1)
+    export = adapters.open_export(tmp_path / layout)
+    samples = list(export.read())
+    assert len(samples) == spec.samples
+    for i, raw in enumerate(samples):
+        made = make_sample(spec, 3, i)
+        assert raw.codec == base.TEXT
+        assert base.text_of(raw.image) == made["text"], (layout, i)
+        assert parse_fields(raw)["doc_id"] == made["doc_id"]
+    s = summarize(export.survey(), tmp_path / layout, export.ignored, export)
+    assert s["sample"]["kind"] == "text" and s["bad_samples"] == 0
+
+
+def test_documents_follow_the_definitions_lengths_in_sentences() -> None:
+    t = TextSpec(median_words=300, sigma=0.8, min_words=8, max_words=20_000)
+    docs = [make_text(t, np.random.default_rng([0, i])) for i in range(400)]
+    words = np.array([len(d.split()) for d in docs])
+    assert words.min() >= 8 and words.max() <= 20_000
+    assert 260 <= np.median(words) <= 340  # log-normal around the median asked for
+    for d in docs[:20]:
+        sentences = d.split(". ")
+        assert d.endswith(".") and all(s[0].isupper() for s in sentences)
+        assert all(len(s.split()) <= 20 for s in sentences)
+    # The same document for the same seed: an export is the same however it is written.
+    assert make_text(t, np.random.default_rng([0, 7])) == docs[7]
+
+
+@pytest.mark.parametrize("kind,layout", [("mds-text", "jsonl"), ("text-jsonl", "parquet")])
+def test_generate_from_a_libraries_text_export_copies_every_text_and_the_doc_id(
+        kind: str, layout: str, tmp_path: Path, private_tmp: Path) -> None:
+    source = tokenlibs.write(kind, tmp_path)
+    reexport(_spec(layout), tmp_path / "out", str(source), jobs=1)
+    samples = list(adapters.open_export(tmp_path / "out").read())
+    assert len(samples) == tokenlibs.SAMPLES
+    for i, raw in enumerate(samples):
+        assert base.text_of(raw.image) == tokenlibs.text(i)
+        assert parse_fields(raw)["doc_id"] == tokenlibs.doc_id(i)
+
+
+@pytest.mark.parametrize("more,needle", [
+    ({"image": {"codec": "jpeg"}}, "one of an image, token ids, an audio clip or text"),
+    ({"layout": "files"}, "dsbench writes text in jsonl, wds"),
+    ({"text": {"median_words": 5}}, "text.median_words: 5 is out of range"),
+    ({"text": {"words": 5}}, "text.words: unknown key"),
+    ({"fields": {"text": {"type": "string"}}}, "fields.text: a text export's payload"),
+    ({"layout": "jsonl", "text": None}, "layout: jsonl holds documents' text")])
+def test_a_bad_text_definition_names_its_key(more: dict[str, Any], needle: str) -> None:
+    data = {**DEFINITION, "layout": "mds", **more}
+    data = {k: v for k, v in data.items() if v is not None}
+    with pytest.raises(DsbenchError, match=needle):
+        parse_spec(data, "text-test.toml")
+
+
+def test_generate_from_refuses_a_definition_of_another_kind_in_one_line(
+        tmp_path: Path, private_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = tokenlibs.write("text-jsonl", tmp_path)
+    assert main(["generate", "tokens", str(tmp_path / "a"), "--from", str(source)]) == 2
+    assert_one_line_error(capsys.readouterr().err, "generate", "carry text",
+                          "use a definition with [text]")
+    assert not (tmp_path / "a").exists()
+
+
+def test_the_shipped_text_definition_loads() -> None:
+    spec = load_spec("text")
+    assert spec.text is not None and spec.layout == "jsonl"

@@ -61,9 +61,26 @@ def test_documents_follow_the_definitions_lengths_in_sentences() -> None:
     for d in docs[:20]:
         sentences = d.split(". ")
         assert d.endswith(".") and all(s[0].isupper() for s in sentences)
-        assert all(len(s.split()) <= 20 for s in sentences)
-    # The same document for the same seed: an export is the same however it is written.
-    assert make_text(t, np.random.default_rng([0, 7])) == docs[7]
+        # 8 to 20 words, but the last: what is left of the document's words.
+        assert all(8 <= len(s.split()) <= 20 for s in sentences[:-1])
+        assert len(sentences[-1].split()) <= 20
+
+
+def test_a_jsonl_export_is_the_same_however_many_jobs_wrote_it_and_a_cut_unit_is_rewritten(
+        tmp_path: Path, private_tmp: Path) -> None:
+    spec = _spec("jsonl")
+    generate(spec, tmp_path / "one", seed=3, jobs=1)
+    generate(spec, tmp_path / "two", seed=3, jobs=2)
+    units = sorted(p.name for p in (tmp_path / "one").glob("*.jsonl"))
+    assert len(units) == 3
+    for name in units:
+        assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes()
+    # A unit cut at a line's end ends as a whole one does: its lines are counted on a re-run.
+    cut = tmp_path / "two" / units[1]
+    whole = cut.read_bytes()
+    cut.write_bytes(b"".join(whole.splitlines(keepends=True)[:2]))
+    report = generate(spec, tmp_path / "two", seed=3, jobs=1)
+    assert report.units_written == 1 and cut.read_bytes() == whole
 
 
 @pytest.mark.parametrize("kind,layout", [("mds-text", "jsonl"), ("text-jsonl", "parquet")])
@@ -84,12 +101,38 @@ def test_generate_from_a_libraries_text_export_copies_every_text_and_the_doc_id(
     ({"text": {"median_words": 5}}, "text.median_words: 5 is out of range"),
     ({"text": {"words": 5}}, "text.words: unknown key"),
     ({"fields": {"text": {"type": "string"}}}, "fields.text: a text export's payload"),
-    ({"layout": "jsonl", "text": None}, "layout: jsonl holds documents' text")])
+    ({"layout": "jsonl", "text": None}, "layout: jsonl holds documents' text only"),
+    ({"layout": "jsonl", "fields": {"id": {"type": "int"}}}, "fields.id: a JSON Lines"),
+    ({"layout": "jsonl", "fields": {"e": {"type": "embedding", "dim": 4}}},
+     "fields.e.encoding: JSON Lines stores an embedding as a JSON list"),
+    ({"layout": "wds", "fields_as": "members",
+      "fields": {"lang": {"type": "string", "ext": "lang.txt"}}},
+     "fields.lang.ext: member extension 'lang.txt' ends as the text's member does"),
+    ({"text": {"max_words": 10**6}}, "text.max_words: 1000000 is out of range")])
 def test_a_bad_text_definition_names_its_key(more: dict[str, Any], needle: str) -> None:
     data = {**DEFINITION, "layout": "mds", **more}
     data = {k: v for k, v in data.items() if v is not None}
     with pytest.raises(DsbenchError, match=needle):
         parse_spec(data, "text-test.toml")
+
+
+def test_a_bad_text_definition_is_one_line_and_exit_2(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "t.toml").write_text('name = "t"\nlayout = "jsonl"\n[tokens]\n')
+    assert main(["generate", str(tmp_path / "t.toml"), str(tmp_path / "out")]) == 2
+    assert_one_line_error(capsys.readouterr().err, "generate", "t.toml", "layout: jsonl holds "
+                          "documents' text only")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_source_text_no_writer_can_store_is_one_line(
+        tmp_path: Path, private_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.jsonl").write_text('{"text": "fine"}\n{"text": "bad \\ud800"}\n')
+    assert main(["generate", "text", str(tmp_path / "out"), "--from",
+                 str(tmp_path / "src")]) == 2
+    assert_one_line_error(capsys.readouterr().err, "generate", "a.jsonl", "cannot read its "
+                          "text")
 
 
 def test_generate_from_refuses_a_definition_of_another_kind_in_one_line(

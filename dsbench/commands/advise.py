@@ -146,7 +146,8 @@ def run(args: argparse.Namespace) -> int:
     bench = BenchOptions(workers=(args.workers,), batch_size=args.batch_size,
                          decoder=args.decoder, order=args.order, step=args.pipeline,
                          block=args.block, exact=args.exact, exact_samples=args.exact_samples,
-                         seq_len=args.seq_len, clip_s=args.clip_seconds)
+                         seq_len=args.seq_len, clip_s=args.clip_seconds,
+                         sample_rate=args.sample_rate)
     cluster, sources = cluster_from_args(args, DEMO_CLUSTER)
     if sources["storage"] == "default" and args.path.lower().startswith("s3://"):
         # The demo's shared filesystem is not where this job reads from: S3's published

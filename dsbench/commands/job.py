@@ -95,7 +95,8 @@ def options(args: argparse.Namespace, ranks: int) -> JobOptions:
                       stall_s=args.cluster_stall_s or 0.0, backend=args.backend,
                       prefetch=args.cluster_prefetch or _D.prefetch, seed=args.seed,
                       decoder=args.decoder, layout=args.layout, device=args.device,
-                      seq_len=args.seq_len, clip_s=args.clip_seconds)
+                      seq_len=args.seq_len, clip_s=args.clip_seconds,
+                      sample_rate=args.sample_rate)
 
 
 def as_found(opts: JobOptions, found: share.Found) -> JobOptions:

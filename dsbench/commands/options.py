@@ -247,6 +247,10 @@ def add_clip_argument(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> N
                    help="seconds of audio per training clip, for an export of audio samples: "
                         "each is mixed to mono and cropped to S at a random offset or padded "
                         f"with silence (default {clip_s:g})")
+    p.add_argument("--sample-rate", type=int, default=None, metavar="HZ",
+                   help="the rate the model takes audio at: each clip is cut at its own rate "
+                        "and resampled to HZ by soxr where it differs (default: the export's "
+                        "rate, and a clip at another is a bad sample)")
 
 
 def window_options(args: argparse.Namespace, **more: Any) -> BenchOptions:
@@ -264,7 +268,8 @@ def window_options(args: argparse.Namespace, **more: Any) -> BenchOptions:
                            shuffle_buffer=args.shuffle_buffer, block=args.block,
                            epochs=args.epochs, inflight=args.inflight, exact=args.exact,
                            exact_samples=args.exact_samples, seq_len=args.seq_len,
-                           clip_s=args.clip_seconds, tokenizer=args.tokenizer, **more)
+                           clip_s=args.clip_seconds, sample_rate=args.sample_rate,
+                           tokenizer=args.tokenizer, **more)
     remote.use_inflight(options.inflight)
     return options
 

@@ -130,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
                          epoch=args.epoch, window=args.window, label=args.label,
                          units=args.units, ranks_after=args.ranks_after,
                          workers_after=args.workers_after, seq_len=args.seq_len,
-                         clip_s=args.clip_seconds)
+                         clip_s=args.clip_seconds, sample_rate=args.sample_rate)
     opts.check()  # bad options fail before the export is read
     if args.plot is not None:
         from dsbench.report.plots import available

@@ -139,7 +139,17 @@ def missing_units(spec: ExportSpec, out: Path, samples: int) -> list[tuple[int, 
         rows = writer.rows_done(spec, out)
         return [r for r in ranges if r[2] > rows]
     return [r for r in ranges
-            if not all(is_whole(p) for p in writer.unit_paths(spec, out, r[0]))]
+            if not all(is_whole(p) and _holds(spec, p, r[2] - r[1])
+                       for p in writer.unit_paths(spec, out, r[0]))]
+
+
+def _holds(spec: ExportSpec, path: Path, samples: int) -> bool:
+    """A JSON Lines unit cut at a line's end still ends as a whole one does: its lines are
+    counted (a read of the unit, at a re-run's start only)."""
+    if spec.layout != "jsonl":
+        return True
+    with open(path, "rb") as f:
+        return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b"")) == samples
 
 
 def finish(spec: ExportSpec, out: Path, samples: int) -> None:

@@ -112,9 +112,11 @@ def text(raw: base.RawSample) -> str:
         raise SampleError(f"{raw.codec}, but text in the source's first sample", path=raw.source,
                           key=raw.key)
     try:
-        return base.text_of(raw.image)
-    except ValueError as exc:
+        text = base.text_of(raw.image)
+        text.encode("utf-8")  # a lone surrogate (JSON's "\ud800") no writer can store
+    except ValueError as exc:  # UnicodeError is one
         raise SampleError(f"cannot read its text: {exc}", path=raw.source, key=raw.key) from None
+    return text
 
 
 def copied(spec: ExportSpec, source_codec: str) -> dict[str, str]:

@@ -27,6 +27,7 @@ MAX_SECONDS = 120.0
 TEXT_LAYOUTS = ("jsonl", "wds", "arrow", "parquet", "mds", "litdata", "hf", "lance",
                 "tfrecord")
 TEXT_NAME = "text"
+MAX_WORDS = 100_000
 
 
 @dataclass(frozen=True)
@@ -136,8 +137,9 @@ def text(src: str, raw: Any, layout: str) -> TextSpec:
         raise fail(src, "text", f"dsbench writes text in {', '.join(TEXT_LAYOUTS)}, not "
                    f"{layout}")
     d = TextSpec()
-    lo = take_int(src, "text.min_words", raw.get("min_words", d.min_words), 1, 10**7)
-    hi = take_int(src, "text.max_words", raw.get("max_words", d.max_words), lo, 10**7)
+    # A unit's documents are made whole in memory (about 6 bytes a word): a book at most.
+    lo = take_int(src, "text.min_words", raw.get("min_words", d.min_words), 1, MAX_WORDS)
+    hi = take_int(src, "text.max_words", raw.get("max_words", d.max_words), lo, MAX_WORDS)
     return TextSpec(median_words=take_int(src, "text.median_words",
                                           raw.get("median_words", d.median_words), lo, hi),
                     sigma=number(src, "text.sigma", raw.get("sigma", d.sigma), 0.0, 5.0),

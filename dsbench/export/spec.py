@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from dsbench import atomic
+from dsbench.adapters.member_kinds import TEXT_EXTS
 from dsbench.errors import DsbenchError
 from dsbench.export import payloads
 from dsbench.export.keys import fail, take_choice, take_int, unknown
@@ -217,6 +218,9 @@ def _field(src: str, name: str, raw: Any, layout: str) -> FieldSpec:
             raise fail(src, key + ".dim", "an embedding needs its dimension")
         encoding = take_choice(src, key + ".encoding", raw.get("encoding", "binary"),
                                EMBEDDING_ENCODINGS)
+        if encoding != "json" and layout == "jsonl":
+            raise fail(src, key + ".encoding", "JSON Lines stores an embedding as a JSON "
+                       "list; use 'json'")
         if encoding == "list" and layout not in ("arrow", "parquet", *LIBRARY_LAYOUTS):
             raise fail(src, key + ".encoding",
                        "'list' is a columnar encoding; use 'binary' or 'json' for " + layout)
@@ -264,8 +268,10 @@ def parse_spec(data: dict[str, Any], source: str) -> ExportSpec:
         raise fail(source, "name", f"expected a non-empty string, got {name!r}")
     # JSON Lines holds text only: a layout of text definitions alone.
     layout = take_choice(source, "layout", data["layout"], (*LAYOUTS, "jsonl"))
-    if layout == "jsonl" and "text" not in data:
-        raise fail(source, "layout", "jsonl holds documents' text: add a [text] table")
+    if layout == "jsonl" and ("text" not in data or "image" in data or "tokens" in data
+                              or "audio" in data):
+        raise fail(source, "layout", "jsonl holds documents' text only: a [text] table, and "
+                   "no [image], [tokens] or [audio]")
     description = data.get("description", "")
     if not isinstance(description, str):
         raise fail(source, "description", "expected a string")
@@ -296,9 +302,11 @@ def parse_spec(data: dict[str, Any], source: str) -> ExportSpec:
     if len(tables) > 1:
         raise fail(source, tables[1], f"a sample carries one of an image, token ids, an "
                    f"audio clip or text: leave out [{tables[0]}] or [{tables[1]}]")
-    if spec.text and any(f.name == TEXT_NAME for f in fields):
-        raise fail(source, f"fields.{TEXT_NAME}", "a text export's payload is named text: "
-                   "name the field otherwise")
+    taken = {TEXT_NAME: "a text export's payload is named text"} | (
+        {"id": "a JSON Lines document's id is its key"} if layout == "jsonl" else {})
+    clash = next((f.name for f in fields if spec.text and f.name in taken), None)
+    if clash is not None:
+        raise fail(source, f"fields.{clash}", f"{taken[clash]}: name the field otherwise")
     if "form" in data and layout != "hf":
         raise fail(source, "form", "only a Hugging Face (hf) export has a form")
     if spec.layout == "hf" and spec.image.codec == "raw" and spec.kind == "image":
@@ -314,6 +322,11 @@ def parse_spec(data: dict[str, Any], source: str) -> ExportSpec:
             if spec.fields_as == "json" and not (f.type == "embedding" and f.encoding == "binary"):
                 continue
             ext = member_ext(spec, f)
+            if spec.text and ext.rsplit(".", 1)[-1] in TEXT_EXTS:
+                # A reader takes any member ending so as the sample's text (adapters).
+                raise fail(source, f"fields.{f.name}.ext", f"member extension {ext!r} ends "
+                           "as the text's member does: set ext to one that does not (e.g. "
+                           f"'{f.name}')")
             if ext in exts:
                 raise fail(source, f"fields.{f.name}.ext",
                            f"member extension {ext!r} is already used by {exts[ext]}; set ext")

@@ -16,7 +16,7 @@ from dsbench import adapters
 from dsbench.adapters.base import SEQ_LEN
 from dsbench.errors import DsbenchError
 from dsbench.loader.decode import DECODERS
-from dsbench.loader.options import BACKENDS, check_clip
+from dsbench.loader.options import BACKENDS, check_clip, check_rate
 from dsbench.model.costs import Distribution
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -51,6 +51,7 @@ class JobOptions:
     seq_len: int = SEQ_LEN
     clip_s: float = 4.0
     rate: int | None = None
+    sample_rate: int | None = None  # --sample-rate: clips resampled to it; None: at `rate`
 
     def __post_init__(self) -> None:
         def bad(option: str, value: object, want: str) -> DsbenchError:
@@ -70,6 +71,7 @@ class JobOptions:
         if self.stall_prob > 0 and self.stall_s <= 0:
             raise DsbenchError("--stall-prob > 0 needs a --stall-time > 0")
         check_clip(self.clip_s)
+        check_rate(self.sample_rate)
         if self.backend not in BACKENDS:
             raise bad("backend", self.backend, " or ".join(BACKENDS))
         if self.decoder not in DECODERS:

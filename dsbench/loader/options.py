@@ -26,6 +26,7 @@ from dsbench.loader.order import (
 )
 from dsbench.loader.pipeline import AudioCrop, Pipeline, TokenCrop, TrainTransform, Transform
 from dsbench.loader.tokenize import TokenizerSpec
+from dsbench.loader.transforms import soxr
 from dsbench.loader.user import UserStep, load
 from dsbench.loader.worker import Opener
 from dsbench.results.types import Config
@@ -38,6 +39,19 @@ BACKENDS = ("dsbench", "torch", "native")
 MAX_STEP_S = 3600
 MAX_CLIP_S = 600  # a training clip of ten minutes is already far past any speech model's
 MAX_INFLIGHT = 64  # requests ahead per worker: past this, threads, not the store, are the cost
+
+MAX_RATE = 384_000  # the highest rate audio interfaces record at
+
+
+def check_rate(rate: int | None) -> None:
+    """--sample-rate: None, or a whole number of Hz in [1000, MAX_RATE] with soxr installed."""
+    if rate is None:
+        return
+    if isinstance(rate, bool) or not isinstance(rate, int) or not 1000 <= rate <= MAX_RATE:
+        raise DsbenchError(f"--sample-rate must be a whole number of Hz in [1000, {MAX_RATE}], "
+                           f"got {rate!r}")
+    soxr()  # one line before anything runs where it does not import
+
 
 def check_clip(clip_s: float) -> None:
     """--clip-seconds: a number of seconds in (0, MAX_CLIP_S]; one line otherwise."""
@@ -83,6 +97,7 @@ class BenchOptions:
     tokenizer: str | None = None  # --tokenizer FILE: text samples' tokenizer (tokenize.py)
     clip_s: float = 4.0  # --clip-seconds: seconds of audio per training clip, for audio samples
     found_rate: int | None = None  # audio samples' rate, as the run's survey found it (Hz)
+    sample_rate: int | None = None  # --sample-rate: audio resampled to it (Hz); None: as found
     # The tokenizer text samples are encoded with, once the run has loaded or trained it.
     tokenizer_spec: TokenizerSpec | None = None
     max_pixels: int = DEFAULT_MAX_PIXELS  # larger images are bad samples
@@ -124,6 +139,7 @@ class BenchOptions:
         if not (math.isfinite(self.seconds) and self.seconds > 0):
             raise bad("seconds", self.seconds, "a positive number")
         check_clip(self.clip_s)
+        check_rate(self.sample_rate)
         if not (math.isfinite(self.step_time_s) and 0 <= self.step_time_s <= MAX_STEP_S):
             raise bad("step-time", self.step_time_s, f"a number of seconds in [0, {MAX_STEP_S}]")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
@@ -195,7 +211,8 @@ class BenchOptions:
         if self.found_kind in (TOKENS, TEXT):
             return TokenCrop(self.seq_len)
         if self.found_kind == AUDIO:
-            return AudioCrop(self.clip_s, self.found_rate or AudioCrop.rate)
+            return AudioCrop(self.clip_s, self.sample_rate or self.found_rate or AudioCrop.rate,
+                             resample=self.sample_rate is not None)
         return TrainTransform(normalize=self.normalize)
 
     def found(self, summary: dict[str, Any]) -> BenchOptions:
@@ -244,5 +261,6 @@ class BenchOptions:
                 "exact_samples": self.exact_samples,
                 "seq_len": self.seq_len if self.found_kind in (TOKENS, TEXT) else None,
                 "clip_seconds": self.clip_s if self.found_kind == AUDIO else None,
-                "sample_rate": self.found_rate if self.found_kind == AUDIO else None,
+                "sample_rate": (self.sample_rate or self.found_rate)
+                if self.found_kind == AUDIO else None,
                 "tokenizer": self.tokenizer_spec.describe() if self.tokenizer_spec else None}

@@ -19,6 +19,7 @@ from PIL import Image
 
 from dsbench.adapters.audio import Clip
 from dsbench.adapters.base import SEQ_LEN
+from dsbench.errors import DsbenchError
 from dsbench.loader.decode import Pixels
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -141,11 +142,15 @@ class BadSample(ValueError):
 class AudioCrop:
     """An audio sample to a training clip: its channels averaged to mono, a window of
     `seconds` at a random offset of a longer clip (as a speech loader crops one), a shorter one
-    padded with silence, float32 at `rate` Hz, the export's rate. A clip at another rate is a
-    bad sample: resampling is not built."""
+    padded with silence, float32 at `rate` Hz. Without `resample`, `rate` is the export's and a
+    clip at another rate is a bad sample; with it (--sample-rate), a clip at another rate is
+    cut at its own rate first, then resampled by soxr (its default quality, as librosa and
+    torchaudio's soxr backend use it): only the window kept is resampled, as a loader that
+    crops first would."""
 
     seconds: float = 4.0
     rate: int = 16_000
+    resample: bool = False
 
     @property
     def frames(self) -> int:
@@ -160,16 +165,35 @@ class AudioCrop:
         return "float32"
 
     def __call__(self, clip: Clip, rng: np.random.Generator) -> np.ndarray:
-        if clip.rate != self.rate:
+        if clip.rate != self.rate and not self.resample:
             raise BadSample(f"audio at {clip.rate} Hz, where the export's clips are at "
-                             f"{self.rate} Hz (resampling is not built)")
-        n, want = len(clip.frames), self.frames
+                             f"{self.rate} Hz (--sample-rate resamples them)")
+        n = len(clip.frames)
+        want = self.frames if clip.rate == self.rate else \
+            max(1, round(self.seconds * clip.rate))
         start = int(rng.integers(0, n - want + 1)) if n > want else 0
         window = clip.frames[start:start + want]
         out = np.zeros(want, dtype=np.float32)
         # The mean over channels, written into the clip's buffer: no second array per sample.
         np.mean(window, axis=1, out=out[:len(window)])
-        return out
+        if clip.rate == self.rate:
+            return out
+        # soxr's output is the input's length times the ratio, rounded: fitted to the frames
+        # a clip holds, as the padding above fits a short one.
+        again = soxr().resample(out, clip.rate, self.rate)
+        fitted = np.zeros(self.frames, dtype=np.float32)
+        fitted[:min(len(again), self.frames)] = again[:self.frames]
+        return fitted
+
+
+def soxr() -> Any:
+    """The soxr module (python-soxr), which resamples audio with libsoxr."""
+    try:
+        import soxr as module
+    except ImportError:
+        raise DsbenchError("--sample-rate resamples with soxr, which does not import: "
+                           "pip install 'dsbench[audio]'") from None
+    return module
 
 
 @functools.lru_cache(maxsize=8)

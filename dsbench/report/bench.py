@@ -68,7 +68,9 @@ def _audio_text(doc: BenchResult) -> str:
     fill = (f"{fmt.percent(mean / clip)} of each clip is the sample's, "
             f"{fmt.percent(1 - mean / clip)} silence padded" if n["max"] <= clip else
             f"a sample longer than {fmt.sig(clip)} s is cropped")
-    return (f"\n\nAudio samples ({found['codec']}, {config.get('sample_rate') or 0:,} Hz, "
+    rate, own = config.get("sample_rate") or 0, found.get("sample_rate")
+    rates = f"{rate:,} Hz" if own in (None, rate) else f"{own:,} Hz resampled to {rate:,} Hz"
+    return (f"\n\nAudio samples ({found['codec']}, {rates}, "
             f"{'/'.join(map(str, found['channels']))} channel(s)): clips of {fmt.sig(clip)} s, "
             f"mono, each cropped at a random offset or padded: "
             f"{fmt.sig(run['samples_per_s'] * clip)} s of audio/s at "

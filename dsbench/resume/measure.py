@@ -30,7 +30,7 @@ from dsbench import __version__, adapters, installed
 from dsbench.adapters.base import AUDIO, SEQ_LEN, TEXT
 from dsbench.adapters.survey import audio_rate
 from dsbench.errors import DsbenchError
-from dsbench.loader.options import BenchOptions, check_clip
+from dsbench.loader.options import BenchOptions, check_clip, check_rate
 from dsbench.loader.order import Plan, batches_per_rank, shuffle_of
 from dsbench.loader.pipeline import Pipeline
 from dsbench.resume import figures
@@ -61,6 +61,7 @@ class ResumeOptions:
     workers_after: int | None = None  # and its workers per rank (None: the same)
     seq_len: int = SEQ_LEN  # token samples: cropped to it (a TokensLoader stream cut into it)
     clip_s: float = 4.0  # audio samples: clips of so many seconds, at the export's rate
+    sample_rate: int | None = None  # --sample-rate: clips resampled to it (None: not)
 
     @property
     def elastic(self) -> bool:
@@ -86,6 +87,7 @@ class ResumeOptions:
         if self.buffer < 0 or self.epoch < 0:
             raise DsbenchError("--buffer and --epoch must not be negative")
         check_clip(self.clip_s)
+        check_rate(self.sample_rate)
         if self.restart_at < 1:
             raise DsbenchError(f"--restart-at must be at least 1 step, got {self.restart_at}")
         if self.backend == "torch":
@@ -243,6 +245,7 @@ def _pipeline(kind: str, export: Any, path: str, opts: ResumeOptions) -> Pipelin
     if kind == AUDIO:
         rate = audio_rate(export, path)
     return BenchOptions(seq_len=opts.seq_len, clip_s=opts.clip_s, found_kind=kind,
+                        sample_rate=opts.sample_rate,
                         found_rate=rate, tokenizer_spec=tokenizer).pipeline()
 
 

@@ -232,3 +232,21 @@ def test_a_restart_of_a_text_loader_is_audited_with_the_text_tokenized_in_its_wo
     by = {p["policy"]: p["total"] for p in doc["policies"]}
     assert (by["none"]["replayed"], by["none"]["skipped"]) == (k * batch, 0)
     assert (by["stateful"]["replayed"], by["stateful"]["skipped"]) == (0, 0)
+
+
+def test_resume_tokenizes_with_the_jobs_own_tokenizer_file_and_refuses_it_for_other_kinds(
+        exports: dict[str, Path], tmp_path: Path) -> None:
+    from dsbench.errors import DsbenchError
+    from dsbench.resume.measure import ResumeOptions, workers_pipeline
+
+    own = tmp_path / "tokenizer.json"
+    own.write_text(tokenize.trained([tokenlibs.text(i) for i in range(20)], vocab=300).json)
+    path = str(exports["text-jsonl"])
+    export = adapters.open_export(path)
+    with_file = ResumeOptions(restart_at=2, tokenizer=str(own))
+    given = workers_pipeline(base.TEXT, export, path, with_file)
+    trained = workers_pipeline(base.TEXT, export, path, ResumeOptions(restart_at=2))
+    assert given.tokenizer == own.read_text() and trained.tokenizer != given.tokenizer
+    with pytest.raises(DsbenchError, match="--tokenizer tokenizes text samples, and this "
+                                           "export's samples carry tokens"):
+        workers_pipeline(base.TOKENS, export, path, with_file)

@@ -153,10 +153,7 @@ def add_window_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup,
                         f"before decoding (default {d.max_pixels})")
     add_seq_len_argument(p)
     add_clip_argument(p)
-    p.add_argument("--tokenizer", default=None, metavar="FILE",
-                   help="the job's tokenizer for an export of text samples: a Hugging Face "
-                        "tokenizers JSON (tokenizer.json); default: a byte-level BPE trained "
-                        "on the export's first texts")
+    add_tokenizer_argument(p)
     p.add_argument("--order", choices=ORDERS, default=d.order,
                    help="how the workers read the export: sequential (each its units in "
                         "order, epoch after epoch), shuffle (units permuted each epoch and, on "
@@ -239,6 +236,13 @@ def add_seq_len_argument(p: argparse.ArgumentParser | argparse._ArgumentGroup) -
                         "each is cropped to N at a random offset or padded; a token stream "
                         "stored without samples of its own (litdata's TokensLoader) is cut "
                         f"into blocks of N, as its reader's block size (default {SEQ_LEN})")
+
+
+def add_tokenizer_argument(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    p.add_argument("--tokenizer", default=None, metavar="FILE",
+                   help="the job's tokenizer for an export of text samples: a Hugging Face "
+                        "tokenizers JSON (tokenizer.json); default: a byte-level BPE trained "
+                        "on the export's first texts")
 
 
 def add_clip_argument(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:

@@ -15,6 +15,7 @@ from dsbench.commands.options import (
     add_json_argument,
     add_native_option_argument,
     add_seq_len_argument,
+    add_tokenizer_argument,
     emit,
 )
 from dsbench.errors import DsbenchError
@@ -73,6 +74,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="only the export's first N units (shards, or files): a quicker run")
     add_seq_len_argument(p)
     add_clip_argument(p)
+    add_tokenizer_argument(p)
     p.add_argument("--plot", type=Path, default=None, metavar="FILE.png",
                    help="draw the label entropy per step around the restart (needs matplotlib)")
     native = p.add_argument_group("--backend native")
@@ -104,9 +106,11 @@ def _policies(text: str) -> tuple[str, ...]:
 
 def _native(args: argparse.Namespace) -> int:
     """--backend native: the library's own resume (resume/native.py)."""
-    if args.policy != "none" or args.epoch or args.units or args.plot:
+    if args.policy != "none" or args.epoch or args.units or args.plot or args.tokenizer \
+            or args.sample_rate:
         raise DsbenchError("--backend native restores the library's own state: --policy, "
-                           "--epoch, --units and --plot are for dsbench's and torch's loaders")
+                           "--epoch, --units, --plot, --tokenizer and --sample-rate are for "
+                           "dsbench's and torch's loaders")
     opts = NativeResumeOptions(
         restart_at=args.restart_at, ranks=args.ranks, workers=args.workers,
         ranks_after=args.ranks_after, workers_after=args.workers_after,
@@ -130,7 +134,8 @@ def run(args: argparse.Namespace) -> int:
                          epoch=args.epoch, window=args.window, label=args.label,
                          units=args.units, ranks_after=args.ranks_after,
                          workers_after=args.workers_after, seq_len=args.seq_len,
-                         clip_s=args.clip_seconds, sample_rate=args.sample_rate)
+                         clip_s=args.clip_seconds, sample_rate=args.sample_rate,
+                         tokenizer=args.tokenizer)
     opts.check()  # bad options fail before the export is read
     if args.plot is not None:
         from dsbench.report.plots import available

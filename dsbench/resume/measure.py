@@ -62,6 +62,7 @@ class ResumeOptions:
     seq_len: int = SEQ_LEN  # token samples: cropped to it (a TokensLoader stream cut into it)
     clip_s: float = 4.0  # audio samples: clips of so many seconds, at the export's rate
     sample_rate: int | None = None  # --sample-rate: clips resampled to it (None: not)
+    tokenizer: str | None = None  # --tokenizer FILE: text samples' tokenizer (None: trained)
 
     @property
     def elastic(self) -> bool:
@@ -230,15 +231,20 @@ def _elastic(path: str, plan: Plan, opts: ResumeOptions, pipeline: Pipeline,
                    opts.backend, make, lambda st: _state_bytes(opts, st)).measure(progress)
 
 
-def _pipeline(kind: str, export: Any, path: str, opts: ResumeOptions) -> Pipeline:
+def workers_pipeline(kind: str, export: Any, path: str, opts: ResumeOptions) -> Pipeline:
     """The workers' pipeline for what the samples carry, as bench makes it (BenchOptions):
-    images, token ids cropped to seq_len, text tokenized by a byte-level BPE trained on the
-    export's first texts (as bench trains one) and cropped, clips of clip_s at the export's
-    rate (the survey's)."""
-    rate, tokenizer = None, None
-    if kind == TEXT:
-        from dsbench.loader import tokenize
+    images, token ids cropped to seq_len, text tokenized by --tokenizer's file or a byte-level
+    BPE trained on the export's first texts (as bench trains one) and cropped, clips of clip_s
+    at the export's rate (the survey's)."""
+    from dsbench.loader import tokenize
 
+    rate, tokenizer = None, None
+    if kind != TEXT and opts.tokenizer is not None:
+        raise DsbenchError(f"--tokenizer tokenizes text samples, and this export's samples "
+                           f"carry {kind}", path=path)
+    if kind == TEXT and opts.tokenizer is not None:
+        tokenizer = tokenize.from_file(opts.tokenizer)
+    elif kind == TEXT:
         first = itertools.islice(export.read(), tokenize.TRAIN_SAMPLES)
         tokenizer = tokenize.trained((adapters.base.text_of(r.image) for r in first),
                                      where=path)
@@ -255,7 +261,7 @@ def run_resume(path: str, opts: ResumeOptions,
     opts.check()
     export = adapters.open_export(path, seq_len=opts.seq_len)
     kind = adapters.base.kind_of(export)
-    pipeline = _pipeline(kind, export, path, opts)
+    pipeline = workers_pipeline(kind, export, path, opts)
     shuffle = shuffle_of(export.layout)
     units = tuple(export.units()[:opts.units])
     plan = Plan(units, opts.seed, opts.ranks, opts.workers, opts.batch_size,

@@ -12,7 +12,7 @@ from layouts import jpeg
 
 from dsbench import adapters
 from dsbench.adapters import files
-from dsbench.errors import SampleError
+from dsbench.errors import DsbenchError, SampleError
 from dsbench.export.generate import generate
 from dsbench.export.spec import ExportSpec, FieldSpec, ImageSpec
 from dsbench.export.write import WRITERS
@@ -93,3 +93,37 @@ def test_unit_paths_list_every_file_of_the_last_short_directory(tmp_path: Path) 
         "000001/00000004.json"]
     assert all(p.exists() for p in paths)
     assert sorted(p.name for p in (tmp_path / "000001").iterdir()) == [p.name for p in paths]
+
+
+def test_per_sample_files_of_token_ids_or_text_are_read_as_written(tmp_path: Path) -> None:
+    # Written as a team writes them: NumPy's np.save for each document's ids, a .txt file for
+    # each text, with a label or JSON member beside.
+    import numpy as np
+
+    from dsbench.adapters import base
+    from dsbench.loader.pipeline import parse_fields
+
+    rng = np.random.default_rng(0)
+    ids = [rng.integers(0, 50_000, size=int(rng.integers(20, 90))).astype(np.uint16)
+           for _ in range(6)]
+    (tmp_path / "tok").mkdir()
+    (tmp_path / "txt").mkdir()
+    for i, doc in enumerate(ids):
+        np.save(tmp_path / "tok" / f"{i:04d}.input_ids.npy", doc)
+        (tmp_path / "tok" / f"{i:04d}.cls").write_text(str(i))
+        (tmp_path / "txt" / f"{i:04d}.txt").write_text(f"déjà vu {i} " * (i + 1), "utf-8")
+    tokens = adapters.open_export(tmp_path / "tok")
+    assert (tokens.layout, tokens.kind, tokens.payload_field) == ("files", base.TOKENS,
+                                                                   "input_ids.npy")
+    got = list(tokens.read())
+    assert all(np.array_equal(base.token_ids(r.image), d) for r, d in zip(got, ids, strict=True))
+    assert [parse_fields(r)["cls"] for r in got] == list(range(6))
+    text = adapters.open_export(tmp_path / "txt")
+    assert [base.text_of(r.image) for r in text.read()] == [f"déjà vu {i} " * (i + 1)
+                                                             for i in range(6)]
+    # Two members that could carry the ids: --image-field names one, else one line.
+    np.save(tmp_path / "tok" / "0000.other.npy", ids[0])
+    with pytest.raises(DsbenchError, match="several members could carry the samples' tokens"):
+        adapters.open_export(tmp_path / "tok")
+    named = adapters.open_export(tmp_path / "tok", image_field="input_ids.npy")
+    assert named.kind == base.TOKENS

@@ -112,7 +112,7 @@ def test_generate_from_a_libraries_audio_export_keeps_every_frame_and_the_speake
 @pytest.mark.parametrize("more,needle", [
     ({"image": {"codec": "jpeg"}}, "one of an image, token ids, an audio clip or text"),
     ({"tokens": {}}, "one of an image, token ids, an audio clip or text"),
-    ({"layout": "files"}, "dsbench writes audio clips in wds, arrow, parquet"),
+    ({"layout": "jsonl"}, "layout: jsonl holds documents' text only"),
     ({"audio": {"codec": "mp3"}}, "audio.codec: 'mp3' is not one of flac, wav"),
     ({"audio": {"sample_rate": 100}}, "audio.sample_rate: 100 is out of range"),
     ({"audio": {"seconds": 0.1, "min_seconds": 0.5}}, "audio.seconds: expected a number in"),
@@ -151,8 +151,8 @@ def test_an_audio_exports_candidates_try_both_codecs_and_load_back_as_the_same_w
     export = adapters.open_export(source)
     raws = first_samples(export, 8, str(source))
     cands, skipped = grid.candidates(found_fields(raws[0], export.layout), raws, "wds", 24,
-                                     ("wds", "parquet", "files"), (64_000_000,))
-    assert [s.layout for s in skipped] == ["files"]
+                                     ("wds", "parquet", "jsonl"), (64_000_000,))
+    assert [s.layout for s in skipped] == ["jsonl"]
     # The source's own encoding of its fields (a JSON member) is tried in wds too.
     assert [c.name for c in cands] == ["wds-64MB", "wds-json-64MB", "parquet-64MB",
                                        "wds-64MB-wav", "wds-json-64MB-wav", "parquet-64MB-wav"]

@@ -97,7 +97,6 @@ def test_generate_from_a_libraries_text_export_copies_every_text_and_the_doc_id(
 
 @pytest.mark.parametrize("more,needle", [
     ({"image": {"codec": "jpeg"}}, "one of an image, token ids, an audio clip or text"),
-    ({"layout": "files"}, "dsbench writes text in jsonl, wds"),
     ({"text": {"median_words": 5}}, "text.median_words: 5 is out of range"),
     ({"text": {"words": 5}}, "text.words: unknown key"),
     ({"fields": {"text": {"type": "string"}}}, "fields.text: a text export's payload"),

@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from dsbench.adapters import base, members
+from dsbench.adapters import base, member_kinds, members
 from dsbench.errors import DsbenchError, SampleError
 from dsbench.storage import files as store
 from dsbench.storage.files import Loc
@@ -36,6 +36,16 @@ class FilesExport(base.ReadsUnits):
     sizes: dict[tuple[str, str], int] = field(default_factory=dict)  # (key, ext) -> bytes
     layout: str = "files"
     ignored: list[str] = field(default_factory=list)
+
+    @property
+    def kind(self) -> str | None:
+        """Token ids or text where a member other than an image or clip carries the samples
+        (an `.npy` of ids, a `.txt`); None where each sample's image or audio member tells."""
+        return member_kinds.payload_kind(self.images)
+
+    @property
+    def payload_field(self) -> str | None:
+        return next(iter(self.images)) if self.kind else None
 
     def units(self) -> list[str]:
         return list(self.groups)
@@ -118,7 +128,9 @@ class FilesAdapter:
         images = members.image_exts(path)
         for rel, _ in base.walk(path):
             parsed = members.split_name(rel)
-            if parsed and members.pick_image([parsed[1]], images):
+            # An image or clip, or what could carry token ids or text (open says which).
+            if parsed and (members.pick_image([parsed[1]], images)
+                           or member_kinds.is_other_payload(parsed[1])):
                 return True
         return False
 
@@ -141,8 +153,28 @@ class FilesAdapter:
         for key, exts in ordered.items():
             by_dir.setdefault(_directory(key), []).append(exts)
         expected = {d: members.expected_exts(g) for d, g in by_dir.items()}
-        return FilesExport(path, ordered, members.image_exts(path, image_field), expected,
-                           sizes)
+        images = member_kinds.payload(
+            path, image_field, lambda wanted, n: _first_samples(path, ordered, wanted, n), path)
+        return FilesExport(path, ordered, images, expected, sizes)
+
+
+def _first_samples(path: Loc, groups: dict[str, tuple[str, ...]], wanted: str | None, n: int
+                   ) -> list[dict[str, bytes | None]]:
+    """The first `n` samples' members (member_kinds.Samples), with the head of their `.npy`
+    files (only `wanted`'s where given)."""
+    out: list[dict[str, bytes | None]] = []
+    for key in list(groups)[:n]:
+        heads: dict[str, bytes | None] = {}
+        for ext in groups[key]:
+            heads[ext] = None
+            if ext == wanted or (wanted is None and ext.endswith("npy")):
+                try:
+                    with base.open_file(path / f"{key}.{ext}") as f:
+                        heads[ext] = f.read(member_kinds.NPY_HEAD)
+                except (OSError, DsbenchError):
+                    pass  # reading the sample says why
+        out.append(heads)
+    return out
 
 
 ADAPTER = FilesAdapter()

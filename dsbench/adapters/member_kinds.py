@@ -53,8 +53,13 @@ def payload_kind(images: Mapping[str, str]) -> str | None:
     return codecs.pop() if len(codecs) == 1 and codecs <= {base.TOKENS, base.TEXT} else None
 
 
-def wds_payload(root: Loc, shard: Loc, image_field: str | None,
-                member_name: MemberName) -> dict[str, str]:
+# The first samples of an export, each member's extension with the head of its `.npy`
+# members (only `wanted`'s where given): Samples(wanted, n).
+Samples = Callable[[str | None, int], list[dict[str, bytes | None]]]
+
+
+def payload(root: Loc, image_field: str | None, samples: Samples, where: Loc
+            ) -> dict[str, str]:
     """The payload members' extensions and codecs: images and audio clips, or, where the
     first PEEKED samples have neither, their token ids (an `.npy` member of a 1-d integer
     array) or text (a `.txt` member); --image-field names the member."""
@@ -63,26 +68,38 @@ def wds_payload(root: Loc, shard: Loc, image_field: str | None,
     if image_field is not None and last in TEXT_EXTS:
         return {image_field: base.TEXT}
     if image_field is not None and last in TOKEN_EXTS and not raw:
-        first = first_samples(shard, member_name, 1, image_field)
+        first = samples(image_field, 1)
         if first and holds_ids(first[0].get(image_field) or b""):
             return {image_field: base.TOKENS}
     images = members.image_exts(root, image_field)
     if image_field is not None:
         return images
-    samples = first_samples(shard, member_name, PEEKED)
-    if not samples or any(members.pick_image(s, images) for s in samples):
+    peeked = samples(None, PEEKED)
+    if not peeked or any(members.pick_image(s, images) for s in peeked):
         return images
-    other = other_payload(samples[0], shard)
+    other = other_payload(peeked[0], where)
     if other is None:
         return images
     ext, kind = other
-    if kind == base.TOKENS and not holds_ids(samples[0].get(ext) or b""):
+    if kind == base.TOKENS and not holds_ids(peeked[0].get(ext) or b""):
         return images  # an .npy of pixels or floats: not token ids
     return {ext: kind}
 
 
+def wds_payload(root: Loc, shard: Loc, image_field: str | None,
+                member_name: MemberName) -> dict[str, str]:
+    """`payload` of a WebDataset export, from its first shard's first samples."""
+    return payload(root, image_field,
+                   lambda wanted, n: first_samples(shard, member_name, n, wanted), shard)
+
+
+def is_other_payload(ext: str) -> bool:
+    """Whether a member's extension could carry token ids or text (other_payload)."""
+    return ext.rsplit(".", 1)[-1].lower() in (*TOKEN_EXTS, *TEXT_EXTS)
+
+
 PEEKED = 8  # the samples whose members say what an export's samples carry
-_NPY_HEAD = 4096  # enough of an .npy member for its header
+NPY_HEAD = 4096  # enough of an .npy member for its header
 
 
 def first_samples(shard: Loc, member_name: MemberName, n: int, wanted: str | None = None
@@ -107,7 +124,7 @@ def first_samples(shard: Loc, member_name: MemberName, n: int, wanted: str | Non
                 head = None
                 if ext == wanted or (wanted is None and ext.endswith("npy")):
                     data = tf.extractfile(m)
-                    head = data.read(_NPY_HEAD) if data is not None else None
+                    head = data.read(NPY_HEAD) if data is not None else None
                 out[-1][ext] = head
     except (tarfile.TarError, OSError, EOFError, DsbenchError):
         return []

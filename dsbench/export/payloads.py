@@ -11,20 +11,22 @@ import numpy as np
 from dsbench.export.keys import fail, number, take_choice, take_int, unknown
 
 # Token exports: the layouts whose writers store token ids (an integer array per sample), the
-# dtypes they store them as, and the payload's name in every layout (a member `input_ids.npy`).
-TOKEN_LAYOUTS = ("wds", "arrow", "parquet", "mds", "litdata", "hf")
+# dtypes they store them as, and the payload's name in every layout (a member or per-sample
+# file `input_ids.npy`).
+TOKEN_LAYOUTS = ("wds", "files", "arrow", "parquet", "mds", "litdata", "hf")
 TOKEN_DTYPES = ("uint16", "uint32", "int32", "int64")
 TOKENS_NAME = "input_ids"
 # Audio exports: the layouts whose writers store an encoded clip (bytes, or Hugging Face's Audio
 # feature), the codecs written (lossless 16-bit PCM, through libsndfile), and the clip's name in
 # every layout (a column or leaf `audio`; a WebDataset member `.flac` or `.wav`).
-AUDIO_LAYOUTS = ("wds", "arrow", "parquet", "mds", "litdata", "hf", "lance", "tfrecord")
+AUDIO_LAYOUTS = ("wds", "files", "arrow", "parquet", "mds", "litdata", "hf", "lance",
+                 "tfrecord")
 AUDIO_CODECS = ("flac", "wav")
 AUDIO_NAME = "audio"
 MAX_SECONDS = 120.0
 # Text exports: every layout holds a string per sample (a WebDataset `.txt` member, a string
 # column, leaf or feature named `text`), and JSON Lines, which holds nothing else.
-TEXT_LAYOUTS = ("jsonl", "wds", "arrow", "parquet", "mds", "litdata", "hf", "lance",
+TEXT_LAYOUTS = ("jsonl", "wds", "files", "arrow", "parquet", "mds", "litdata", "hf", "lance",
                 "tfrecord")
 TEXT_NAME = "text"
 MAX_WORDS = 100_000

@@ -84,7 +84,8 @@ def test_generate_from_a_libraries_token_export_copies_every_id_and_carries_the_
 
 @pytest.mark.parametrize("more,needle", [
     ({"image": {"codec": "jpeg"}}, "one of an image, token ids, an audio clip or text"),
-    ({"layout": "lance"}, "dsbench writes token ids in wds, files, arrow, parquet, mds, litdata, hf, not lance"),
+    ({"layout": "lance"},
+     "dsbench writes token ids in wds, files, arrow, parquet, mds, litdata, hf, not lance"),
     ({"tokens": {"vocab": 70_000}}, "tokens.vocab: 70000 is out of range"),
     ({"tokens": {"dtype": "float32"}}, "tokens.dtype: 'float32' is not one of"),
     ({"tokens": {"median_length": 5, "min_length": 16}}, "tokens.median_length: 5 is out of"),

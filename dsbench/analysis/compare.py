@@ -31,8 +31,10 @@ MACHINE_MUST_MATCH = ("cpu_model", "usable_cores")
 # The reader (backend: dsbench's, torch's DataLoader over it, or the format's own library) may
 # differ: comparing one export read two ways is a question of its own ("our reader or theirs?");
 # the comparison says so, and the gate refuses it (gate.py).
+# The training sample each side makes must be the same too: ids per sequence, seconds and
+# rate of a clip (two exports at different rates compare with --sample-rate resampling both).
 CONFIG_MUST_MATCH = ("batch_size", "decoder", "normalize", "step_time_s", "cold", "prefetch",
-                     "epochs", "inflight")
+                     "epochs", "inflight", "seq_len", "clip_seconds", "sample_rate")
 CONFIG_BEFORE = {"inflight": 1}  # what results from before an option existed ran with
 COUNT_TOLERANCE = 1e-9  # relative; counts differ by at least one file or byte per export
 STAGE_LEVEL = 1 - (1 - stats.LEVEL) / len(STAGES)  # simultaneous over the stages: 0.99
@@ -102,7 +104,8 @@ def not_comparable(base: BenchResult, cand: BenchResult, any_order: bool = False
         a = base["config"].get(key, CONFIG_BEFORE.get(key))
         b = cand["config"].get(key, CONFIG_BEFORE.get(key))
         if a != b:
-            reasons.append(f"bench option {key} differs: {a!r} vs {b!r}")
+            hint = " (--sample-rate HZ resamples both to one)" if key == "sample_rate" else ""
+            reasons.append(f"bench option {key} differs: {a!r} vs {b!r}{hint}")
     if not common_workers(base, cand):
         reasons.append("no worker count was measured on both sides")
     return reasons

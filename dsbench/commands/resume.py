@@ -106,8 +106,8 @@ def _policies(text: str) -> tuple[str, ...]:
 
 def _native(args: argparse.Namespace) -> int:
     """--backend native: the library's own resume (resume/native.py)."""
-    if args.policy != "none" or args.epoch or args.units or args.plot or args.tokenizer \
-            or args.sample_rate:
+    if args.policy != "none" or args.epoch or args.units or args.plot \
+            or args.tokenizer is not None or args.sample_rate is not None:
         raise DsbenchError("--backend native restores the library's own state: --policy, "
                            "--epoch, --units, --plot, --tokenizer and --sample-rate are for "
                            "dsbench's and torch's loaders")

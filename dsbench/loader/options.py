@@ -26,7 +26,7 @@ from dsbench.loader.order import (
 )
 from dsbench.loader.pipeline import AudioCrop, Pipeline, TokenCrop, TrainTransform, Transform
 from dsbench.loader.tokenize import TokenizerSpec
-from dsbench.loader.transforms import soxr
+from dsbench.loader.transforms import MAX_RATE, soxr
 from dsbench.loader.user import UserStep, load
 from dsbench.loader.worker import Opener
 from dsbench.results.types import Config
@@ -39,9 +39,6 @@ BACKENDS = ("dsbench", "torch", "native")
 MAX_STEP_S = 3600
 MAX_CLIP_S = 600  # a training clip of ten minutes is already far past any speech model's
 MAX_INFLIGHT = 64  # requests ahead per worker: past this, threads, not the store, are the cost
-
-MAX_RATE = 384_000  # the highest rate audio interfaces record at
-
 
 def check_rate(rate: int | None) -> None:
     """--sample-rate: None, or a whole number of Hz in [1000, MAX_RATE] with soxr installed."""

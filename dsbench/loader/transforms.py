@@ -168,22 +168,27 @@ class AudioCrop:
         if clip.rate != self.rate and not self.resample:
             raise BadSample(f"audio at {clip.rate} Hz, where the export's clips are at "
                              f"{self.rate} Hz (--sample-rate resamples them)")
+        if clip.rate > MAX_RATE:  # a header's rate the resampler's buffers would follow
+            raise BadSample(f"audio at {clip.rate} Hz, past the {MAX_RATE} Hz resampled")
         n = len(clip.frames)
         want = self.frames if clip.rate == self.rate else \
             max(1, round(self.seconds * clip.rate))
         start = int(rng.integers(0, n - want + 1)) if n > want else 0
         window = clip.frames[start:start + want]
-        out = np.zeros(want, dtype=np.float32)
-        # The mean over channels, written into the clip's buffer: no second array per sample.
-        np.mean(window, axis=1, out=out[:len(window)])
         if clip.rate == self.rate:
+            out = np.zeros(want, dtype=np.float32)
+            # The mean over channels, written into the clip's buffer: no second array.
+            np.mean(window, axis=1, out=out[:len(window)])
             return out
-        # soxr's output is the input's length times the ratio, rounded: fitted to the frames
-        # a clip holds, as the padding above fits a short one.
-        again = soxr().resample(out, clip.rate, self.rate)
-        fitted = np.zeros(self.frames, dtype=np.float32)
-        fitted[:min(len(again), self.frames)] = again[:self.frames]
-        return fitted
+        # Only the clip's own frames are resampled, then padded with silence at the model's
+        # rate: soxr's output is their count times the ratio, rounded, fitted to the clip.
+        again = soxr().resample(np.mean(window, axis=1, dtype=np.float32), clip.rate, self.rate)
+        out = np.zeros(self.frames, dtype=np.float32)
+        out[:min(len(again), self.frames)] = again[:self.frames]
+        return out
+
+
+MAX_RATE = 384_000  # the highest rate audio interfaces record at (Hz)
 
 
 def soxr() -> Any:

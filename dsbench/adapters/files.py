@@ -20,6 +20,7 @@ from dsbench.errors import DsbenchError, SampleError
 from dsbench.storage import files as store
 from dsbench.storage.files import Loc
 
+DETECT_KEYS = 64  # the samples whose members say a directory of no images is one of text
 _OTHER_LAYOUTS = tuple(s for suffixes in base.SUFFIXES.values() for s in suffixes)
 
 
@@ -126,13 +127,18 @@ class FilesAdapter:
         if not store.is_dir(path):
             return False
         images = members.image_exts(path)
+        others: dict[str, bool] = {}  # key -> whether a member could carry ids or text
         for rel, _ in base.walk(path):
             parsed = members.split_name(rel)
-            # An image or clip, or what could carry token ids or text (open says which).
-            if parsed and (members.pick_image([parsed[1]], images)
-                           or member_kinds.is_other_payload(parsed[1])):
+            if parsed and members.pick_image([parsed[1]], images):
                 return True
-        return False
+            if parsed and len(others) < DETECT_KEYS:
+                others[parsed[0]] = others.get(parsed[0], False) or \
+                    member_kinds.is_other_payload(parsed[1])
+        # No image or clip: token ids or text (open says which) where every sample seen has a
+        # member that could carry them; a stray notes.txt beside another layout's index.json
+        # does not make a directory an export.
+        return bool(others) and all(others.values())
 
     def open(self, path: Loc, image_field: str | None = None,
              seq_len: int | None = None) -> FilesExport:

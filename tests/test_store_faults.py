@@ -184,8 +184,10 @@ def test_throttling_costs_a_per_sample_layout_what_it_does_not_cost_shards(
         else:  # 1 GET per pass: never beyond the bucket's allowance
             assert comparison["pushback"] is None
     # 2 GETs per sample at 20 GETs/s: 10 samples/s (and a second's burst) where the calm
-    # bucket gives several times more, even on a busy machine.
-    assert ratios["after"]["ratio_ci95"][1] < 1
+    # bucket gives several times more, even on a busy machine. The ratio of the rounds, not its
+    # interval's upper end: beside another test's processes (the slow set on two pytest
+    # workers) compare left out disturbed pairs and the interval reached up to 12.5x once.
+    assert ratios["after"]["ratio"] < 0.5
     # Shards are not slowed the same way (a loose bound: this is not an A/A check).
     assert ratios["before"]["ratio_ci95"][1] > 0.8
 

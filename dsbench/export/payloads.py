@@ -86,13 +86,18 @@ _TOKENS_KEYS = {"vocab", "dtype", "zipf", "median_length", "sigma", "min_length"
 _AUDIO_KEYS = {"codec", "sample_rate", "seconds", "sigma", "min_seconds", "max_seconds"}
 
 
-def tokens(src: str, raw: Any, layout: str) -> TokensSpec:
+def _table(src: str, name: str, raw: Any, keys: set[str], layout: str,
+           layouts: tuple[str, ...], what: str) -> None:
+    """A payload table's shape: a table of known keys, in a layout that holds its kind."""
     if not isinstance(raw, dict):
-        raise fail(src, "tokens", "expected a table")
-    unknown(src, "tokens.", raw, _TOKENS_KEYS)
-    if layout not in TOKEN_LAYOUTS:
-        raise fail(src, "tokens", f"dsbench writes token ids in {', '.join(TOKEN_LAYOUTS)}, "
-                   f"not {layout}")
+        raise fail(src, name, "expected a table")
+    unknown(src, f"{name}.", raw, keys)
+    if layout not in layouts:
+        raise fail(src, name, f"dsbench writes {what} in {', '.join(layouts)}, not {layout}")
+
+
+def tokens(src: str, raw: Any, layout: str) -> TokensSpec:
+    _table(src, "tokens", raw, _TOKENS_KEYS, layout, TOKEN_LAYOUTS, "token ids")
     d = TokensSpec()
     dtype = take_choice(src, "tokens.dtype", raw.get("dtype", d.dtype), TOKEN_DTYPES)
     vocab = take_int(src, "tokens.vocab", raw.get("vocab", d.vocab), 2,
@@ -108,12 +113,7 @@ def tokens(src: str, raw: Any, layout: str) -> TokensSpec:
 
 
 def audio(src: str, raw: Any, layout: str) -> AudioSpec:
-    if not isinstance(raw, dict):
-        raise fail(src, "audio", "expected a table")
-    unknown(src, "audio.", raw, _AUDIO_KEYS)
-    if layout not in AUDIO_LAYOUTS:
-        raise fail(src, "audio", f"dsbench writes audio clips in {', '.join(AUDIO_LAYOUTS)}, "
-                   f"not {layout}")
+    _table(src, "audio", raw, _AUDIO_KEYS, layout, AUDIO_LAYOUTS, "audio clips")
     d = AudioSpec()
     # A clip is made whole in memory (about 75 bytes a frame): a few minutes at most.
     lo = number(src, "audio.min_seconds", raw.get("min_seconds", d.min_seconds), 0.01,
@@ -132,12 +132,7 @@ def audio(src: str, raw: Any, layout: str) -> AudioSpec:
 
 
 def text(src: str, raw: Any, layout: str) -> TextSpec:
-    if not isinstance(raw, dict):
-        raise fail(src, "text", "expected a table")
-    unknown(src, "text.", raw, _TEXT_KEYS)
-    if layout not in TEXT_LAYOUTS:
-        raise fail(src, "text", f"dsbench writes text in {', '.join(TEXT_LAYOUTS)}, not "
-                   f"{layout}")
+    _table(src, "text", raw, _TEXT_KEYS, layout, TEXT_LAYOUTS, "text")
     d = TextSpec()
     # A unit's documents are made whole in memory (about 6 bytes a word): a book at most.
     lo = take_int(src, "text.min_words", raw.get("min_words", d.min_words), 1, MAX_WORDS)

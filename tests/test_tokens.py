@@ -19,6 +19,7 @@ from dsbench.adapters import base
 from dsbench.adapters.survey import summarize
 from dsbench.cli import main
 from dsbench.errors import SampleError
+from dsbench.loader import tokenize
 from dsbench.loader.options import BenchOptions
 from dsbench.loader.pipeline import TokenCrop, parse_fields
 from dsbench.loader.runner import run_benches
@@ -421,14 +422,36 @@ def test_a_job_reads_a_token_stream_in_blocks_on_every_rank(exports: dict[str, P
     assert doc["ranks"] == 2 and all(len(r["step_s"]) == 12 for r in doc["per_rank"])
 
 
-def test_a_job_refuses_text_in_one_line(tmp_path: Path,
-                                        capsys: pytest.CaptureFixture[str]) -> None:
-    # Text is tokenized in the workers by a tokenizer a job does not train: said before any
-    # rank starts.
+# Two ranks launched by torch's launcher, twice, 15 s: with the slow tests (CI runs them).
+@pytest.mark.slow
+def test_a_jobs_ranks_tokenize_text_with_the_launchers_tokenizer(tmp_path: Path) -> None:
+    # The launcher trains the BPE once (or loads --tokenizer) and every rank's workers encode
+    # with it: a rank without one would fail its first text ("no tokenizer").
+    from dsbench.job import result
+
     text = tokenlibs.write("text-jsonl", tmp_path)
-    assert main(["job", str(text), "--ranks", "2", "--workers", "1"]) == 2
-    assert_one_line_error(capsys.readouterr().err, "job", "samples carry text",
-                          "not built for them yet")
+    own = tmp_path / "tokenizer.json"
+    own.write_text(tokenize.trained([tokenlibs.text(i) for i in range(40)], vocab=300).json)
+    for given, source in (([], "byte-level BPE trained on the first"),
+                          (["--tokenizer", str(own)], f"--tokenizer {own}")):
+        out = tmp_path / "job.json"
+        assert main(["job", str(text), "--ranks", "2", "--workers", "1", "--gpu-batch", "4",
+                     "--compute", "0.005", "--steps", "12", "--seq-len", "64", *given,
+                     "--json", str(out)]) == 0
+        doc = result.read(out)
+        options = doc["config"]["options"]
+        assert (options["kind"], options["seq_len"]) == ("text", 64)
+        assert source in options["tokenizer"]
+        assert doc["ranks"] == 2 and all(len(r["step_s"]) == 12 for r in doc["per_rank"])
+
+
+def test_a_job_refuses_a_tokenizer_for_token_ids_in_one_line(
+        exports: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "t.json").write_text("{}")
+    assert main(["job", str(exports["litdata-tokens"]), "--ranks", "2", "--workers", "1",
+                 "--seq-len", str(tokenlibs.BLOCK), "--tokenizer",
+                 str(tmp_path / "t.json")]) == 2
+    assert_one_line_error(capsys.readouterr().err, "job", "--tokenizer tokenizes text samples")
 
 
 def test_a_restart_of_a_token_streams_loader_is_audited_block_for_block(

@@ -20,6 +20,7 @@ from dsbench.commands.options import (
     add_cluster_subset,
     add_json_argument,
     add_seq_len_argument,
+    add_tokenizer_argument,
     emit,
     parse_workers,
 )
@@ -79,6 +80,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(default 0)")
     add_seq_len_argument(g)
     add_clip_argument(g)
+    add_tokenizer_argument(g)
     add_json_argument(p, "the job result document")
 
 
@@ -101,7 +103,8 @@ def options(args: argparse.Namespace, ranks: int) -> JobOptions:
 
 def as_found(opts: JobOptions, found: share.Found) -> JobOptions:
     """The job's options for what share.check found its export's samples to carry."""
-    return dataclasses.replace(opts, kind=found.kind, rate=found.rate)
+    return dataclasses.replace(opts, kind=found.kind, rate=found.rate,
+                               tokenizer=found.tokenizer.source if found.tokenizer else None)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -124,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
     # Options for the whole job (its world size); each node starts `count` of its ranks.
     jobs = [options(args, n * nodes) for n in counts]  # every count checked before any starts
     found = share.check(args.path, args.workers, max(counts) * nodes, args.layout,
-                        args.seq_len)
+                        args.seq_len, args.tokenizer)
     jobs = [as_found(opts, found) for opts in jobs]
     from dsbench.job.launch import launch
 
@@ -135,7 +138,8 @@ def run(args: argparse.Namespace) -> int:
         fmt.progress(f"job: {per_node} rank{'s' if per_node != 1 else ''}{where} x "
                      f"{opts.workers} loader worker{'s' if opts.workers != 1 else ''}, "
                      f"{opts.steps} steps")
-        got = launch(args.path, opts, nodes=nodes, rdzv=args.rdzv, found_layout=found.layout)
+        got = launch(args.path, opts, nodes=nodes, rdzv=args.rdzv, found_layout=found.layout,
+                     tokenizer=found.tokenizer)
         if got is None:
             fmt.out(f"job: this node's {fmt.plural(per_node, 'rank')} finished; the node that "
                     "holds rank 0 prints the report and writes --json")
@@ -174,9 +178,10 @@ def _as_rank(args: argparse.Namespace, ident: identity.Identity) -> int:
     if args.ranks is not None and args.ranks != ident.world:
         raise DsbenchError(f"--ranks {args.ranks}, but the launcher started {ident.world}")
     try:
-        found = share.check(args.path, args.workers, ident.world, args.layout, args.seq_len)
+        found = share.check(args.path, args.workers, ident.world, args.layout, args.seq_len,
+                            args.tokenizer)
         opts = as_found(options(args, ident.world), found)
-        doc = rank.run_rank(args.path, opts, ident, found.layout)
+        doc = rank.run_rank(args.path, opts, ident, found.layout, found.tokenizer)
     except (DsbenchError, RuntimeError) as exc:
         rank.fail(str(ident.rank), exc)
         raise  # fail() does not return

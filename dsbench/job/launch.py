@@ -14,6 +14,7 @@ PEER_LOST, in the order the agent saw them.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -144,7 +145,7 @@ def _remove_stale() -> None:
 
 
 def launch(path: str, opts: JobOptions, nodes: int = 1, rdzv: str | None = None,
-           found_layout: str | None = None) -> dict[str, Any] | None:
+           found_layout: str | None = None, tokenizer: Any = None) -> dict[str, Any] | None:
     """Run this machine's share of the job (`opts.ranks` ranks over `nodes` machines, each
     launching as this one does, meeting at `rdzv`); rank 0's result document on the node that
     holds rank 0, None on the others. The ranks open the export as `found_layout` when given
@@ -164,8 +165,11 @@ def launch(path: str, opts: JobOptions, nodes: int = 1, rdzv: str | None = None,
     try:
         out = tmp / "result.json"
         cfg = tmp / "job.json"
+        # A text export's tokenizer (share.check's) travels whole: every rank encodes with it.
         atomic.write_text(cfg, json.dumps({"path": str(path), "options": opts.to_json(),
-                                           "layout": found_layout, "out": str(out)}))
+                                           "layout": found_layout, "out": str(out),
+                                           "tokenizer": dataclasses.asdict(tokenizer)
+                                           if tokenizer is not None else None}))
         per_node = opts.ranks // nodes
         # Every node's launcher names the same run: the rendezvous's address does.
         run_id = f"dsbench-{rdzv}" if rdzv else f"dsbench-{uuid.uuid4().hex[:12]}"

@@ -52,6 +52,7 @@ class JobOptions:
     clip_s: float = 4.0
     rate: int | None = None
     sample_rate: int | None = None  # --sample-rate: clips resampled to it; None: at `rate`
+    tokenizer: str | None = None  # text: where the ranks' tokenizer came from (TokenizerSpec)
 
     def __post_init__(self) -> None:
         def bad(option: str, value: object, want: str) -> DsbenchError:

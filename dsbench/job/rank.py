@@ -40,6 +40,7 @@ from dsbench.job.share import RankShare
 from dsbench.loader.options import BenchOptions
 from dsbench.loader.runner import host_busy_s
 from dsbench.loader.sources import ShmSource, check_memory
+from dsbench.loader.tokenize import TokenizerSpec
 from dsbench.loader.torch_source import TorchSource
 from dsbench.loader.worker import BatchReport
 from dsbench.storage.files import location
@@ -48,15 +49,16 @@ PEER_LOST = 75  # exit code of a rank whose peer went away: not the root cause o
 RANK_ERROR = 2  # exit code of a rank that met bad input; its last stderr line says what
 
 
-def bench_options(opts: JobOptions, ident: Identity, found_layout: str | None = None
-                  ) -> BenchOptions:
+def bench_options(opts: JobOptions, ident: Identity, found_layout: str | None = None,
+                  tokenizer: TokenizerSpec | None = None) -> BenchOptions:
     """The rank's loader, as `dsbench bench` would run it, over the rank's share; its workers
-    open the export as `found_layout` (share.check's) rather than detect it again."""
+    open the export as `found_layout` (share.check's) rather than detect it again, and encode
+    text with `tokenizer` (the launcher's, the same in every rank)."""
     return BenchOptions(workers=(opts.workers,), batch_size=opts.batch_size,
                         backend=opts.backend, prefetch=opts.prefetch, seed=opts.seed,
                         decoder=opts.decoder, layout=opts.layout, seq_len=opts.seq_len,
                         clip_s=opts.clip_s, found_kind=opts.kind, found_rate=opts.rate,
-                        sample_rate=opts.sample_rate,
+                        sample_rate=opts.sample_rate, tokenizer_spec=tokenizer,
                         opener=RankShare(ident.rank, ident.world, opts.layout or found_layout,
                                          opts.seq_len))
 
@@ -70,8 +72,8 @@ def _device(opts: JobOptions, ident: Identity, torch: Any) -> str:
     return "cuda" if opts.device == "cuda" or (opts.device == "auto" and has_gpus) else "cpu"
 
 
-def run_rank(path: str, opts: JobOptions, ident: Identity, found_layout: str | None = None
-             ) -> dict[str, Any] | None:
+def run_rank(path: str, opts: JobOptions, ident: Identity, found_layout: str | None = None,
+             tokenizer: TokenizerSpec | None = None) -> dict[str, Any] | None:
     """Run this rank; rank 0 returns the job's result document, the others None."""
     # The launcher stops ranks with SIGTERM; a Python handler would only run once a blocking
     # collective returned, so the default action (die at once) is what the job needs.
@@ -91,7 +93,7 @@ def run_rank(path: str, opts: JobOptions, ident: Identity, found_layout: str | N
         torch.cuda.set_device(ident.local_rank)
     timeout = datetime.timedelta(seconds=opts.collective_timeout_s)
     dist.init_process_group("nccl" if device == "cuda" else "gloo", timeout=timeout)
-    bench = bench_options(opts, ident, found_layout)
+    bench = bench_options(opts, ident, found_layout, tokenizer)
     check_memory(bench.pipeline(), opts.batch_size, opts.prefetch,
                  opts.workers * ident.local_world)
     source: ShmSource | TorchSource
@@ -212,7 +214,9 @@ def run_configured(cfg: dict[str, Any]) -> None:
     if ident is None:
         raise DsbenchError("dsbench.job.rank runs under a launcher (RANK and WORLD_SIZE unset)")
     ident = Identity(**{**ident.__dict__, "launcher": "dsbench"})
-    doc = run_rank(cfg["path"], JobOptions.from_json(cfg["options"]), ident, cfg.get("layout"))
+    tokenizer = TokenizerSpec(**cfg["tokenizer"]) if cfg.get("tokenizer") else None
+    doc = run_rank(cfg["path"], JobOptions.from_json(cfg["options"]), ident, cfg.get("layout"),
+                   tokenizer)
     if doc is not None:
         atomic.write_text(Path(cfg["out"]), json.dumps(doc) + "\n")
 

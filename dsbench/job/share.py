@@ -63,21 +63,26 @@ class Found:
     layout: str
     kind: str
     rate: int | None = None
+    tokenizer: Any = None  # text: the TokenizerSpec every rank's workers encode with
 
 
 def check(path: str, opts_workers: int, world: int, layout: str | None,
-          seq_len: int | None = None) -> Found:
+          seq_len: int | None = None, tokenizer: str | None = None) -> Found:
     """Refuse, before any rank starts, an export whose units cannot give every loader worker of
-    every rank its own, or whose samples are text (tokenized in the workers by a tokenizer
-    that a job does not train); what the ranks need to know of it otherwise."""
+    every rank its own; what the ranks need to know of it otherwise: for text, the tokenizer
+    (`tokenizer`'s file, or a BPE trained on the export's first texts, as bench trains one),
+    made once by the launcher and carried to every rank."""
     from dsbench.adapters.base import AUDIO, TEXT, kind_of
     from dsbench.adapters.survey import audio_rate
     from dsbench.errors import DsbenchError
+    from dsbench.loader import tokenize, worker
+    from dsbench.loader.options import BenchOptions
 
     export = adapters.open_export(path, layout=layout, seq_len=seq_len)
     kind = kind_of(export)
-    if kind == TEXT:
-        adapters.base.images_only(export, "a job's ranks read images, token ids or audio")
+    spec = tokenize.settled(path, BenchOptions(found_kind=kind, tokenizer=tokenizer,
+                                                      layout=layout),
+                            worker.open_export).tokenizer_spec
     units = len(export.units())
     if units < world * opts_workers:
         raise DsbenchError(f"{units} units (shards or samples) cannot give {world} ranks x "
@@ -86,4 +91,4 @@ def check(path: str, opts_workers: int, world: int, layout: str | None,
     rate = None
     if kind == AUDIO:  # clips are cut at the rate the survey finds, as bench cuts them
         rate = audio_rate(export, path)
-    return Found(export.layout, kind, rate)
+    return Found(export.layout, kind, rate, spec if kind == TEXT else None)

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pytest_benchmark.fixture import BenchmarkFixture
 
+from dsbench import adapters
 from dsbench.adapters import base
 from dsbench.export.generate import generate
 from dsbench.export.spec import ExportSpec, FieldSpec, ImageSpec
@@ -48,6 +49,17 @@ def make_spec(layout: str, fields: tuple[FieldSpec, ...] = (), *, unit: int = 3,
 def write(root: Path, spec: ExportSpec, samples: int | None = None, seed: int = 0) -> Path:
     generate(spec, root, samples=samples, seed=seed, jobs=1)
     return root
+
+
+def written_back(spec: ExportSpec, out: Path, seed: int = 3
+                 ) -> tuple[base.Export, list[base.RawSample]]:
+    """`spec` written by generate (one writer) and read back by dsbench: the export and every
+    sample, as many as the definition holds."""
+    generate(spec, out, seed=seed, jobs=1)
+    export = adapters.open_export(out)
+    samples = list(export.read())
+    assert len(samples) == spec.samples
+    return export, samples
 
 
 def jpegs(n: int, seed: int = 7) -> list[bytes]:

@@ -12,7 +12,7 @@ from typing import Any
 import audiolibs
 import numpy as np
 import pytest
-from layouts import assert_one_line_error
+from layouts import assert_one_line_error, written_back
 
 from dsbench import adapters
 from dsbench.adapters.survey import summarize
@@ -48,10 +48,7 @@ def pcm(data: bytes) -> tuple[np.ndarray, int]:
 def test_an_audio_definition_is_written_in_each_layout_and_read_back_frame_for_frame(
         layout: str, tmp_path: Path, private_tmp: Path) -> None:
     spec = _spec(layout)
-    generate(spec, tmp_path / layout, seed=3, jobs=1)
-    export = adapters.open_export(tmp_path / layout)
-    samples = list(export.read())
-    assert len(samples) == spec.samples
+    export, samples = written_back(spec, tmp_path / layout)
     for i, raw in enumerate(samples):
         made = make_sample(spec, 3, i)
         assert raw.codec == "flac"
@@ -233,14 +230,13 @@ def test_a_24_bit_clip_is_transcoded_without_loss_and_a_float_one_at_full_scale(
     reexport(spec, tmp_path / "out", str(source), jobs=1)
     import soundfile as sf
 
-    got = [sf.read(io.BytesIO(r.image), dtype="int32", always_2d=True)[0]
-           for r in adapters.open_export(tmp_path / "out").read()]
+    clips = [r.image for r in adapters.open_export(tmp_path / "out").read()]
+    got = [sf.read(io.BytesIO(c), dtype="int32", always_2d=True)[0] for c in clips]
     assert np.array_equal(got[0], deep)  # every one of the 24 bits
+    assert sf.info(io.BytesIO(clips[0])).subtype == "PCM_24"
     # A float clip is 16-bit PCM, clipped at full scale: not wrapped around, not silence.
     expect = np.clip(loud, -1.0, 1.0)
     assert np.abs(got[1] / 2.0**31 - expect).max() < 2.0 / 2**15
-    assert sf.info(io.BytesIO(next(iter(adapters.open_export(tmp_path / "out").read())).image)
-                   ).subtype == "PCM_24"
 
 
 @pytest.mark.parametrize("second,needle", [("flac", "the clip is flac, but wav in the source"),

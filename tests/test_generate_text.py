@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 import tokenlibs
-from layouts import assert_one_line_error
+from layouts import assert_one_line_error, written_back
 
 from dsbench import adapters
 from dsbench.adapters import base
@@ -39,10 +39,7 @@ def _spec(layout: str) -> Any:
 def test_a_text_definition_is_written_in_each_layout_and_read_back_as_written(
         layout: str, tmp_path: Path, private_tmp: Path) -> None:
     spec = _spec(layout)
-    generate(spec, tmp_path / layout, seed=3, jobs=1)
-    export = adapters.open_export(tmp_path / layout)
-    samples = list(export.read())
-    assert len(samples) == spec.samples
+    export, samples = written_back(spec, tmp_path / layout)
     for i, raw in enumerate(samples):
         made = make_sample(spec, 3, i)
         assert raw.codec == base.TEXT

@@ -11,14 +11,13 @@ from typing import Any
 import numpy as np
 import pytest
 import tokenlibs
-from layouts import assert_one_line_error
+from layouts import assert_one_line_error, written_back
 
 from dsbench import adapters
 from dsbench.adapters import base
 from dsbench.adapters.survey import summarize
 from dsbench.cli import main
 from dsbench.errors import DsbenchError
-from dsbench.export.generate import generate
 from dsbench.export.payloads import TOKEN_LAYOUTS, TokensSpec
 from dsbench.export.reexport import reexport
 from dsbench.export.spec import load_spec, parse_spec
@@ -39,10 +38,7 @@ def _spec(layout: str, **more: Any) -> Any:
 def test_a_token_definition_is_written_in_each_layout_and_read_back_id_for_id(
         layout: str, tmp_path: Path, private_tmp: Path) -> None:
     spec = _spec(layout)
-    generate(spec, tmp_path / layout, seed=3, jobs=1)
-    export = adapters.open_export(tmp_path / layout)
-    samples = list(export.read())
-    assert len(samples) == spec.samples
+    export, samples = written_back(spec, tmp_path / layout)
     for i, raw in enumerate(samples):
         made = make_sample(spec, 3, i)
         ids = base.token_ids(raw.image)

@@ -103,7 +103,8 @@ def advise(source: str, opts: AdviseOptions, bench: BenchOptions, cluster: Clust
     in_store = loc if isinstance(loc, RemotePath) else None
     staging.check(in_store, opts.stage_url)
     export = adapters.open_export(source, opts.layout)
-    if adapters.base.kind_of(export) not in (adapters.base.TOKENS, adapters.base.AUDIO):
+    kind = adapters.base.kind_of(export)
+    if kind not in (adapters.base.TOKENS, adapters.base.AUDIO):
         adapters.base.images_only(export, "advise re-lays an export's images, token ids or "
                                   "audio clips in the candidate layouts")
     total = sum(count_units(export, export.units(), opts.samples or DEFAULT_SAMPLES))
@@ -138,7 +139,6 @@ def advise(source: str, opts: AdviseOptions, bench: BenchOptions, cluster: Clust
     # The exact pass is run here, outside the benchmark that sets each side for what its
     # samples carry: token ids are cropped to --seq-len, clips at their rate, not decoded as
     # images.
-    kind = adapters.base.kind_of(export)
     bench = dataclasses.replace(bench, found_kind=kind, found_rate=audio_rate(export, source)
                                 if kind == adapters.base.AUDIO else None)
     base_opts = dataclasses.replace(bench, layout=opts.layout, exact=False)

@@ -71,14 +71,11 @@ def ids(spec: ExportSpec, raw: base.RawSample) -> np.ndarray:
     return np.array(found)
 
 
-def clip(spec: ExportSpec | AudioSpec, raw: base.RawSample, first_codec: str | None = None
-         ) -> bytes:
+def clip(want: AudioSpec, raw: base.RawSample, first_codec: str | None = None) -> bytes:
     """An audio sample's clip as the definition's codec: as stored where it already is, else
     transcoded (LOSSLESS says how). A clip in another codec than the source's first
     (`first_codec`) is one line, as an image of another codec is: the manifest describes the
     copy by the first."""
-    want = spec.audio if isinstance(spec, ExportSpec) else spec
-    assert want is not None
     if first_codec is not None and raw.codec != first_codec:
         raise SampleError(f"the clip is {raw.codec}, but {first_codec} in the source's first "
                           "sample: a re-export copies one codec", path=raw.source, key=raw.key)

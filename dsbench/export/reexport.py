@@ -149,7 +149,7 @@ def _sample(job: _Job, index: int, raw: base.RawSample) -> dict[str, Any]:
         sample: dict[str, Any] = {"__key__": sample_key(index),
                                   TOKENS_NAME: payload_copy.ids(job.spec, raw)}
     elif job.spec.audio:
-        clip = payload_copy.clip(job.spec, raw, job.first_codec)
+        clip = payload_copy.clip(job.spec.audio, raw, job.first_codec)
         sample = {"__key__": sample_key(index), AUDIO_NAME: clip}
     elif job.spec.text:
         sample = {"__key__": sample_key(index), TEXT_NAME: payload_copy.text(raw)}
@@ -293,7 +293,7 @@ def reexport(spec: ExportSpec, out_dir: str | Path, source: str, samples: int | 
     if spec.tokens:
         pass  # the ids are copied as stored, in the source's dtype (payload_copy.kind_spec)
     elif spec.audio:
-        payload_copy.clip(spec, first)  # a clip that does not transcode: said before writing
+        payload_copy.clip(spec.audio, first)  # one that does not transcode: said before writing
     elif spec.image.reencode:
         # Said before anything is written, from the first sample.
         reencoded(first.image, spec.image, first.source, first.key)

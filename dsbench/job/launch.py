@@ -34,6 +34,7 @@ from dsbench import atomic
 from dsbench.errors import DsbenchError, Interrupted
 from dsbench.job.options import JobOptions
 from dsbench.job.rank import PEER_LOST, RANK_ERROR
+from dsbench.loader.tokenize import TokenizerSpec
 
 RENDEZVOUS_TIMEOUT_S = 120  # every rank imports torch first: seconds each on a busy machine
 MONITOR_INTERVAL_S = 0.1
@@ -145,7 +146,8 @@ def _remove_stale() -> None:
 
 
 def launch(path: str, opts: JobOptions, nodes: int = 1, rdzv: str | None = None,
-           found_layout: str | None = None, tokenizer: Any = None) -> dict[str, Any] | None:
+           found_layout: str | None = None, tokenizer: TokenizerSpec | None = None
+           ) -> dict[str, Any] | None:
     """Run this machine's share of the job (`opts.ranks` ranks over `nodes` machines, each
     launching as this one does, meeting at `rdzv`); rank 0's result document on the node that
     holds rank 0, None on the others. The ranks open the export as `found_layout` when given

@@ -13,6 +13,7 @@ from typing import Any
 
 from dsbench import adapters
 from dsbench.adapters.base import Export, RawSample, SkipHandler, worker_share
+from dsbench.loader.tokenize import TokenizerSpec
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ class Found:
     layout: str
     kind: str
     rate: int | None = None
-    tokenizer: Any = None  # text: the TokenizerSpec every rank's workers encode with
+    tokenizer: TokenizerSpec | None = None  # text: what every rank's workers encode with
 
 
 def check(path: str, opts_workers: int, world: int, layout: str | None,

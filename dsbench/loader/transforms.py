@@ -170,9 +170,8 @@ class AudioCrop:
                              f"{self.rate} Hz (--sample-rate resamples them)")
         if clip.rate > MAX_RATE:  # a header's rate the resampler's buffers would follow
             raise BadSample(f"audio at {clip.rate} Hz, past the {MAX_RATE} Hz resampled")
-        n = len(clip.frames)
-        want = self.frames if clip.rate == self.rate else \
-            max(1, round(self.seconds * clip.rate))
+        # The window, at the clip's own rate: `frames` where that is the model's.
+        n, want = len(clip.frames), max(1, round(self.seconds * clip.rate))
         start = int(rng.integers(0, n - want + 1)) if n > want else 0
         window = clip.frames[start:start + want]
         if clip.rate == self.rate:

@@ -19,7 +19,6 @@ between them (no sleeping, no printing).
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import json
 import time
 from collections.abc import Callable
@@ -27,7 +26,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 from dsbench import __version__, adapters, installed
-from dsbench.adapters.base import AUDIO, SEQ_LEN, TEXT
+from dsbench.adapters.base import AUDIO, SEQ_LEN
 from dsbench.adapters.survey import audio_rate
 from dsbench.errors import DsbenchError
 from dsbench.loader.options import BenchOptions, check_clip, check_rate
@@ -236,23 +235,12 @@ def workers_pipeline(kind: str, export: Any, path: str, opts: ResumeOptions) -> 
     images, token ids cropped to seq_len, text tokenized by --tokenizer's file or a byte-level
     BPE trained on the export's first texts (as bench trains one) and cropped, clips of clip_s
     at the export's rate (the survey's)."""
-    from dsbench.loader import tokenize
+    from dsbench.loader import tokenize, worker
 
-    rate, tokenizer = None, None
-    if kind != TEXT and opts.tokenizer is not None:
-        raise DsbenchError(f"--tokenizer tokenizes text samples, and this export's samples "
-                           f"carry {kind}", path=path)
-    if kind == TEXT and opts.tokenizer is not None:
-        tokenizer = tokenize.from_file(opts.tokenizer)
-    elif kind == TEXT:
-        first = itertools.islice(export.read(), tokenize.TRAIN_SAMPLES)
-        tokenizer = tokenize.trained((adapters.base.text_of(r.image) for r in first),
-                                     where=path)
-    if kind == AUDIO:
-        rate = audio_rate(export, path)
-    return BenchOptions(seq_len=opts.seq_len, clip_s=opts.clip_s, found_kind=kind,
-                        sample_rate=opts.sample_rate,
-                        found_rate=rate, tokenizer_spec=tokenizer).pipeline()
+    bench = BenchOptions(seq_len=opts.seq_len, clip_s=opts.clip_s, found_kind=kind,
+                         sample_rate=opts.sample_rate, tokenizer=opts.tokenizer,
+                         found_rate=audio_rate(export, path) if kind == AUDIO else None)
+    return tokenize.settled(path, bench, worker.open_export).pipeline()
 
 
 def run_resume(path: str, opts: ResumeOptions,

@@ -34,8 +34,9 @@ MACHINE_MUST_MATCH = ("cpu_model", "usable_cores")
 # The training sample each side makes must be the same too: ids per sequence, seconds and
 # rate of a clip (two exports at different rates compare with --sample-rate resampling both).
 CONFIG_MUST_MATCH = ("batch_size", "decoder", "normalize", "step_time_s", "cold", "prefetch",
-                     "epochs", "inflight", "seq_len", "clip_seconds", "sample_rate")
-CONFIG_BEFORE = {"inflight": 1}  # what results from before an option existed ran with
+                     "epochs", "inflight", "seq_len", "pack", "clip_seconds", "sample_rate")
+# What results from before an option existed ran with.
+CONFIG_BEFORE: dict[str, object] = {"inflight": 1, "pack": False}
 COUNT_TOLERANCE = 1e-9  # relative; counts differ by at least one file or byte per export
 STAGE_LEVEL = 1 - (1 - stats.LEVEL) / len(STAGES)  # simultaneous over the stages: 0.99
 

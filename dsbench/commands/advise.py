@@ -8,15 +8,14 @@ from pathlib import Path
 from dsbench import atomic, fmt
 from dsbench.commands import vocabulary
 from dsbench.commands.options import (
-    add_clip_argument,
     add_cluster_arguments,
     add_exact_arguments,
     add_json_argument,
-    add_seq_len_argument,
     cluster_from_args,
     emit,
     json_target,
 )
+from dsbench.commands.sample_options import add_clip_argument, add_seq_len_argument
 from dsbench.errors import DsbenchError
 from dsbench.loader.options import BenchOptions
 from dsbench.loader.order import ORDERS, SEQUENTIAL

@@ -16,9 +16,9 @@ from dsbench.adapters.survey import summarize
 from dsbench.commands.options import (
     add_image_field_argument,
     add_json_argument,
-    add_seq_len_argument,
     emit,
 )
+from dsbench.commands.sample_options import add_seq_len_argument
 from dsbench.errors import DsbenchError
 from dsbench.report.survey import counted, render
 

@@ -16,13 +16,15 @@ from dsbench import fmt, installed
 from dsbench.commands import vocabulary
 from dsbench.commands.options import (
     GPU_BATCH,
-    add_clip_argument,
     add_cluster_subset,
     add_json_argument,
-    add_seq_len_argument,
-    add_tokenizer_argument,
     emit,
     parse_workers,
+)
+from dsbench.commands.sample_options import (
+    add_clip_argument,
+    add_seq_len_argument,
+    add_tokenizer_argument,
 )
 from dsbench.errors import DsbenchError
 from dsbench.job import identity, predict, result, share

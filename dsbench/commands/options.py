@@ -17,8 +17,13 @@ from typing import Any
 
 from dsbench import atomic, fmt
 from dsbench.adapters import FORMATS
-from dsbench.adapters.base import SEQ_LEN
 from dsbench.commands import vocabulary
+from dsbench.commands.sample_options import (
+    add_clip_argument,
+    add_pack_argument,
+    add_seq_len_argument,
+    add_tokenizer_argument,
+)
 from dsbench.errors import DsbenchError
 from dsbench.loader import exact
 from dsbench.loader.counts import DEFAULT_MAX_SAMPLES, REMOTE_MAX_SAMPLES
@@ -152,6 +157,7 @@ def add_window_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup,
                    help="an image of more pixels is a bad sample, refused from its header "
                         f"before decoding (default {d.max_pixels})")
     add_seq_len_argument(p)
+    add_pack_argument(p)
     add_clip_argument(p)
     add_tokenizer_argument(p)
     p.add_argument("--order", choices=ORDERS, default=d.order,
@@ -230,33 +236,6 @@ def add_image_field_argument(p: argparse.ArgumentParser | argparse._ArgumentGrou
                         "content, else the integer-list column)")
 
 
-def add_seq_len_argument(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    p.add_argument("--seq-len", type=int, default=SEQ_LEN, metavar="N",
-                   help="token ids per training sequence, for an export of token samples: "
-                        "each is cropped to N at a random offset or padded; a token stream "
-                        "stored without samples of its own (litdata's TokensLoader) is cut "
-                        f"into blocks of N, as its reader's block size (default {SEQ_LEN})")
-
-
-def add_tokenizer_argument(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    p.add_argument("--tokenizer", default=None, metavar="FILE",
-                   help="the job's tokenizer for an export of text samples: a Hugging Face "
-                        "tokenizers JSON (tokenizer.json); default: a byte-level BPE trained "
-                        "on the export's first texts")
-
-
-def add_clip_argument(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    clip_s = BenchOptions().clip_s
-    p.add_argument("--clip-seconds", type=float, default=clip_s, metavar="S",
-                   help="seconds of audio per training clip, for an export of audio samples: "
-                        "each is mixed to mono and cropped to S at a random offset or padded "
-                        f"with silence (default {clip_s:g})")
-    p.add_argument("--sample-rate", type=int, default=None, metavar="HZ",
-                   help="the rate the model takes audio at: each clip is cut at its own rate "
-                        "and resampled to HZ by soxr where it differs (default: the export's "
-                        "rate, and a clip at another is a bad sample)")
-
-
 def window_options(args: argparse.Namespace, **more: Any) -> BenchOptions:
     # The retry policy reaches every process that reads, workers included, as the store's
     # address does: through the environment.
@@ -271,7 +250,7 @@ def window_options(args: argparse.Namespace, **more: Any) -> BenchOptions:
                            image_field=args.image_field, step=args.pipeline, order=args.order,
                            shuffle_buffer=args.shuffle_buffer, block=args.block,
                            epochs=args.epochs, inflight=args.inflight, exact=args.exact,
-                           exact_samples=args.exact_samples, seq_len=args.seq_len,
+                           exact_samples=args.exact_samples, seq_len=args.seq_len, pack=args.pack,
                            clip_s=args.clip_seconds, sample_rate=args.sample_rate,
                            tokenizer=args.tokenizer, **more)
     remote.use_inflight(options.inflight)

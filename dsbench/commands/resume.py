@@ -11,12 +11,14 @@ from pathlib import Path
 
 from dsbench import fmt
 from dsbench.commands.options import (
-    add_clip_argument,
     add_json_argument,
     add_native_option_argument,
+    emit,
+)
+from dsbench.commands.sample_options import (
+    add_clip_argument,
     add_seq_len_argument,
     add_tokenizer_argument,
-    emit,
 )
 from dsbench.errors import DsbenchError
 from dsbench.loader.native import options as native_options

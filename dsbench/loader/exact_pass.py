@@ -139,8 +139,11 @@ def run(plan: Plan) -> dict[str, Any]:
             rows = [(o, f) for o, f in zip(outs, fields, strict=True)
                     if o is not None and f is not None]
             snap("transform")
-            for row, (out, _f) in enumerate(rows):
-                images[row] = out
+            if builder.packer is None:
+                for row, (out, _f) in enumerate(rows):
+                    images[row] = out
+            else:
+                _cut(builder.packer, [o for o, _f in rows], images)
             pack_fields(collate_fields([f for _o, f in rows]), packed, 0, len(packed))
         else:
             snap("decode")
@@ -162,6 +165,8 @@ def run(plan: Plan) -> dict[str, Any]:
         getattr(first, "close", lambda: None)()
     getattr(export, "forget", lambda: None)()
     builder.kinds.clear()
+    if builder.packer is not None:
+        builder.packer.clear()  # the counted samples' sequences start at their first id
     skipped.clear()
     snaps.clear()
     # The batch's buffers are a worker's shared-memory slot, written over batch after batch:
@@ -207,6 +212,18 @@ def run(plan: Plan) -> dict[str, Any]:
 
 
 _END = object()  # where a unit ends, in the stream of samples
+
+
+def _cut(packer: Any, docs: list[Any], rows: Any) -> None:
+    """--pack's collate: the batch's documents added to the ids held and every whole sequence
+    cut, as a worker does; sequences past the batch's rows are written over its first again
+    (the copy is the cost, not where it lands)."""
+    row = 0
+    for ids in docs:
+        packer.add(ids)
+        while packer.full:
+            packer.cut(rows[row % len(rows)])
+            row += 1
 
 
 def _whole_units(export: Any, units: list[str], skip: Any) -> Iterator[Any]:

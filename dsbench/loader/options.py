@@ -24,6 +24,7 @@ from dsbench.loader.order import (
     SHUFFLE,
     Order,
 )
+from dsbench.loader.packing import TokenPack
 from dsbench.loader.pipeline import AudioCrop, Pipeline, TokenCrop, TrainTransform, Transform
 from dsbench.loader.tokenize import TokenizerSpec
 from dsbench.loader.transforms import MAX_RATE, soxr
@@ -91,6 +92,7 @@ class BenchOptions:
     # token ids are cropped to --seq-len instead of the image transform.
     found_kind: str = "image"
     seq_len: int = SEQ_LEN  # --seq-len: ids per training sequence, for token samples
+    pack: bool = False  # --pack: token documents laid end to end into sequences (packing.py)
     tokenizer: str | None = None  # --tokenizer FILE: text samples' tokenizer (tokenize.py)
     clip_s: float = 4.0  # --clip-seconds: seconds of audio per training clip, for audio samples
     found_rate: int | None = None  # audio samples' rate, as the run's survey found it (Hz)
@@ -180,6 +182,10 @@ class BenchOptions:
                                               or self.dataset is not None):
             raise DsbenchError("--ceiling replays built batches in dsbench's own loader "
                                "(--backend dsbench, no --dataset)")
+        if self.pack and (self.backend != "dsbench" or self.step is not None
+                          or self.dataset is not None):
+            raise DsbenchError("--pack packs documents into sequences in dsbench's own workers "
+                               "(--backend dsbench, no --pipeline or --dataset)")
         if self.decoder not in DECODERS:
             raise bad("decoder", self.decoder, " or ".join(DECODERS))
         if self.layout is not None:
@@ -206,15 +212,24 @@ class BenchOptions:
     def _transform(self) -> Transform:
         """What the samples carry picks the transform (found_kind, from the run's survey)."""
         if self.found_kind in (TOKENS, TEXT):
-            return TokenCrop(self.seq_len)
+            return TokenPack(self.seq_len) if self.pack else TokenCrop(self.seq_len)
         if self.found_kind == AUDIO:
             return AudioCrop(self.clip_s, self.sample_rate or self.found_rate or AudioCrop.rate,
                              resample=self.sample_rate is not None)
         return TrainTransform(normalize=self.normalize)
 
     def found(self, summary: dict[str, Any]) -> BenchOptions:
-        """These options for the export `summary` describes: its kind, and audio's rate."""
-        return dataclasses.replace(self, found_kind=summary["sample"]["kind"],
+        """These options for the export `summary` describes: its kind, and audio's rate. An
+        option for another kind of sample is one line: it would be ignored without a word."""
+        kind = summary["sample"]["kind"]
+        what = {TOKENS: "token ids", TEXT: "text", AUDIO: "audio"}.get(kind, "images")
+        if self.pack and kind not in (TOKENS, TEXT):
+            raise DsbenchError(f"--pack packs token documents into sequences; this export's "
+                               f"samples are {what}", path=summary.get("path"))
+        if self.sample_rate is not None and kind != AUDIO:
+            raise DsbenchError(f"--sample-rate resamples audio; this export's samples are "
+                               f"{what}", path=summary.get("path"))
+        return dataclasses.replace(self, found_kind=kind,
                                    found_rate=(summary.get("audio") or {}).get("sample_rate"))
 
     def reading_order(self) -> Order:
@@ -257,6 +272,7 @@ class BenchOptions:
                 "ceiling": self.ceiling, "epochs": self.epochs, "inflight": self.inflight,
                 "exact_samples": self.exact_samples,
                 "seq_len": self.seq_len if self.found_kind in (TOKENS, TEXT) else None,
+                "pack": self.pack,
                 "clip_seconds": self.clip_s if self.found_kind == AUDIO else None,
                 "sample_rate": (self.sample_rate or self.found_rate)
                 if self.found_kind == AUDIO else None,

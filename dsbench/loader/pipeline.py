@@ -12,10 +12,11 @@ Stages (their CPU time is what `dsbench bench` reports per sample):
 * ``transform``: an ImageNet-style training transform on uint8 pixels: random-resized-crop to
   224 x 224 (scale (0.08, 1), ratio (3/4, 4/3), torchvision's sampling rule) and a horizontal
   flip with p = 0.5, from a seeded numpy Generator; optionally normalised to float32. Token ids
-  are cropped to the sequence length at a random offset (or padded), as int64 (transforms.py).
+  are cropped to the sequence length at a random offset (or padded), as int64 (transforms.py),
+  or with --pack widened to int64 whole (packing.py).
 * ``collate``: B transformed images copied into one contiguous (B, 224, 224, 3) array (HWC, the
-  layout of the decoded pixels), or B sequences into (B, seq_len), and the parsed fields stacked
-  where they are arrays or numbers.
+  layout of the decoded pixels), or B sequences into (B, seq_len) (with --pack, cut from the
+  documents laid end to end), and the parsed fields stacked where they are arrays or numbers.
 
 CPU time is taken with `time.process_time` (the OS's per-process CPU clock) so that threads an
 adapter starts (pyarrow's) are charged to the stage that caused them.
@@ -38,6 +39,7 @@ from dsbench.errors import DsbenchError, SampleError
 from dsbench.loader.decode import _BAD_DATA, DEFAULT_MAX_PIXELS
 from dsbench.loader.decode import DECODERS as DECODERS  # the stage's names, re-exported
 from dsbench.loader.decode import make_decoder as make_decoder
+from dsbench.loader.packing import Packer, TokenPack
 from dsbench.loader.transforms import IMAGENET_MEAN as IMAGENET_MEAN  # re-exported
 from dsbench.loader.transforms import IMAGENET_STD as IMAGENET_STD
 from dsbench.loader.transforms import AudioCrop as AudioCrop
@@ -228,11 +230,11 @@ def transformed(transform: Transform, decoded: Any, rng: np.random.Generator,
     """`transform` of one decoded sample; SampleError naming its file and key where the
     transform cannot take it: an audio clip among images or token ids (a clip's bytes where an
     image was expected), pixels where clips were, a clip at another rate."""
-    if isinstance(transform, TrainTransform | TokenCrop | AudioCrop) and \
+    if isinstance(transform, TrainTransform | TokenCrop | TokenPack | AudioCrop) and \
             isinstance(decoded, Clip) != isinstance(transform, AudioCrop):
         got = f"{raw.codec} audio" if isinstance(decoded, Clip) else f"a {raw.codec} sample"
         want = "audio" if isinstance(transform, AudioCrop) else \
-            "token ids" if isinstance(transform, TokenCrop) else "images"
+            "token ids" if isinstance(transform, TokenCrop | TokenPack) else "images"
         raise SampleError(f"{got} where the export's samples are {want}", path=raw.source,
                           key=raw.key)
     try:
@@ -260,6 +262,9 @@ class BatchBuilder:
         self.skipped: list[SampleError] = []
         self.kinds: dict[str, str] = {}  # each field's kind, from the first sample holding it
         self.samples = read(self.skipped.append if self.skip else None)
+        # --pack: the ids read and not yet in a sequence, carried from batch to batch.
+        self.packer = Packer(self.transform.seq_len) \
+            if isinstance(self.transform, TokenPack) else None
 
     def _bad(self, err: SampleError) -> None:
         if not self.skip:
@@ -316,6 +321,8 @@ class BatchBuilder:
         keys: list[str] = []
         fields: list[dict[str, Any]] = []
         outputs: list[Any] = []
+        if self.packer is not None:
+            return self._packed(self.packer, images, t)
         for row in range(len(images)):
             key, out, parsed = self.next_sample(t)
             t4 = clock()
@@ -328,5 +335,28 @@ class BatchBuilder:
             t[4] += clock() - t4
         t5 = clock()
         collated = collate_fields(fields) if self.user is None else {"batch": collate(outputs)}
+        t[4] += clock() - t5
+        return keys, collated
+
+    def _packed(self, packer: Packer, rows: np.ndarray, t: list[float]
+                ) -> tuple[list[str], dict[str, Any]]:
+        """--pack: fill `rows` with the ids of the documents read, end to end (packing.py);
+        the keys and fields are those of the documents read for this batch, however many."""
+        clock = time.process_time
+        keys: list[str] = []
+        fields: list[dict[str, Any]] = []
+        for row in rows:
+            while not packer.full:
+                key, ids, parsed = self.next_sample(t)
+                keys.append(key)
+                fields.append(parsed)
+                t4 = clock()
+                packer.add(ids)
+                t[4] += clock() - t4
+            t4 = clock()
+            packer.cut(row)
+            t[4] += clock() - t4
+        t5 = clock()
+        collated = collate_fields(fields)
         t[4] += clock() - t5
         return keys, collated

@@ -20,6 +20,7 @@ import numpy as np
 
 from dsbench.errors import DsbenchError
 from dsbench.loader.order import order_label
+from dsbench.loader.packing import documents_per_sequence
 
 DIST_SYNTAX = "SECONDS, normal:MEAN,SD or lognormal:MEAN,SD (seconds), e.g. normal:0.25,0.01"
 
@@ -108,6 +109,9 @@ class LoaderCost:
     seq_len: int | None = None
     # Audio samples: seconds per training clip (bench --clip-seconds); None otherwise.
     clip_s: float | None = None
+    # bench --pack: documents per packed sequence, measured. A sample of the model is then a
+    # sequence: the export's per-document figures are scaled by it. None otherwise.
+    documents_per_sample: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("cpu_s_per_sample", "cpu_cv", "files_per_sample", "bytes_per_sample"):
@@ -171,7 +175,7 @@ class LoaderCost:
                 "order": self.order, "epoch_start_s": self.epoch_start_s,
                 "requests_per_sample": self.requests_per_sample,
                 "export_samples": self.export_samples, "seq_len": self.seq_len,
-                "clip_s": self.clip_s}
+                "clip_s": self.clip_s, "documents_per_sample": self.documents_per_sample}
 
     def source_of(self, name: str) -> str:
         """'measured' or 'stated', for one of this cost's figures."""
@@ -227,11 +231,18 @@ def _from_result(doc: Mapping[str, Any], path: str | None) -> LoaderCost:
     config = doc.get("config")
     raw_export = doc.get("export")
     export: Mapping[str, Any] = raw_export if isinstance(raw_export, Mapping) else {}
-    files = _read_per_sample(base, export, "files_per_sample", where, path)
-    nbytes = _read_per_sample(base, export, "bytes_per_sample", where, path)
+    # --pack: the job's sample is a sequence; what bench counted per document, each sequence
+    # costs `docs` times (its CPU is per batch of sequences already).
+    docs = documents_per_sequence(base) \
+        if isinstance(config, Mapping) and config.get("pack") is True else None
+    per = docs or 1.0
+    files = per * _read_per_sample(base, export, "files_per_sample", where, path)
+    nbytes = per * _read_per_sample(base, export, "bytes_per_sample", where, path)
     stages = base.get("stages") if isinstance(base.get("stages"), Mapping) else {}
-    stage_items = tuple((str(k), float(v)) for k, v in stages.items()
+    stage_items = tuple((str(k), per * float(v)) for k, v in stages.items()
                         if isinstance(v, int | float) and not isinstance(v, bool))
+    requests = _requests(doc)
+    samples = _count(export.get("samples"))
     units = export.get("units")
     # Per-sample files are split by sample: their "units" never run short of workers.
     sharded = isinstance(units, int) and not isinstance(units, bool) and \
@@ -242,8 +253,10 @@ def _from_result(doc: Mapping[str, Any], path: str | None) -> LoaderCost:
                       stages=stage_items, units=units if sharded else None,
                       unit_name=str(export.get("unit_name") or "units"),
                       order=order_label(config if isinstance(config, Mapping) else {}),
-                      epoch_start_s=_epoch_start(base), requests_per_sample=_requests(doc),
-                      export_samples=_count(export.get("samples")),
+                      epoch_start_s=_epoch_start(base),
+                      requests_per_sample=None if requests is None else per * requests,
+                      export_samples=None if samples is None else max(1, round(samples / per)),
+                      documents_per_sample=docs,
                       seq_len=_count(config.get("seq_len")) if isinstance(config, Mapping)
                       else None, clip_s=_positive(config.get("clip_seconds"))
                       if isinstance(config, Mapping) else None, **_memory(parsed))

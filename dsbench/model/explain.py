@@ -52,6 +52,12 @@ def inputs(cost: LoaderCost, cluster: ClusterSpec,
     rows = [_row("cpu_s_per_sample", cost.cpu_s_per_sample,
                  fmt.seconds(cost.cpu_s_per_sample, "sample"), cost.source_of("cpu_s_per_sample"),
                  base)]
+    if cost.documents_per_sample is not None:
+        rows.append(_row("documents_per_sample", cost.documents_per_sample,
+                         f"{fmt.sig(cost.documents_per_sample)} documents/sequence", "measured",
+                         "bench --pack: a sample here is a packed sequence of "
+                         f"{cost.seq_len} ids; files, bytes and requests per document are "
+                         "scaled by it"))
     if cost.epoch_start_s is not None:
         rows.append(_row("epoch_start_s", cost.epoch_start_s, fmt.seconds(cost.epoch_start_s),
                          "measured", "the data wait at each epoch's start per rank (bench "

@@ -6,6 +6,7 @@ from typing import Any
 
 from dsbench import fmt
 from dsbench.analysis.compare import order_of
+from dsbench.loader.packing import documents_per_sequence
 from dsbench.loader.summary import uneven
 from dsbench.results.document import STAGES
 from dsbench.results.types import BenchResult, Run
@@ -28,6 +29,8 @@ def tokens_text(doc: BenchResult) -> str:
         return ""
     run, n = doc["runs"][0], tokens["per_sample"]
     mean = tokens["mean_per_sample"]
+    if doc["config"].get("pack"):
+        return _packed_text(doc, seq_len, n, mean)
     if tokens.get("stream"):
         return _stream_text(doc, tokens["stream"])
     fill = (f"{fmt.percent(mean / seq_len)} of each sequence is the document's, "
@@ -41,6 +44,25 @@ def tokens_text(doc: BenchResult) -> str:
             f"{fmt.plural(run['workers'], 'worker')}, padding included\n"
             f"the export's documents: {n['min']}-{n['max']} ids, mean {fmt.sig(mean)} ids "
             f"({tokens['count_checked']} checked): {fill}; {per_id}")
+
+
+def _packed_text(doc: BenchResult, seq_len: int, n: dict[str, Any], mean: float) -> str:
+    """--pack: documents laid end to end into sequences; no padding, nothing cropped away.
+    A sample is a document: the sequences' rate is the documents' times sequences per
+    document, as the rounds measured it."""
+    run, tokens = doc["runs"][0], doc["export"]["tokens"]
+    docs = documents_per_sequence(run)
+    if not docs:
+        return ""
+    per_id = (f"; per id stored: {fmt.seconds(run['cpu_s_per_sample'] / mean)} CPU, "
+              f"{fmt.nbytes(run['bytes_per_sample'] / mean)} read" if mean else "")
+    return (f"\n\nToken samples ({doc['export']['sample']['field']}, {tokens['dtype']}): "
+            f"documents laid end to end and cut into sequences of {seq_len} ids, no padding: "
+            f"{fmt.count(run['samples_per_s'] / docs)} sequences/s, "
+            f"{fmt.count(run['samples_per_s'] / docs * seq_len)} tokens/s at "
+            f"{fmt.plural(run['workers'], 'worker')}; {fmt.sig(docs)} documents per sequence "
+            f"(measured)\nthe export's documents: {n['min']}-{n['max']} ids, mean "
+            f"{fmt.sig(mean)} ids ({tokens['count_checked']} checked){per_id}")
 
 
 def _stream_text(doc: BenchResult, stream: dict[str, Any]) -> str:
@@ -89,11 +111,18 @@ def _text_text(doc: BenchResult, seq_len: int) -> str:
     mean = text["mean_chars_per_sample"]
     per_char = (f"; per character stored: {fmt.seconds(run['cpu_s_per_sample'] / mean)} CPU, "
                 f"{fmt.nbytes(run['bytes_per_sample'] / mean)} read" if mean else "")
+    docs = documents_per_sequence(run) if doc["config"].get("pack") else None
+    workers = fmt.plural(run['workers'], 'worker')
+    how = (f"documents laid end to end and cut into sequences of {seq_len} ids, no padding: "
+           f"{fmt.count(run['samples_per_s'] / docs)} sequences/s, "
+           f"{fmt.count(run['samples_per_s'] / docs * seq_len)} tokens/s at {workers}; "
+           f"{fmt.sig(docs)} documents per sequence (measured)" if docs else
+           f"sequences of {seq_len} ids, each cropped at a random offset or padded: "
+           f"{fmt.count(run['samples_per_s'] * seq_len)} tokens/s at {workers}, padding "
+           "included")
     return (f"\n\nText samples ({doc['export']['sample']['field']}), tokenized in the workers "
             f"by {tok.get('source', '?')} ({tok.get('vocab_size', '?')} ids; decode is the "
-            f"tokenizing): sequences of {seq_len} ids, each cropped at a random offset or padded: "
-            f"{fmt.count(run['samples_per_s'] * seq_len)} tokens/s at "
-            f"{fmt.plural(run['workers'], 'worker')}, padding included\n"
+            f"tokenizing): {how}\n"
             f"the export's texts: mean {fmt.sig(mean)} characters "
             f"({text['count_checked']} checked){per_char}")
 
@@ -303,6 +332,8 @@ def render(doc: BenchResult) -> str:
             if cfg.get("dataset") else
             f"{cfg['path']}: {doc['export'].get('layout', '?')} export, {backend}, "
             + (f"your step {cfg['pipeline']}" if cfg.get("pipeline")
+               else f"token ids packed into sequences of {cfg['seq_len']}"
+               if cfg.get("seq_len") and cfg.get("pack")
                else f"token ids cropped to {cfg['seq_len']}" if cfg.get("seq_len")
                else f"audio cut to clips of {fmt.sig(cfg.get('clip_seconds') or 0)} s"
                if cfg.get("clip_seconds")

@@ -71,6 +71,7 @@ class Config(TypedDict):
     inflight: NotRequired[int]
     exact_samples: NotRequired[int]
     seq_len: NotRequired[int | None]
+    pack: NotRequired[bool]
     clip_seconds: NotRequired[float | None]
     sample_rate: NotRequired[int | None]
     tokenizer: NotRequired[dict[str, Any] | None]

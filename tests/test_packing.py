@@ -1,0 +1,132 @@
+"""--pack: token documents laid end to end and cut into sequences of --seq-len ids, read from an
+export MosaicML Streaming's own writer made (tests/tokenlibs.py): every id in order, none
+padded or cropped away; a sample is still a document, and the model's sample a sequence."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tokenlibs
+from layouts import assert_one_line_error
+
+from dsbench import adapters
+from dsbench.analysis.compare import not_comparable
+from dsbench.cli import main
+from dsbench.loader.options import BenchOptions
+from dsbench.loader.packing import Packer, TokenPack, documents_per_sequence
+from dsbench.loader.pipeline import BatchBuilder, Pipeline, StageTimes
+from dsbench.loader.runner import run_benches
+from dsbench.model.cluster import extrapolate
+from dsbench.model.costs import Distribution, LoaderCost
+from dsbench.model.node import ClusterSpec
+from dsbench.report.bench import render as render_bench
+from dsbench.results import schema
+
+
+@pytest.fixture(scope="module")
+def mds(tmp_path_factory: pytest.TempPathFactory, private_tmp: Path) -> Path:
+    return tokenlibs.write("mds-tokens", tmp_path_factory.mktemp("pack"))
+
+
+def test_packed_sequences_hold_every_id_in_reading_order_across_batches(mds: Path) -> None:
+    # Batches of 3 sequences of 50 ids from documents of 20-300 ids: a document spans
+    # sequences and batches, and a batch may read no document at all.
+    export = adapters.open_export(mds)
+    builder = BatchBuilder(Pipeline(transform=TokenPack(seq_len=50)),
+                           lambda _skip: export.read(), np.random.default_rng(0))
+    rows = np.empty((3, 50), dtype=np.int64)
+    sequences, keys, doc_ids, without = [], [], [], 0
+    with pytest.raises(StopIteration):  # the export read once, its last ids held
+        while True:
+            got, fields = builder.build(rows, StageTimes())
+            sequences.append(rows.copy())
+            keys += got
+            doc_ids += list(fields.get("doc_id", []))
+            without += not got
+    stream = np.concatenate([tokenlibs.tokens(i) for i in range(tokenlibs.SAMPLES)])
+    packed = np.concatenate(sequences).ravel()
+    # Every id of the documents read, in order, none padded: all but the last (fewer than a
+    # batch's 150) are in a sequence.
+    assert np.array_equal(packed, stream[:len(packed)])
+    assert 0 <= len(stream) - len(packed) < 150
+    # Each batch names the documents read for it, in order, with their fields.
+    assert doc_ids == [tokenlibs.doc_id(i) for i in range(len(keys))]
+    assert len(keys) in (tokenlibs.SAMPLES, tokenlibs.SAMPLES - 1) and without > 0
+
+
+def test_a_packer_refuses_a_stream_of_empty_documents() -> None:
+    packer = Packer(4)
+    packer.add(np.arange(3))
+    assert not packer.full
+    with pytest.raises(Exception, match="hold no token id"):
+        for _ in range(10_000):
+            packer.add(np.arange(0))
+
+
+def test_a_packed_run_says_sequences_and_the_model_counts_in_them(mds: Path) -> None:
+    opts = BenchOptions(workers=(1,), batch_size=4, rounds=2, batches=6, seq_len=64,
+                        exact=False, pack=True)
+    crop = dataclasses.replace(opts, pack=False)
+    packed, cropped = run_benches([mds, mds], opts, each=[opts, crop])
+    schema.validate(packed, "bench")
+    assert packed["config"]["pack"] is True and packed["config"]["transform"] == "TokenPack"
+    assert cropped["config"]["pack"] is False
+    (run,) = packed["runs"]
+    docs = documents_per_sequence(run)
+    # 2 rounds of 6 batches of 4 sequences of 64 ids; documents of 160 ids on average.
+    assert docs == pytest.approx(sum(r["samples"] for r in run["rounds"]) / 48)
+    assert 0.25 < docs < 0.6
+    said = " ".join(render_bench(packed).split())
+    assert "token ids packed into sequences of 64" in said
+    assert "documents laid end to end and cut into sequences of 64 ids, no padding" in said
+    assert "documents per sequence (measured)" in said
+    # Packed and cropped are two jobs: not compared as one.
+    assert any("bench option pack differs" in r for r in not_comparable(cropped, packed))
+    # The model's sample is a sequence: the export's per-document files and bytes scaled.
+    cost = LoaderCost.from_result(packed)
+    assert cost.documents_per_sample == pytest.approx(docs)
+    assert cost.bytes_per_sample == pytest.approx(docs * run["bytes_per_sample"])
+    assert cost.export_samples == round(tokenlibs.SAMPLES / docs)
+    cluster = ClusterSpec(nodes=2, gpus_per_node=8, batch_size=8,
+                          compute=Distribution.parse("0.2"))
+    model = extrapolate(packed, cluster, np.random.default_rng(0), steps=100, scaling=[1])
+    schema.validate(model, "extrapolation")
+    assert model["tokens"]["per_step_per_gpu"] == 8 * 64
+    assert any(i["name"] == "documents_per_sample" for i in model["inputs"])
+
+
+def test_pack_and_sample_rate_on_another_kind_are_one_line(
+        mds: Path, tiny_exports: dict[str, Path],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    quick = ["--seconds", "0.1", "--rounds", "1", "--no-exact"]
+    assert main(["bench", str(tiny_exports["before"]), "--pack", *quick]) == 2
+    assert_one_line_error(capsys.readouterr().err, "bench", "--pack packs token documents",
+                          "this export's samples are images", str(tiny_exports["before"]))
+    assert main(["bench", str(mds), "--sample-rate", "16000", *quick]) == 2
+    assert_one_line_error(capsys.readouterr().err, "bench", "--sample-rate resamples audio",
+                          "samples are token ids")
+    assert main(["bench", str(mds), "--pack", "--backend", "torch", *quick]) == 2
+    assert_one_line_error(capsys.readouterr().err, "bench", "--pack packs documents",
+                          "--backend dsbench")
+
+
+# Two exact passes under valgrind (~10 s each): with the slow tests (CI runs them).
+@pytest.mark.slow
+def test_the_exact_pass_counts_the_packing(mds: Path) -> None:
+    opts = BenchOptions(workers=(1,), batch_size=4, rounds=1, batches=2, seq_len=64,
+                        exact=True, exact_samples=16, pack=True)
+    crop = dataclasses.replace(opts, pack=False)
+    packed, again, cropped = run_benches([mds] * 3, opts, each=[opts, opts, crop])
+
+    def stages(doc: dict[str, Any]) -> dict[str, float]:
+        assert doc["exact"]["counted"]
+        return dict(doc["exact"]["stages"])
+
+    # Exact: the same count from two passes; and the packing's, not the crop's.
+    assert stages(packed) == stages(again)
+    assert stages(packed)["transform"] != stages(cropped)["transform"]
+    assert stages(packed)["collate"] != stages(cropped)["collate"]

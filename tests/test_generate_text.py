@@ -133,11 +133,13 @@ def test_a_source_text_no_writer_can_store_is_one_line(
 
 def test_generate_from_refuses_a_definition_of_another_kind_in_one_line(
         tmp_path: Path, private_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # (A token definition tokenizes the texts: tests/test_tokenized_reexport.py.)
     source = tokenlibs.write("text-jsonl", tmp_path)
-    assert main(["generate", "tokens", str(tmp_path / "a"), "--from", str(source)]) == 2
-    assert_one_line_error(capsys.readouterr().err, "generate", "carry text",
-                          "use a definition with [text]")
-    assert not (tmp_path / "a").exists()
+    for other in ("speech", "before"):
+        assert main(["generate", other, str(tmp_path / other), "--from", str(source)]) == 2
+        assert_one_line_error(capsys.readouterr().err, "generate", "carry text",
+                              "use a definition with [text]")
+        assert not (tmp_path / other).exists()
 
 
 def test_the_shipped_text_definition_loads() -> None:

@@ -99,7 +99,7 @@ def test_a_packed_run_says_sequences_and_the_model_counts_in_them(mds: Path) -> 
     assert any(i["name"] == "documents_per_sample" for i in model["inputs"])
 
 
-def test_pack_and_sample_rate_on_another_kind_are_one_line(
+def test_pack_and_sample_rate_on_another_kind_are_one_line_before_anything_runs(
         mds: Path, tiny_exports: dict[str, Path],
         capsys: pytest.CaptureFixture[str]) -> None:
     quick = ["--seconds", "0.1", "--rounds", "1", "--no-exact"]
@@ -109,6 +109,14 @@ def test_pack_and_sample_rate_on_another_kind_are_one_line(
     assert main(["bench", str(mds), "--sample-rate", "16000", *quick]) == 2
     assert_one_line_error(capsys.readouterr().err, "bench", "--sample-rate resamples audio",
                           "samples are token ids")
+    # The same where job, resume and advise take --sample-rate, before anything starts.
+    for command in (["job", str(mds), "--ranks", "1"], ["resume", str(mds), "--restart-at", "2"],
+                    ["advise", str(mds), "--budget", "5s"]):
+        assert main([*command, "--sample-rate", "16000"]) == 2
+        assert_one_line_error(capsys.readouterr().err, command[0],
+                              "--sample-rate resamples audio", "samples are token ids")
+    assert main(["advise", str(tiny_exports["before"]), "--pack", "--budget", "5s"]) == 2
+    assert_one_line_error(capsys.readouterr().err, "advise", "--pack packs token documents")
     assert main(["bench", str(mds), "--pack", "--backend", "torch", *quick]) == 2
     assert_one_line_error(capsys.readouterr().err, "bench", "--pack packs documents",
                           "--backend dsbench")

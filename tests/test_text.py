@@ -15,10 +15,9 @@ import tokenlibs
 from layouts import assert_one_line_error
 
 from dsbench import adapters
-from dsbench.adapters import base
+from dsbench.adapters import base, tokenizer
 from dsbench.adapters.survey import summarize
 from dsbench.cli import main
-from dsbench.loader import tokenize
 from dsbench.loader.options import BenchOptions
 from dsbench.loader.pipeline import parse_fields
 from dsbench.loader.runner import run_benches
@@ -59,9 +58,9 @@ def test_every_text_is_read_as_written(kind: str, exports: dict[str, Path]) -> N
 
 def test_a_trained_tokenizer_encodes_and_decodes_the_exports_text_exactly() -> None:
     texts = [tokenlibs.text(i) for i in range(tokenlibs.SAMPLES)]
-    spec = tokenize.trained(texts, vocab=512)
+    spec = tokenizer.trained(texts, vocab=512)
     assert 256 < spec.vocab_size <= 512 and spec.source.endswith("first 120 texts of the export")
-    encode = tokenize.encoder(spec.json)
+    encode = tokenizer.encoder(spec.json)
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_str(spec.json)
@@ -79,7 +78,7 @@ def test_text_is_tokenized_in_the_workers_and_cropped(exports: dict[str, Path],
     opts = BenchOptions(workers=(1,), batch_size=4, rounds=1, batches=4, warmup_batches=1,
                         seq_len=128, exact=False)
     own = tmp_path / "tokenizer.json"
-    own.write_text(tokenize.trained([tokenlibs.text(i) for i in range(40)], vocab=300).json)
+    own.write_text(tokenizer.trained([tokenlibs.text(i) for i in range(40)], vocab=300).json)
     sides = [("text-jsonl", opts, "first 120 texts"),
              ("text-jsonl", dataclasses.replace(opts, tokenizer=str(own)), f"--tokenizer {own}"),
              ("hf-text", opts, "first 120 texts"),
@@ -240,7 +239,7 @@ def test_resume_tokenizes_with_the_jobs_own_tokenizer_file_and_refuses_it_for_ot
     from dsbench.resume.measure import ResumeOptions, workers_pipeline
 
     own = tmp_path / "tokenizer.json"
-    own.write_text(tokenize.trained([tokenlibs.text(i) for i in range(20)], vocab=300).json)
+    own.write_text(tokenizer.trained([tokenlibs.text(i) for i in range(20)], vocab=300).json)
     path = str(exports["text-jsonl"])
     export = adapters.open_export(path)
     with_file = ResumeOptions(restart_at=2, tokenizer=str(own))

@@ -17,9 +17,9 @@ from layouts import assert_one_line_error
 from dsbench import adapters
 from dsbench.adapters import base
 from dsbench.adapters.survey import summarize
+from dsbench.adapters.tokenizer import trained
 from dsbench.cli import main
 from dsbench.errors import SampleError
-from dsbench.loader import tokenize
 from dsbench.loader.options import BenchOptions
 from dsbench.loader.pipeline import TokenCrop, parse_fields
 from dsbench.loader.runner import run_benches
@@ -431,7 +431,7 @@ def test_a_jobs_ranks_tokenize_text_with_the_launchers_tokenizer(tmp_path: Path)
 
     text = tokenlibs.write("text-jsonl", tmp_path)
     own = tmp_path / "tokenizer.json"
-    own.write_text(tokenize.trained([tokenlibs.text(i) for i in range(40)], vocab=300).json)
+    own.write_text(trained([tokenlibs.text(i) for i in range(40)], vocab=300).json)
     for given, source in (([], "byte-level BPE trained on the first"),
                           (["--tokenizer", str(own)], f"--tokenizer {own}")):
         out = tmp_path / "job.json"

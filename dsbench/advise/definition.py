@@ -51,6 +51,8 @@ def to_toml(spec: ExportSpec, header: str) -> str:
         lines += ["", "[tokens]", f"dtype = {_value(spec.tokens.dtype)}"]
     if spec.audio:  # the clips are copied as stored, or transcoded to this codec
         lines += ["", "[audio]", f"codec = {_value(spec.audio.codec)}"]
+    if spec.text:  # the texts are copied as stored: the table says only that they are text
+        lines += ["", "[text]"]
     for f in spec.fields:
         lines += ["", *_field(f)]
     return "\n".join(lines) + "\n"
@@ -60,7 +62,7 @@ def same_writer(a: ExportSpec, b: ExportSpec) -> bool:
     """Whether two definitions lay samples out alike (all but names, text and image settings
     a re-export does not use: all of them, unless it re-encodes)."""
     keys = ("layout", "shard_samples", "fields_as", "files_per_dir", "fields", "form",
-            "compression", "tokens", "audio")
+            "compression", "tokens", "audio", "text")
     images = (a.image.reencode == b.image.reencode and
               (not a.image.reencode or (a.image.codec, a.image.quality) ==
                (b.image.codec, b.image.quality)))

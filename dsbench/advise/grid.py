@@ -16,6 +16,9 @@ Every candidate carries every field of the source (advise.fields) and its images
 * re-encoded images, only when asked (`--reencode quality=85`): each sharded candidate again
   with its images decoded and encoded as JPEG at that quality. That changes the data (what the
   model trains on), which is why it is never tried unasked and why the advice says so;
+* for raw text, each layout with the texts as stored and again with the ids the job's
+  tokenizer gives them (named -tokens): whether to tokenize once, before the export, or in
+  every epoch's loader workers;
 * compression (`--compressions`, none and zstd): Arrow IPC buffers, MDS and litdata shards
   compressed with zstd or not. JPEG and PNG bytes barely compress; a document's text, labels
   and embeddings may, and every read then decompresses. Parquet keeps its own rule (zstd for
@@ -36,6 +39,7 @@ from dataclasses import dataclass
 
 from dsbench import fmt
 from dsbench.adapters import base
+from dsbench.adapters.tokenizer import TokenizerSpec, encoder
 from dsbench.advise.fields import BINARY, JSON, LIST, Found
 from dsbench.errors import DsbenchError
 from dsbench.export import carry, payload_copy
@@ -43,9 +47,11 @@ from dsbench.export.encode import sample_members
 from dsbench.export.payloads import (
     AUDIO_CODECS,
     AUDIO_LAYOUTS,
+    TEXT_LAYOUTS,
     TOKEN_LAYOUTS,
     TOKENS_NAME,
     AudioSpec,
+    TextSpec,
     TokensSpec,
 )
 from dsbench.export.reexport import reencoded
@@ -124,7 +130,7 @@ def sample_bytes(spec: ExportSpec, raws: Sequence[base.RawSample], layout: str) 
     sizes = []
     for raw in raws:
         payload = {TOKENS_NAME: base.token_ids(raw.image)} if spec.tokens else \
-            {spec.payload: raw.image}
+            {spec.payload: base.text_of(raw.image)} if spec.text else {spec.payload: raw.image}
         sample = {**payload, **carry.carried_values(spec, plan, raw)}
         sizes.append(sum(len(b) for _, b in sample_members(spec, sample)))
     return sum(sizes) / len(sizes)
@@ -133,13 +139,14 @@ def sample_bytes(spec: ExportSpec, raws: Sequence[base.RawSample], layout: str) 
 def _spec(name: str, layout: str, found: Found, samples: int, image: ImageSpec, *,
           shard_samples: int = 1000, fields_as: str = "members", encoding: str = LIST,
           what: str = "", compression: str | None = None,
-          tokens: TokensSpec | None = None, audio: AudioSpec | None = None) -> ExportSpec:
+          tokens: TokensSpec | None = None, audio: AudioSpec | None = None,
+          text: TextSpec | None = None) -> ExportSpec:
     fields = tuple(dataclasses.replace(f, encoding=encoding) if f.type == "embedding" else f
                    for f in found.fields)
     return ExportSpec(name=name, layout=layout, description=what, samples=samples,
                       shard_samples=shard_samples, fields_as=fields_as,
                       image=image, fields=fields, compression=compression, tokens=tokens,
-                      audio=audio)
+                      audio=audio, text=text)
 
 
 def _installed(layout: str) -> bool:
@@ -157,6 +164,8 @@ def _encodings(layout: str, source_layout: str, found: Found, compressions: Sequ
             # the source's own encoding, in this layout
             out.append(("-json", "json", JSON, None))
         return out
+    if layout == "jsonl":  # a JSON document per line: an embedding is a JSON list there
+        return [("", "members", JSON, None)]
     if layout not in COMPRESSIBLE:
         return [("", "members", LIST, None)]
     return [("" if c == "none" else f"-{c}", "members", LIST, None if c == "none" else c)
@@ -176,7 +185,8 @@ def _describe_fields(layout: str, fields_as: str, encoding: str, found: Found) -
     names = {"wds": "WebDataset shards", "files": "a file per member per sample",
              "arrow": "Arrow IPC shards", "parquet": "Parquet shards", "mds": "MDS shards",
              "litdata": "litdata chunks", "hf": "a Hugging Face dataset",
-             "lance": "a Lance dataset", "tfrecord": "TFRecord shards"}
+             "lance": "a Lance dataset", "tfrecord": "TFRecord shards",
+             "jsonl": "JSON Lines files"}
     text = names[layout]
     if found.embedding_encoding is None:
         return text
@@ -203,19 +213,25 @@ def parse_reencode(text: str) -> tuple[int, ...]:
 
 def candidates(found: Found, raws: Sequence[base.RawSample], source_layout: str,
                samples: int, layouts: Sequence[str], shard_sizes: Sequence[int],
-               compressions: Sequence[str] = ("none",), reencode: Sequence[int] = ()
-               ) -> tuple[list[Candidate], list[Skipped]]:
+               compressions: Sequence[str] = ("none",), reencode: Sequence[int] = (),
+               tokenizer: TokenizerSpec | None = None) -> tuple[list[Candidate], list[Skipped]]:
     """The grid (the module docstring has it), without duplicates, and the layouts left out
     with the reason; with `reencode`, each sharded candidate again with its images re-encoded
-    as JPEG at each quality (named -qQ), sized by the re-encoded images."""
+    as JPEG at each quality (named -qQ), sized by the re-encoded images. Text is tokenized by
+    `tokenizer` for its token candidates."""
     tokens = None
     codec = raws[0].codec
-    if (codec == base.TOKENS or codec in base.AUDIO_CODECS) and reencode:
+    kind = base.AUDIO if codec in base.AUDIO_CODECS else codec
+    if kind in (base.TOKENS, base.TEXT, base.AUDIO) and reencode:
         raise DsbenchError("--reencode re-encodes images; this export's samples carry "
-                               f"{'token ids' if codec == base.TOKENS else 'audio clips'}")
+                           f"{payload_copy.what(kind)}")
     if codec in base.AUDIO_CODECS:
         return audio_candidates(found, raws, source_layout, samples, layouts, shard_sizes,
                                 compressions)
+    if codec == base.TEXT:
+        assert tokenizer is not None
+        return text_candidates(found, raws, source_layout, samples, layouts, shard_sizes,
+                               compressions, tokenizer)
     if codec == base.TOKENS:  # token ids, copied in their dtype (export.reexport)
         tokens = TokensSpec(dtype=str(base.token_ids(raws[0].image).dtype))
     out, skipped = _grid(found, raws, source_layout, samples, layouts, shard_sizes,
@@ -250,13 +266,34 @@ def audio_candidates(found: Found, raws: Sequence[base.RawSample], source_layout
     return out, skipped
 
 
+def text_candidates(found: Found, raws: Sequence[base.RawSample], source_layout: str,
+                    samples: int, layouts: Sequence[str], shard_sizes: Sequence[int],
+                    compressions: Sequence[str], tokenizer: TokenizerSpec
+                    ) -> tuple[list[Candidate], list[Skipped]]:
+    """A text export's grid: each layout and shard size with the texts as stored, and again
+    with each text's ids as `tokenizer` encodes them (named -tokens; sized by the ids, in
+    uint16 where its ids fit)."""
+    out, skipped = _grid(found, raws, source_layout, samples, layouts, shard_sizes,
+                         compressions, ImageSpec(), text=TextSpec())
+    encode = encoder(tokenizer.json)
+    dtype = "uint16" if tokenizer.vocab_size <= 1 << 16 else "uint32"
+    ids = [dataclasses.replace(r, image=encode(base.text_of(r.image)).astype(dtype),
+                               codec=base.TOKENS) for r in raws]
+    more, also = _grid(found, ids, source_layout, samples, layouts, shard_sizes, compressions,
+                       ImageSpec(), TokensSpec(dtype=dtype), tokenized_by=tokenizer.source)
+    return out + more, skipped + [s for s in also if s not in skipped]
+
+
 def _grid(found: Found, raws: Sequence[base.RawSample], source_layout: str, samples: int,
           layouts: Sequence[str], shard_sizes: Sequence[int], compressions: Sequence[str],
           image: ImageSpec, tokens: TokensSpec | None = None, audio: AudioSpec | None = None,
-          transcoded_from: str | None = None) -> tuple[list[Candidate], list[Skipped]]:
+          transcoded_from: str | None = None, text: TextSpec | None = None,
+          tokenized_by: str | None = None) -> tuple[list[Candidate], list[Skipped]]:
     tag = f"-q{image.quality}" if image.reencode else ""
     images = (f", images re-encoded as JPEG quality {image.quality} (changes the data)"
               if image.reencode else "")
+    if tokens is not None and tokenized_by is not None:
+        tag, images = "-tokens", f", the texts as {tokens.dtype} token ids ({tokenized_by})"
     if audio is not None and transcoded_from is not None:
         tag = f"-{audio.codec}"
         images = (f", clips as {audio.codec.upper()} (decoded from "
@@ -279,6 +316,9 @@ def _grid(found: Found, raws: Sequence[base.RawSample], source_layout: str, samp
         if audio and layout not in AUDIO_LAYOUTS:
             skipped.append(Skipped(layout, f"dsbench does not write audio clips in {layout}"))
             continue
+        if text and layout not in TEXT_LAYOUTS:
+            skipped.append(Skipped(layout, f"dsbench does not write text in {layout}"))
+            continue
         if layout in NO_BOXES and found.has("boxes"):
             skipped.append(Skipped(layout, f"{layout} has no type for a list of records "
                                            "(boxes)"))
@@ -290,14 +330,15 @@ def _grid(found: Found, raws: Sequence[base.RawSample], source_layout: str, samp
             as_members = (fields_as, BINARY if encoding == LIST else encoding)
             if as_members not in sizes:
                 probe = _spec("probe", "wds", found, samples, image, fields_as=fields_as,
-                              encoding=as_members[1], tokens=tokens, audio=audio)
+                              encoding=as_members[1], tokens=tokens, audio=audio, text=text)
                 sizes[as_members] = sample_bytes(probe, raws, source_layout)
             per_sample = sizes[as_members]
             if layout == "files":
                 name = f"files{suffix or '-binary'}{tag}"
                 out.append(Candidate(name, _spec(name, layout, found, samples, image,
                                                  fields_as=fields_as, encoding=encoding,
-                                                 what=what, tokens=tokens, audio=audio),
+                                                 what=what, tokens=tokens, audio=audio,
+                                                 text=text),
                                      None, enc, what))
                 continue
             for size in sorted(shard_sizes, reverse=True):
@@ -311,7 +352,7 @@ def _grid(found: Found, raws: Sequence[base.RawSample], source_layout: str, samp
                 out.append(Candidate(name, _spec(name, layout, found, samples, image,
                                                  shard_samples=per_shard, fields_as=fields_as,
                                                  encoding=encoding, compression=compression,
-                                                 tokens=tokens, audio=audio,
+                                                 tokens=tokens, audio=audio, text=text,
                                                  what=f"{what}, about {fmt.nbytes(size)} "
                                                       f"({fmt.plural(per_shard, 'sample')}) "
                                                       "a shard"),

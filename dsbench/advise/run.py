@@ -20,11 +20,11 @@ from dsbench.advise import advice, definition, grid, staging
 from dsbench.advise.fields import found_fields
 from dsbench.advise.search import level_for, search
 from dsbench.errors import DsbenchError
-from dsbench.export.payloads import AudioSpec, TokensSpec
+from dsbench.export.payloads import AudioSpec, TextSpec, TokensSpec
 from dsbench.export.reexport import count_units, first_samples, reexport
 from dsbench.export.spec import ExportSpec, FieldSpec, ImageSpec
-from dsbench.loader import exact, orphans, summary
-from dsbench.loader.options import BenchOptions
+from dsbench.loader import exact, orphans, summary, tokenize, worker
+from dsbench.loader.options import BenchOptions, check_kind
 from dsbench.loader.sampling import RANDOM_ACCESS, RANDOM_ACCESS_LAYOUTS, check_random_access
 from dsbench.model.node import ClusterSpec
 from dsbench.results.document import now_utc
@@ -104,9 +104,14 @@ def advise(source: str, opts: AdviseOptions, bench: BenchOptions, cluster: Clust
     staging.check(in_store, opts.stage_url)
     export = adapters.open_export(source, opts.layout)
     kind = adapters.base.kind_of(export)
-    if kind not in (adapters.base.TOKENS, adapters.base.AUDIO):
-        adapters.base.images_only(export, "advise re-lays an export's images, token ids or "
-                                  "audio clips in the candidate layouts")
+    if kind not in (adapters.base.TOKENS, adapters.base.AUDIO, adapters.base.TEXT):
+        adapters.base.images_only(export, "advise re-lays an export's images, token ids, text "
+                                  "or audio clips in the candidate layouts")
+    check_kind(kind, source, pack=bench.pack, sample_rate=bench.sample_rate)
+    # Text: one tokenizer for the source's loader, its text candidates' and the ids its token
+    # candidates store: the job's (--tokenizer), or a BPE trained on the source's first texts.
+    tokenizer = tokenize.settled(source, dataclasses.replace(
+        bench, found_kind=kind, layout=opts.layout), worker.open_export).tokenizer_spec
     total = sum(count_units(export, export.units(), opts.samples or DEFAULT_SAMPLES))
     if opts.samples is None:
         opts = dataclasses.replace(opts, samples=min(DEFAULT_SAMPLES, total))
@@ -120,7 +125,8 @@ def advise(source: str, opts: AdviseOptions, bench: BenchOptions, cluster: Clust
     # read the same way.
     check_random_access(export, bench.order)
     cands, skipped = grid.candidates(found, raws, export.layout, opts.samples, opts.layouts,
-                                     opts.shard_sizes, opts.compressions, opts.reencode)
+                                     opts.shard_sizes, opts.compressions, opts.reencode,
+                                     tokenizer)
     if bench.order in RANDOM_ACCESS:
         skipped += [grid.Skipped(layout, f"--order {bench.order} reads single samples where "
                                          f"they lie, and {layout} is read front to back")
@@ -139,8 +145,10 @@ def advise(source: str, opts: AdviseOptions, bench: BenchOptions, cluster: Clust
     # The exact pass is run here, outside the benchmark that sets each side for what its
     # samples carry: token ids are cropped to --seq-len, clips at their rate, not decoded as
     # images.
+    given = bench.tokenizer
     bench = dataclasses.replace(bench, found_kind=kind, found_rate=audio_rate(export, source)
-                                if kind == adapters.base.AUDIO else None)
+                                if kind == adapters.base.AUDIO else None, tokenizer=None,
+                                tokenizer_spec=tokenizer)
     base_opts = dataclasses.replace(bench, layout=opts.layout, exact=False)
     cand_opts = dataclasses.replace(bench, layout=None, exact=False)
     with work_dir(opts.work_dir) as root, \
@@ -148,7 +156,8 @@ def advise(source: str, opts: AdviseOptions, bench: BenchOptions, cluster: Clust
         paths, written = [source], []
         for c in cands:
             out = root / c.name
-            reexport(c.spec, out, source, samples=opts.samples, layout=export.layout)
+            reexport(c.spec, out, source, samples=opts.samples, layout=export.layout,
+                     tokenizer=tokenizer if c.spec.tokens and tokenizer else None)
             # Read from where the export is read (advise.staging says why).
             written.append(disk_bytes(out) / opts.samples)
             paths.append(str(out) if prefix is None else str(staging.put_candidate(out, prefix)))
@@ -192,6 +201,8 @@ def advise(source: str, opts: AdviseOptions, bench: BenchOptions, cluster: Clust
                      "compressions": list(opts.compressions),
                      "reencode_qualities": list(opts.reencode),
                      "workers": bench.workers[0], "batch_size": bench.batch_size,
+                     "pack": bench.pack, "tokenizer": None if tokenizer is None else {
+                         **tokenizer.describe(), "file": given},
                      "order": bench.order, "block": bench.block if bench.order == "block"
                      else None, "read_as": opts.layout,
                      "family_level": level_for(1),
@@ -221,11 +232,17 @@ def write_definition(doc: dict[str, Any], path: Path, final: Path | None = None
     spec = dataclasses.replace(definition_of(row), samples=doc["source"]["job_samples"])
     warning = doc["recommendation"]["warning"]
     layout = doc["settings"].get("read_as")
+    tokenizer = doc["settings"].get("tokenizer") or {}
+    # A token winner from text: generate tokenizes with the same tokenizer (a trained one is
+    # trained again on the same first texts).
+    tokenize_with = f" --tokenizer {tokenizer['file']}" \
+        if spec.tokens and tokenizer.get("file") else ""
     header = (f"Advised by `dsbench advise {doc['source']['path']}`: "
               f"{doc['recommendation']['text']}.\n"
               + (f"Warning: {warning}.\n" if warning else "") +
               f"Re-lay the whole export: dsbench generate {final or path} OUT --from "
-              f"{doc['source']['path']}" + (f" --layout {layout}" if layout else ""))
+              f"{doc['source']['path']}" + (f" --layout {layout}" if layout else "")
+              + tokenize_with)
     text = definition.to_toml(spec, header)
     # Checked before it is written: a file that loads as another layout, or not at all, would
     # hand the user something else than what was measured.
@@ -240,5 +257,6 @@ def definition_of(row: dict[str, Any]) -> ExportSpec:
     d["image"] = ImageSpec(**d["image"])
     d["tokens"] = TokensSpec(**d["tokens"]) if d.get("tokens") else None
     d["audio"] = AudioSpec(**d["audio"]) if d.get("audio") else None
+    d["text"] = TextSpec(**d["text"]) if d.get("text") else None
     d["fields"] = tuple(FieldSpec(**{**f, "words": tuple(f["words"])}) for f in d["fields"])
     return ExportSpec(**d)

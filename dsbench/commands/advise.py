@@ -15,7 +15,12 @@ from dsbench.commands.options import (
     emit,
     json_target,
 )
-from dsbench.commands.sample_options import add_clip_argument, add_seq_len_argument
+from dsbench.commands.sample_options import (
+    add_clip_argument,
+    add_pack_argument,
+    add_seq_len_argument,
+    add_tokenizer_argument,
+)
 from dsbench.errors import DsbenchError
 from dsbench.loader.options import BenchOptions
 from dsbench.loader.order import ORDERS, SEQUENTIAL
@@ -107,6 +112,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     m.add_argument("--layout", choices=sorted(FORMATS), default=None,
                    help="read as this layout instead of detecting it")
     add_seq_len_argument(m)
+    add_pack_argument(m)
+    add_tokenizer_argument(m)
     add_clip_argument(m)
     add_exact_arguments(m, BenchOptions(), "count CPU instructions per sample by stage, "
                         "exactly: after the last pass, of the export and its candidates")
@@ -146,7 +153,8 @@ def run(args: argparse.Namespace) -> int:
                          decoder=args.decoder, order=args.order, step=args.pipeline,
                          block=args.block, exact=args.exact, exact_samples=args.exact_samples,
                          seq_len=args.seq_len, clip_s=args.clip_seconds,
-                         sample_rate=args.sample_rate)
+                         sample_rate=args.sample_rate, pack=args.pack,
+                         tokenizer=args.tokenizer)
     cluster, sources = cluster_from_args(args, DEMO_CLUSTER)
     if sources["storage"] == "default" and args.path.lower().startswith("s3://"):
         # The demo's shared filesystem is not where this job reads from: S3's published

@@ -8,6 +8,7 @@ import os
 
 from dsbench import fmt
 from dsbench.adapters import FORMATS
+from dsbench.adapters.tokenizer import from_file
 from dsbench.errors import DsbenchError
 from dsbench.export.generate import GenerateReport, generate
 from dsbench.export.parts import parse_part
@@ -36,6 +37,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="read as this layout instead of detecting it (with --from: the "
                         "source, in a directory holding two layouts; the export written has "
                         "the definition's)")
+    p.add_argument("--tokenizer", default=None, metavar="FILE",
+                   help="the job's tokenizer for an export of text samples: with --from "
+                        "a text export and a definition with [tokens], a tokenizers JSON that "
+                        "turns each text into the ids written (default: a byte-level BPE "
+                        "trained on the source's first texts, as bench trains one)")
     p.add_argument("--samples", type=int, default=None,
                    help="samples in each export made (default: the definition's `samples`; "
                         "with --from, all of the source's, and N takes the first N in its unit "
@@ -140,10 +146,14 @@ def run(args: argparse.Namespace) -> int:
     if args.source is not None and (part is not None or args.generator is not None):
         raise DsbenchError("--part and --generator are for synthetic exports; a re-export "
                            "(--from) copies its source's images")
+    if args.tokenizer is not None and args.source is None:
+        raise DsbenchError("--tokenizer tokenizes a text source (--from) for a definition "
+                           "with [tokens]")
     spec = load_spec(args.definition)
     if args.source is not None:
+        tokenizer = None if args.tokenizer is None else from_file(args.tokenizer)
         r = reexport(spec, args.out_dir, args.source, samples=args.samples, seed=args.seed,
-                     jobs=args.jobs, layout=args.layout)
+                     jobs=args.jobs, layout=args.layout, tokenizer=tokenizer)
         fmt.out("\n".join(_summary(spec.name, r)))
         return 0
     jobs = args.jobs

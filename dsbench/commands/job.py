@@ -31,7 +31,7 @@ from dsbench.job import identity, predict, result, share
 from dsbench.job.launch import quiet_torch_cpp
 from dsbench.job.options import DEVICES, MAX_RANKS, JobOptions
 from dsbench.loader.decode import DECODERS
-from dsbench.loader.options import BACKENDS
+from dsbench.loader.options import BACKENDS, check_kind
 from dsbench.model.costs import Distribution
 from dsbench.model.node import ClusterSpec
 from dsbench.report.job import render
@@ -103,8 +103,9 @@ def options(args: argparse.Namespace, ranks: int) -> JobOptions:
                       sample_rate=args.sample_rate)
 
 
-def as_found(opts: JobOptions, found: share.Found) -> JobOptions:
+def as_found(opts: JobOptions, found: share.Found, path: str) -> JobOptions:
     """The job's options for what share.check found its export's samples to carry."""
+    check_kind(found.kind, path, sample_rate=opts.sample_rate)
     return dataclasses.replace(opts, kind=found.kind, rate=found.rate,
                                tokenizer=found.tokenizer.source if found.tokenizer else None)
 
@@ -130,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
     jobs = [options(args, n * nodes) for n in counts]  # every count checked before any starts
     found = share.check(args.path, args.workers, max(counts) * nodes, args.layout,
                         args.seq_len, args.tokenizer)
-    jobs = [as_found(opts, found) for opts in jobs]
+    jobs = [as_found(opts, found, args.path) for opts in jobs]
     from dsbench.job.launch import launch
 
     docs = []
@@ -182,7 +183,7 @@ def _as_rank(args: argparse.Namespace, ident: identity.Identity) -> int:
     try:
         found = share.check(args.path, args.workers, ident.world, args.layout, args.seq_len,
                             args.tokenizer)
-        opts = as_found(options(args, ident.world), found)
+        opts = as_found(options(args, ident.world), found, args.path)
         doc = rank.run_rank(args.path, opts, ident, found.layout, found.tokenizer)
     except (DsbenchError, RuntimeError) as exc:
         rank.fail(str(ident.rank), exc)

@@ -1,5 +1,6 @@
 """What a re-export (export.reexport) writes in place of an image: token ids copied id for id
-in their stored dtype, text as stored, and audio clips copied byte for byte where the
+in their stored dtype (or text tokenized into the definition's dtype, for a token definition
+from a text source), text as stored, and audio clips copied byte for byte where the
 definition's codec is the source's, else decoded and encoded as the definition's codec (16- and
 24-bit PCM without loss; LOSSLESS says the rest). A clip keeps its rate,
 channels and length: the `[audio]` table's rate and lengths shape synthetic clips only; nothing
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+from collections.abc import Callable
 
 import numpy as np
 
@@ -25,18 +27,25 @@ _KIND_TABLE = {base.TOKENS: "tokens", base.AUDIO: "audio", base.TEXT: "text"}
 
 
 def kind_spec(spec: ExportSpec, export: base.Export, first: base.RawSample,
-              where: str) -> ExportSpec:
+              where: str, vocab: int | None = None) -> ExportSpec:
     """`spec` for what the source's samples carry: a token definition for token ids (their
-    dtype the source's), an audio one for clips, an image one for images; text, or a
-    definition of another kind, one line before anything is written."""
+    dtype the source's), or for text that a tokenizer of `vocab` ids encodes (the definition's
+    dtype, which must hold them), an audio one for clips, an image one for images; a
+    definition of another kind is one line before anything is written."""
     kind = base.kind_of(export)
     if kind not in ("image", base.TOKENS, base.AUDIO, base.TEXT):
         base.images_only(export, "a re-export writes the source's images, token ids, audio "
                          "clips or text in the definition's layout")
+    if kind == base.TEXT and spec.tokens is not None and vocab is not None:
+        if vocab - 1 > np.iinfo(spec.tokens.dtype).max:
+            raise DsbenchError(f"the tokenizer's {vocab:,} ids do not fit {spec.tokens.dtype}: "
+                               f"give the definition's [tokens] dtype = \"uint32\"",
+                               path=where)
+        return spec
     if kind != spec.kind:
         table = _KIND_TABLE.get(kind)
-        raise DsbenchError(f"the source's samples carry {_what(kind)}, and the definition "
-                           f"{spec.name!r} makes {_what(spec.kind)}: use a definition "
+        raise DsbenchError(f"the source's samples carry {what(kind)}, and the definition "
+                           f"{spec.name!r} makes {what(spec.kind)}: use a definition "
                            f"{f'with [{table}]' if table else 'of images'}", path=where)
     if spec.tokens is None:
         return spec
@@ -51,7 +60,7 @@ def kind_spec(spec: ExportSpec, export: base.Export, first: base.RawSample,
     return dataclasses.replace(spec, tokens=dataclasses.replace(spec.tokens, dtype=dtype))
 
 
-def _what(kind: str) -> str:
+def what(kind: str) -> str:
     return {base.TOKENS: "token ids", base.AUDIO: "audio clips", base.TEXT: "text",
             "image": "images"}.get(kind, kind)
 
@@ -69,6 +78,14 @@ def ids(spec: ExportSpec, raw: base.RawSample) -> np.ndarray:
                           f", but {spec.tokens.dtype} token ids in the source's first sample: "
                           "a re-export copies them as stored", path=raw.source, key=raw.key)
     return np.array(found)
+
+
+def tokenized(spec: ExportSpec, raw: base.RawSample, encode: Callable[[str], np.ndarray]
+              ) -> np.ndarray:
+    """A text sample's ids, as `encode` (the tokenizer) gives them, in the definition's dtype
+    (kind_spec checked that it holds every id of the tokenizer)."""
+    assert spec.tokens is not None
+    return encode(text(raw)).astype(spec.tokens.dtype)
 
 
 def clip(want: AudioSpec, raw: base.RawSample, first_codec: str | None = None) -> bytes:
@@ -116,8 +133,13 @@ def text(raw: base.RawSample) -> str:
     return text
 
 
-def copied(spec: ExportSpec, source_codec: str) -> dict[str, str]:
-    """The manifest's word on the payload: its codec and how it was copied."""
+def copied(spec: ExportSpec, source_codec: str, tokenizer: str | None = None
+           ) -> dict[str, str]:
+    """The manifest's word on the payload: its codec and how it was copied (`tokenizer`: what
+    tokenized a text source)."""
+    if spec.tokens and tokenizer:
+        return {"codec": f"token ids ({spec.tokens.dtype})", "copied": f"tokenized by "
+                f"{tokenizer}"}
     if spec.tokens:
         return {"codec": f"token ids ({spec.tokens.dtype})", "copied": "id for id, as stored"}
     if spec.text:

@@ -34,12 +34,14 @@ import dataclasses
 import io
 import itertools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dsbench import adapters
 from dsbench.adapters import base
+from dsbench.adapters.tokenizer import TRAIN_SAMPLES, TokenizerSpec, encoder, trained
 from dsbench.errors import DsbenchError, SampleError
 from dsbench.export import payload_copy
 from dsbench.export.carry import FieldPlan, carried_values, plan_fields, source_fields
@@ -94,11 +96,22 @@ class _Job:
     skip: int
     writes: tuple[Range, ...]
     first_codec: str | None = None  # audio: the source's first clip's (payload_copy.clip)
+    tokenizer: str | None = None  # a text source re-laid as token ids: the tokenizer's JSON
 
 
 # The source as a worker opened it (set by _open_source in each worker of the pool), or why
 # it could not be opened.
 _SOURCE: base.Export | Exception | None = None
+
+
+# Each tokenizer a worker of the pool has built, by its JSON: built once, as a loader's is.
+_ENCODERS: dict[str, Callable[[str], Any]] = {}
+
+
+def _encoder(tokenizer: str) -> Callable[[str], Any]:
+    if tokenizer not in _ENCODERS:
+        _ENCODERS[tokenizer] = encoder(tokenizer)
+    return _ENCODERS[tokenizer]
 
 
 def _open_source(path: str, layout: str) -> None:
@@ -146,8 +159,9 @@ def _reencoded_as(image: ImageSpec) -> str:
 
 def _sample(job: _Job, index: int, raw: base.RawSample) -> dict[str, Any]:
     if job.spec.tokens:
-        sample: dict[str, Any] = {"__key__": sample_key(index),
-                                  TOKENS_NAME: payload_copy.ids(job.spec, raw)}
+        ids = (payload_copy.tokenized(job.spec, raw, _encoder(job.tokenizer)) if job.tokenizer
+               else payload_copy.ids(job.spec, raw))
+        sample: dict[str, Any] = {"__key__": sample_key(index), TOKENS_NAME: ids}
     elif job.spec.audio:
         clip = payload_copy.clip(job.spec.audio, raw, job.first_codec)
         sample = {"__key__": sample_key(index), AUDIO_NAME: clip}
@@ -264,11 +278,12 @@ def _where(source: str) -> str:
 
 
 def reexport(spec: ExportSpec, out_dir: str | Path, source: str, samples: int | None = None,
-             seed: int = 0, jobs: int | None = None, layout: str | None = None
-             ) -> ReexportReport:
+             seed: int = 0, jobs: int | None = None, layout: str | None = None,
+             tokenizer: TokenizerSpec | None = None) -> ReexportReport:
     """Write (or complete) in `out_dir` the samples of the export at `source`, laid out as
     `spec` says (the module docstring has the rules); `layout` reads the source as that
-    layout instead of detecting it."""
+    layout instead of detecting it. A text source re-laid by a token definition is tokenized
+    by `tokenizer`, else by a byte-level BPE trained on its first texts, as bench's is."""
     out = Path(out_dir)
     if samples is not None and samples < 1:
         raise DsbenchError(f"--samples must be at least 1, got {samples}")
@@ -281,7 +296,15 @@ def reexport(spec: ExportSpec, out_dir: str | Path, source: str, samples: int | 
                            "outside it", path=out)
     export = adapters.open_export(source, layout)
     first = first_samples(export, 1, source)[0]
-    spec = payload_copy.kind_spec(spec, export, first, source)
+    tokenizing = spec.tokens is not None and base.kind_of(export) == base.TEXT
+    if tokenizing and tokenizer is None:
+        tokenizer = trained((base.text_of(r.image) for r in first_samples(
+            export, TRAIN_SAMPLES, source)), where=where)
+    elif tokenizer is not None and not tokenizing:
+        raise DsbenchError("--tokenizer tokenizes a text source for a definition with "
+                           "[tokens]", path=source)
+    spec = payload_copy.kind_spec(spec, export, first, source,
+                                  tokenizer.vocab_size if tokenizer else None)
     if spec.kind == "image" and first.codec not in IMAGE_EXT:
         raise DsbenchError(f"the images are {first.codec}: a re-export copies them as stored "
                            f"and can write {', '.join(IMAGE_EXT)} images",
@@ -314,7 +337,8 @@ def reexport(spec: ExportSpec, out_dir: str | Path, source: str, samples: int | 
         starts.append(starts[-1] + c)
     subset = (f"the first {n} samples in its unit order" if samples is not None
               else f"all {n} samples")
-    copied = payload_copy.copied(spec, first.codec) if spec.kind != "image" else None
+    copied = payload_copy.copied(spec, first.codec, tokenizer.source if tokenizer else None) \
+        if spec.kind != "image" else None
     provenance = {"path": where, "layout": export.layout, "samples": n, "subset": subset,
                   "units": len(counts), "images": copied or {
                       "codec": spec.image.codec,
@@ -330,7 +354,8 @@ def reexport(spec: ExportSpec, out_dir: str | Path, source: str, samples: int | 
         j0, j1 = _unit_of(starts, group[0][1]), _unit_of(starts, group[-1][2] - 1)
         tasks.append(_Job(spec, out, seed, fields, tuple(units[j0:j1 + 1]),
                           group[0][1] - starts[j0], tuple(group),
-                          first.codec if spec.audio else None))
+                          first.codec if spec.audio else None,
+                          tokenizer.json if tokenizer else None))
     bar = Progress(f"generate {spec.name} from {source}", sum(r[2] - r[1] for r in todo),
                    "samples")
     t0, cpu0 = time.perf_counter(), cpu_with_children()

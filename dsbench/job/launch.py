@@ -31,10 +31,10 @@ from typing import Any
 import psutil
 
 from dsbench import atomic
+from dsbench.adapters.tokenizer import TokenizerSpec
 from dsbench.errors import DsbenchError, Interrupted
 from dsbench.job.options import JobOptions
 from dsbench.job.rank import PEER_LOST, RANK_ERROR
-from dsbench.loader.tokenize import TokenizerSpec
 
 RENDEZVOUS_TIMEOUT_S = 120  # every rank imports torch first: seconds each on a busy machine
 MONITOR_INTERVAL_S = 0.1

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from dsbench import atomic, procs
+from dsbench.adapters.tokenizer import TokenizerSpec
 from dsbench.errors import DsbenchError
 from dsbench.job import result
 from dsbench.job.identity import Identity, detect, slurm_rendezvous
@@ -40,7 +41,6 @@ from dsbench.job.share import RankShare
 from dsbench.loader.options import BenchOptions
 from dsbench.loader.runner import host_busy_s
 from dsbench.loader.sources import ShmSource, check_memory
-from dsbench.loader.tokenize import TokenizerSpec
 from dsbench.loader.torch_source import TorchSource
 from dsbench.loader.worker import BatchReport
 from dsbench.storage.files import location

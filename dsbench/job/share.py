@@ -13,7 +13,7 @@ from typing import Any
 
 from dsbench import adapters
 from dsbench.adapters.base import Export, RawSample, SkipHandler, worker_share
-from dsbench.loader.tokenize import TokenizerSpec
+from dsbench.adapters.tokenizer import TokenizerSpec
 
 
 @dataclass(frozen=True)

@@ -139,7 +139,7 @@ def make_decoder(name: str = "pillow", max_pixels: int = DEFAULT_MAX_PIXELS,
 
     encode = None
     if tokenizer is not None:  # a text export's: built once, as the worker starts
-        from dsbench.loader.tokenize import encoder
+        from dsbench.adapters.tokenizer import encoder
 
         encode = encoder(tokenizer)
 

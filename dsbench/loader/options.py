@@ -11,6 +11,7 @@ from typing import Any
 
 from dsbench import adapters
 from dsbench.adapters.base import AUDIO, SEQ_LEN, TEXT, TOKENS
+from dsbench.adapters.tokenizer import TokenizerSpec
 from dsbench.errors import DsbenchError
 from dsbench.loader.counts import DEFAULT_MAX_SAMPLES, REMOTE_MAX_SAMPLES
 from dsbench.loader.decode import DECODERS, DEFAULT_MAX_PIXELS
@@ -26,7 +27,6 @@ from dsbench.loader.order import (
 )
 from dsbench.loader.packing import TokenPack
 from dsbench.loader.pipeline import AudioCrop, Pipeline, TokenCrop, TrainTransform, Transform
-from dsbench.loader.tokenize import TokenizerSpec
 from dsbench.loader.transforms import MAX_RATE, soxr
 from dsbench.loader.user import UserStep, load
 from dsbench.loader.worker import Opener
@@ -49,6 +49,19 @@ def check_rate(rate: int | None) -> None:
         raise DsbenchError(f"--sample-rate must be a whole number of Hz in [1000, {MAX_RATE}], "
                            f"got {rate!r}")
     soxr()  # one line before anything runs where it does not import
+
+
+def check_kind(kind: str, path: object, *, pack: bool = False,
+               sample_rate: int | None = None) -> None:
+    """--pack on an export that holds no token documents, or --sample-rate on one that holds
+    no audio: one line, where the option would otherwise be ignored without a word."""
+    what = {TOKENS: "token ids", TEXT: "text", AUDIO: "audio"}.get(kind, "images")
+    if pack and kind not in (TOKENS, TEXT):
+        raise DsbenchError(f"--pack packs token documents into sequences; this export's "
+                           f"samples are {what}", path=path)
+    if sample_rate is not None and kind != AUDIO:
+        raise DsbenchError(f"--sample-rate resamples audio; this export's samples are {what}",
+                           path=path)
 
 
 def check_clip(clip_s: float) -> None:
@@ -219,16 +232,10 @@ class BenchOptions:
         return TrainTransform(normalize=self.normalize)
 
     def found(self, summary: dict[str, Any]) -> BenchOptions:
-        """These options for the export `summary` describes: its kind, and audio's rate. An
-        option for another kind of sample is one line: it would be ignored without a word."""
+        """These options for the export `summary` describes: its kind, and audio's rate; an
+        option for another kind of sample is one line (check_kind)."""
         kind = summary["sample"]["kind"]
-        what = {TOKENS: "token ids", TEXT: "text", AUDIO: "audio"}.get(kind, "images")
-        if self.pack and kind not in (TOKENS, TEXT):
-            raise DsbenchError(f"--pack packs token documents into sequences; this export's "
-                               f"samples are {what}", path=summary.get("path"))
-        if self.sample_rate is not None and kind != AUDIO:
-            raise DsbenchError(f"--sample-rate resamples audio; this export's samples are "
-                               f"{what}", path=summary.get("path"))
+        check_kind(kind, summary.get("path"), pack=self.pack, sample_rate=self.sample_rate)
         return dataclasses.replace(self, found_kind=kind,
                                    found_rate=(summary.get("audio") or {}).get("sample_rate"))
 

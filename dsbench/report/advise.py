@@ -110,9 +110,11 @@ def header_lines(doc: dict[str, Any]) -> list[str]:
             f"{fmt.plural(len(doc['candidates_tried']), 'candidate')}, in "
             f"{fmt.seconds(doc['wall_s'])}",
             f"passes: {passes}",
-            f"measured with {fmt.plural(st['workers'], 'worker')}, batches of {st['batch_size']}, "
-            f"{st['order']} order; intervals {fmt.percent(st['level_each'])} each, "
-            f"{fmt.percent(st['family_level'])} for all together ({st['correction']})",
+            f"measured with {fmt.plural(st['workers'], 'worker')}, batches of {st['batch_size']}"
+            f"{' sequences packed from token documents' if st.get('pack') else ''}, "
+            f"{st['order']} order{_tokenized(st.get('tokenizer'))}; intervals "
+            f"{fmt.percent(st['level_each'])} each, {fmt.percent(st['family_level'])} for all "
+            f"together ({st['correction']})",
             f"predicted for: {_cluster(doc)} (a model, not a measurement)"] + (
         [f"candidates measured from the export's store, under {doc['staged_in']} (deleted "
          "at the end of the run)"] if doc.get("staged_in") else [])
@@ -220,3 +222,8 @@ def render_html(doc: dict[str, Any]) -> str:
         f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>",
         "<h2>CPU per sample against bytes read per sample</h2>", figure,
         "</body></html>"]) + "\n"
+
+
+def _tokenized(tokenizer: dict[str, Any] | None) -> str:
+    """A text export's advice: the tokenizer every side encoded with."""
+    return "" if not tokenizer else f", text tokenized by {tokenizer['source']}"

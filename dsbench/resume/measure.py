@@ -29,7 +29,7 @@ from dsbench import __version__, adapters, installed
 from dsbench.adapters.base import AUDIO, SEQ_LEN
 from dsbench.adapters.survey import audio_rate
 from dsbench.errors import DsbenchError
-from dsbench.loader.options import BenchOptions, check_clip, check_rate
+from dsbench.loader.options import BenchOptions, check_clip, check_kind, check_rate
 from dsbench.loader.order import Plan, batches_per_rank, shuffle_of
 from dsbench.loader.pipeline import Pipeline
 from dsbench.resume import figures
@@ -237,6 +237,7 @@ def workers_pipeline(kind: str, export: Any, path: str, opts: ResumeOptions) -> 
     at the export's rate (the survey's)."""
     from dsbench.loader import tokenize, worker
 
+    check_kind(kind, path, sample_rate=opts.sample_rate)
     bench = BenchOptions(seq_len=opts.seq_len, clip_s=opts.clip_s, found_kind=kind,
                          sample_rate=opts.sample_rate, tokenizer=opts.tokenizer,
                          found_rate=audio_rate(export, path) if kind == AUDIO else None)

@@ -42,6 +42,8 @@ def seconds(i: int) -> float:
 def encoded(i: int, codec: str) -> bytes:
     import soundfile as sf
 
+    if codec == "mp3":
+        return encoded_mp3(i)
     buf = io.BytesIO()
     # 16-bit PCM in WAV and FLAC (lossless); Ogg is Vorbis (lossy: for the refusals only).
     sf.write(buf, frames(i), RATE, format=codec.upper(),
@@ -50,7 +52,9 @@ def encoded(i: int, codec: str) -> bytes:
 
 
 def encoded_mp3(i: int) -> bytes:
-    """Clip i as MP3 (lossy: for the refusal of MP3, not for reading back)."""
+    """Clip i as MP3, by libsndfile's LAME encoder: lossy, so read back against what a decoder
+    makes of it (libsndfile's own reads it whole, its Info header giving the length). It starts
+    with a frame, no ID3 tag."""
     import soundfile as sf
 
     buf = io.BytesIO()
@@ -83,22 +87,22 @@ def write_wds(out: Path, codec: str) -> Path:
     return out
 
 
-def _hf_dataset() -> Any:
+def _hf_dataset(codec: str = "flac") -> Any:
     """`datasets` with an Audio feature (its struct of the file's bytes and a path). The
     encoded bytes are given as they are: `datasets` stores them without re-encoding (the Audio
     feature's cast of a struct)."""
     import datasets
 
-    rows = {"audio": [{"bytes": encoded(i, "flac"), "path": f"{i:06d}.flac"}
+    rows = {"audio": [{"bytes": encoded(i, codec), "path": f"{i:06d}.{codec}"}
                       for i in range(SAMPLES)],
             "speaker": [speaker(i) for i in range(SAMPLES)],
             "transcript": [transcript(i) for i in range(SAMPLES)]}
     return datasets.Dataset.from_dict(rows).cast_column("audio", datasets.Audio())
 
 
-def write_hf(out: Path) -> Path:
+def write_hf(out: Path, codec: str = "flac") -> Path:
     """Saved to disk (save_to_disk's Arrow shards)."""
-    _hf_dataset().save_to_disk(str(out), num_shards=SHARDS)
+    _hf_dataset(codec).save_to_disk(str(out), num_shards=SHARDS)
     return out
 
 
@@ -108,16 +112,16 @@ def write_hf_hub(out: Path) -> Path:
     return formatlibs.hub_parquet(_hf_dataset(), out, SHARDS)
 
 
-def write_mds(out: Path) -> Path:
+def write_mds(out: Path, codec: str = "flac") -> Path:
     """MDSWriter with the clip as a `bytes` column named audio (MDS has no audio encoding)."""
     from streaming import MDSWriter
 
     columns = {"audio": "bytes", "speaker": "int", "transcript": "str"}
-    size = sum(len(encoded(i, "flac")) + 64 for i in range(SAMPLES))
+    size = sum(len(encoded(i, codec)) + 64 for i in range(SAMPLES))
     with MDSWriter(out=str(out), columns=columns, size_limit=size // SHARDS + 4096,
                    progress_bar=False) as w:
         for i in range(SAMPLES):
-            w.write({"audio": encoded(i, "flac"), "speaker": speaker(i),
+            w.write({"audio": encoded(i, codec), "speaker": speaker(i),
                      "transcript": transcript(i)})
     return out
 
@@ -176,6 +180,10 @@ def write(kind: str, root: Path) -> Path:
         return write_wds(out, kind.removeprefix("wds-"))
     if kind == "hf-audio":
         return write_hf(out)
+    if kind == "hf-audio-mp3":
+        return write_hf(out, "mp3")
+    if kind == "mds-audio-mp3":
+        return write_mds(out, "mp3")
     if kind == "hf-hub-audio":
         return write_hf_hub(out)
     if kind == "mds-audio":

@@ -16,6 +16,7 @@ from layouts import assert_one_line_error
 from dsbench import adapters
 from dsbench.analysis.compare import not_comparable
 from dsbench.cli import main
+from dsbench.errors import DsbenchError
 from dsbench.loader.options import BenchOptions
 from dsbench.loader.packing import Packer, TokenPack, documents_per_sequence
 from dsbench.loader.pipeline import BatchBuilder, Pipeline, StageTimes
@@ -84,6 +85,9 @@ def test_a_packed_run_says_sequences_and_the_model_counts_in_them(mds: Path) -> 
     assert "token ids packed into sequences of 64" in said
     assert "documents laid end to end and cut into sequences of 64 ids, no padding" in said
     assert "documents per sequence (measured)" in said
+    # Batches that read no document (a long one's ids still held) take nothing from the
+    # figures of how random the batches were.
+    assert run["order_figures"]["units_per_batch"] > 0
     # Packed and cropped are two jobs: not compared as one.
     assert any("bench option pack differs" in r for r in not_comparable(cropped, packed))
     # The model's sample is a sequence: the export's per-document files and bytes scaled.
@@ -117,6 +121,10 @@ def test_pack_and_sample_rate_on_another_kind_are_one_line_before_anything_runs(
                               "--sample-rate resamples audio", "samples are token ids")
     assert main(["advise", str(tiny_exports["before"]), "--pack", "--budget", "5s"]) == 2
     assert_one_line_error(capsys.readouterr().err, "advise", "--pack packs token documents")
+    for other in (["--epochs", "1"], ["--ceiling"]):
+        assert main(["bench", str(mds), "--pack", *other, *quick]) == 2
+        assert_one_line_error(capsys.readouterr().err, "bench", "--pack carries",
+                              "not with --epochs or --ceiling")
     assert main(["bench", str(mds), "--pack", "--backend", "torch", *quick]) == 2
     assert_one_line_error(capsys.readouterr().err, "bench", "--pack packs documents",
                           "--backend dsbench")
@@ -138,3 +146,12 @@ def test_the_exact_pass_counts_the_packing(mds: Path) -> None:
     assert stages(packed) == stages(again)
     assert stages(packed)["transform"] != stages(cropped)["transform"]
     assert stages(packed)["collate"] != stages(cropped)["collate"]
+
+
+def test_a_packed_window_that_read_no_document_is_said_not_divided_by(mds: Path) -> None:
+    # Sequences of 8 ids, one a batch, from documents of at least 20: the warm-up batch reads
+    # the first document, and the one measured batch is cut from its ids still held.
+    opts = BenchOptions(workers=(1,), batch_size=1, rounds=1, batches=1, seq_len=8,
+                        exact=False, pack=True)
+    with pytest.raises(DsbenchError, match=r"batches read no sample .* a longer --seconds"):
+        run_benches([mds], opts)

@@ -98,14 +98,24 @@ def test_a_tokenizer_that_cannot_apply_is_one_line(
                  str(texts["mds-tokens"]), *tokenizer]) == 2
     assert_one_line_error(capsys.readouterr().err, "generate", "--tokenizer tokenizes a text "
                           "source", str(texts["mds-tokens"]))
-    wide = tmp_path / "wide.json"  # 70,000 ids: past what uint16 holds
-    Tokenizer(models.WordLevel({f"w{i}": i for i in range(70_000)}, unk_token="w0")).save(
-        str(wide))
+    # 71 words numbered up to 70,000: its largest id, not its size, is what uint16 must hold.
+    sparse = tmp_path / "sparse.json"
+    Tokenizer(models.WordLevel({f"w{i}": 1000 * i for i in range(71)}, unk_token="w0")).save(
+        str(sparse))
     assert main(["generate", str(_definition(tmp_path)), str(tmp_path / "c"), "--from",
-                 str(texts["hf-text"]), "--tokenizer", str(wide)]) == 2
-    assert_one_line_error(capsys.readouterr().err, "generate", "70,000 ids do not fit uint16",
+                 str(texts["hf-text"]), "--tokenizer", str(sparse)]) == 2
+    assert_one_line_error(capsys.readouterr().err, "generate", "70,001 ids do not fit uint16",
                           'dtype = "uint32"')
-    assert not any((tmp_path / d).exists() for d in "abc")
+    # A text no tokenizer can take, met while training one: named, as the loader names it.
+    lone = tmp_path / "lone"
+    lone.mkdir()
+    (lone / "part-00000.jsonl").write_text(json.dumps({"text": "fine"}) + "\n"
+                                           + json.dumps({"text": "bad \ud800 here"}) + "\n")
+    assert main(["generate", str(_definition(tmp_path)), str(tmp_path / "d"), "--from",
+                 str(lone)]) == 2
+    assert_one_line_error(capsys.readouterr().err, "generate", "part-00000.jsonl",
+                          "surrogate")
+    assert not any((tmp_path / d).exists() for d in "abcd")
 
 
 def test_a_text_exports_candidates_hold_its_texts_and_again_its_ids(
@@ -114,12 +124,13 @@ def test_a_text_exports_candidates_hold_its_texts_and_again_its_ids(
     raws = first_samples(export, 8, str(texts["mds-text"]))
     spec = from_file(str(texts["tokenizer"]))
     cands, skipped = grid.candidates(found_fields(raws[0], export.layout), raws, "mds", 120,
-                                     ("jsonl", "parquet", "mds"), (64_000_000,),
+                                     ("jsonl", "parquet", "mds", "megatron"), (64_000_000,),
                                      ("none",), tokenizer=spec)
     names = [c.name for c in cands]
     assert names == ["jsonl-64MB", "parquet-64MB", "mds-64MB", "parquet-64MB-tokens",
                      "mds-64MB-tokens"]
     assert [(s.layout, s.why) for s in skipped] == [
+        ("megatron", "dsbench writes neither text nor token ids in megatron"),
         ("jsonl", "dsbench does not write token ids in jsonl")]
     for c in cands:
         assert (c.spec.kind, c.name.endswith("-tokens")) in (("text", False), ("tokens", True))

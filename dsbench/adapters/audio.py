@@ -2,8 +2,9 @@
 frames, rate and channels for the survey, and the frames themselves for the decode stage.
 
 libsndfile reads WAV, FLAC and Ogg (Vorbis, Opus) from memory, with no FFmpeg: what a speech
-team's loader most often calls. It reads MP3 too, but not whole (MP3_REFUSED). A sample is
-`Clip`: float32 frames (frames x channels, as libsndfile returns them) and their rate.
+team's loader most often calls. It reads MP3 too, but not whole: an MP3 clip is checked frame by
+frame and decoded by FFmpeg through torchcodec instead (adapters/mp3.py). A sample is `Clip`:
+float32 frames (frames x channels, as libsndfile returns them) and their rate.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from dsbench.adapters import mp3
 from dsbench.errors import DsbenchError
 
 # libsndfile's container names, as dsbench's codecs name them.
@@ -46,19 +48,17 @@ _BLOCK = 1 << 16  # frames decoded at a time: memory follows the data, not a dec
 # More frames per stored byte than any codec reaches (FLAC's longest block of silence, 65,535
 # frames, takes over a dozen bytes): a header declaring more is corrupt.
 _MOST_FRAMES_PER_BYTE = 1 << 14
-# libsndfile's MP3 reading stops at its own estimate of the clip's length where the file has no
-# Xing or Info header (measured: 79,992 frames of a 10 s clip at 16 kHz), and a clip cut short
-# reads as a shorter one: MP3 is refused rather than read in part.
-MP3_REFUSED = ("MP3 is not read: libsndfile stops at its own estimate of an MP3 clip's length, "
-               "so part of a clip could be read as all of it (convert to FLAC, WAV or Ogg)")
 
 
 def info(data: bytes | memoryview) -> tuple[str, int, int, int]:
     """(codec, frames, sample rate, channels) from an encoded clip's header (a stream that
     declares no length is decoded to count them); ValueError where libsndfile cannot read it,
     or a WAV's data or an Ogg stream is shorter than its header says."""
+    raw = bytes(data)
+    if is_mp3(raw):  # decoded whole to count its frames, as a stream without a length is
+        frames_mp3, rate = mp3.decode(raw)
+        return "mp3", len(frames_mp3), rate, frames_mp3.shape[1]
     sf = soundfile()
-    raw = _not_mp3(bytes(data))
     try:
         found = sf.info(io.BytesIO(raw))
     except (RuntimeError, sf.LibsndfileError) as exc:
@@ -77,8 +77,10 @@ def read(data: bytes | memoryview) -> Clip:
     """The clip's frames as float32, decoded a block at a time; ValueError on bad data, and
     on a clip with fewer frames than its header declares (libsndfile reads a truncated one up
     to where it ends)."""
+    raw = bytes(data)
+    if is_mp3(raw):
+        return Clip(*mp3.decode(raw))
     sf = soundfile()
-    raw = _not_mp3(bytes(data))
     try:
         with sf.SoundFile(io.BytesIO(raw)) as f:
             declared, rate = int(f.frames), int(f.samplerate)
@@ -94,20 +96,19 @@ def read(data: bytes | memoryview) -> Clip:
     return Clip(frames, rate)
 
 
-def _not_mp3(raw: bytes) -> bytes:
-    """`raw`, refused before libsndfile opens it where it is MP3 (an ID3 tag, or a frame's sync
-    bits where no other container's magic is): its MP3 decoder prints on stderr as it opens."""
-    if raw[:3] == b"ID3" or (not raw.startswith((b"RIFF", b"fLaC", b"OggS")) and len(raw) > 1
-                             and raw[0] == 0xFF and raw[1] & 0xE0 == 0xE0):
-        raise ValueError(MP3_REFUSED)
-    return raw
+def is_mp3(raw: bytes) -> bool:
+    """Whether `raw` is MP3 (an ID3 tag, or a frame's sync bits where no other container's
+    magic is), which libsndfile must not open: it reads an MP3 only in part, and its MP3
+    decoder prints on stderr as it opens."""
+    return raw[:3] == b"ID3" or (not raw.startswith((b"RIFF", b"fLaC", b"OggS")) and len(raw) > 1
+                                 and raw[0] == 0xFF and raw[1] & 0xE0 == 0xE0)
 
 
 def _whole(codec: str, raw: bytes) -> None:
     """What libsndfile does not check itself: a WAV's data chunk holds the bytes its header
-    declares, an Ogg stream ends with its end-of-stream page; MP3 is refused."""
+    declares, an Ogg stream ends with its end-of-stream page (MP3 never reaches libsndfile)."""
     if codec == "mp3":
-        raise ValueError(MP3_REFUSED)
+        raise ValueError("MP3 that is not sniffed as MP3: not read by libsndfile")
     if codec == "wav":
         _whole_wav(raw)
     elif codec == "ogg":

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from dsbench.adapters import base
+from dsbench.adapters import base, mp3
 from dsbench.errors import DsbenchError, SampleError
 from dsbench.storage.files import Loc
 
@@ -95,8 +95,15 @@ def sniff_codec(data: bytes) -> str | None:
     if data[:4] == b"RIFF" and data[8:12] in (b"WEBP", b"WAVE"):
         return "webp" if data[8:12] == b"WEBP" else "wav"
     # An MP3 without an ID3 tag starts with a frame's sync bits, which UTF-16 text and AAC
-    # start with too: it is not told from its bytes.
+    # start with too: it is told by its frames chaining (mp3.looks_like), and only where a
+    # column holds audio (sniff_audio).
     return None
+
+
+def sniff_audio(data: bytes) -> str | None:
+    """The codec of an audio column's value: as sniff_codec, or MP3 where its first frames
+    chain though no ID3 tag opens it."""
+    return sniff_codec(data) or ("mp3" if mp3.looks_like(bytes(data[:8192])) else None)
 
 
 def _is_binary(t: pa.DataType) -> bool:
@@ -222,7 +229,7 @@ def make_plan(schema: pa.Schema, probe: Callable[[list[str]], pa.Table | None],
             values = image_column(head.column(c[0]).combine_chunks(), c[1])
             first = next((values[i] for i in range(head.num_rows) if values[i] is not None),
                          None)
-            codec = sniff_codec(first) if first is not None else None
+            codec = sniff_audio(first) if first is not None else None
             if codec in ("jpeg", "png") or codec in base.AUDIO_CODECS:
                 found, kind = c, base.AUDIO if codec in base.AUDIO_CODECS else "image"
                 break
@@ -364,7 +371,8 @@ def _rows(n: int, images: Any, keys: list[Any] | None, values: dict[str, Any], p
             yield SampleError(f"{plan.kind} column {plan.image!r} is null", path=source,
                               key=key)
             continue
-        codec = plan.codec or sniff_codec(data)
+        codec = plan.codec or (sniff_audio(data) if plan.kind == base.AUDIO
+                               else sniff_codec(data))
         if codec is None or (codec in base.AUDIO_CODECS) != (plan.kind == base.AUDIO):
             what = ("WAV, FLAC, Ogg or MP3" if plan.kind == base.AUDIO
                     else "JPEG, PNG, WebP, PPM or .npy")

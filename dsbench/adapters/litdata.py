@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from dsbench.adapters import base, indexed, litdata_rows, litdata_tokens
-from dsbench.adapters.columns import KEY_NAMES, sniff_codec
+from dsbench.adapters.columns import KEY_NAMES, sniff_audio, sniff_codec
 from dsbench.errors import DsbenchError, SampleError
 from dsbench.storage.files import Loc
 
@@ -307,7 +307,7 @@ class LitdataExport(indexed.IndexedExport):
 
     def clip(self, data: bytes, fields: dict[str, Any], key: str, where: str
               ) -> base.RawSample:
-        codec = sniff_codec(data)
+        codec = sniff_audio(data)
         if codec not in base.AUDIO_CODECS:
             raise SampleError(f"leaf {self.image!r} holds bytes that are not WAV, FLAC, Ogg or "
                               f"MP3 (they start {data[:8]!r})", path=where, key=key)

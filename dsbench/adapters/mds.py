@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from dsbench.adapters import base, indexed
-from dsbench.adapters.columns import IMAGE_NAMES, KEY_NAMES, sniff_codec
+from dsbench.adapters.columns import IMAGE_NAMES, KEY_NAMES, sniff_audio, sniff_codec
 from dsbench.errors import DsbenchError, SampleError
 from dsbench.storage.files import Loc
 
@@ -224,7 +224,7 @@ class MdsExport(indexed.IndexedExport):
         enc = self.encodings[self.names.index(self.image)]
         image = values[self.image]
         if self.kind == base.AUDIO:
-            codec = sniff_codec(image)
+            codec = sniff_audio(image)
             if codec not in base.AUDIO_CODECS:
                 raise SampleError(f"column {self.image!r} holds bytes that are not WAV, FLAC, "
                                   f"Ogg or MP3 (they start {image[:8]!r})", path=where, key=key)

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from dsbench.adapters import base
-from dsbench.adapters.columns import IMAGE_NAMES, sniff_codec
+from dsbench.adapters.columns import IMAGE_NAMES, sniff_audio, sniff_codec
 from dsbench.adapters.survey import CHECK_LIMIT, add_payload, finish_image, new_survey, problem
 from dsbench.adapters.tfexample import (
     fast_crc,
@@ -120,7 +120,7 @@ class TfrecordExport(base.ReadsUnits):
             kind, values = features[k]
             if kind == 3:
                 return base.TOKENS
-            codec = sniff_codec(values[0]) if kind == 1 and values else None
+            codec = sniff_audio(values[0]) if kind == 1 and values else None
             return (base.AUDIO if codec in base.AUDIO_CODECS else "image" if codec else
                     base.TEXT if kind == 1 else None)
         if self.image_field is not None:
@@ -172,7 +172,8 @@ class TfrecordExport(base.ReadsUnits):
             raise SampleError(f"feature {name!r} does not hold one {want} value (it has "
                               f"{len(values)} values)", path=where, key=key)
         payload = values[0]
-        codec = base.TEXT if want == base.TEXT else sniff_codec(payload)
+        codec = base.TEXT if want == base.TEXT else sniff_audio(payload) \
+            if want == base.AUDIO else sniff_codec(payload)
         if codec is None or (codec in base.AUDIO_CODECS) != (want == base.AUDIO):
             raise SampleError(f"feature {name!r} holds bytes that are not "
                               f"{'audio' if want == base.AUDIO else 'an image'} (they start "

@@ -12,13 +12,15 @@ that owns one core). Where a run takes which one: loader/tokenize.py.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from dsbench.errors import DsbenchError
+from dsbench.adapters.base import RawSample, text_of
+from dsbench.errors import DsbenchError, SampleError
 
 VOCAB = 8192
 TRAIN_SAMPLES = 1000
@@ -30,7 +32,7 @@ class TokenizerSpec:
 
     json: str
     source: str  # the file given, or how it was trained
-    vocab_size: int
+    vocab_size: int  # one past its largest id: what a dtype that stores its ids must hold
 
     def describe(self) -> dict[str, object]:
         return {"source": self.source, "vocab_size": self.vocab_size}
@@ -57,7 +59,7 @@ def from_file(path: str) -> TokenizerSpec:
         raise DsbenchError(f"--tokenizer: not a tokenizers JSON file ({type(exc).__name__}: "
                            f"{str(exc).splitlines()[0] if str(exc) else ''})",
                            path=path) from None
-    return TokenizerSpec(text, f"--tokenizer {path}", int(tok.get_vocab_size()))
+    return TokenizerSpec(text, f"--tokenizer {path}", _id_range(tok))
 
 
 def trained(texts: Iterable[str], vocab: int = VOCAB, where: str = "the export") -> TokenizerSpec:
@@ -73,7 +75,27 @@ def trained(texts: Iterable[str], vocab: int = VOCAB, where: str = "the export")
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(taken, trainer=trainer)
     return TokenizerSpec(tok.to_str(), f"a byte-level BPE trained on the first {len(taken)} "
-                         f"texts of {where}", int(tok.get_vocab_size()))
+                         f"texts of {where}", _id_range(tok))
+
+
+def _id_range(tok: Any) -> int:
+    """One past the tokenizer's largest id: its vocabulary's size, unless its ids leave gaps
+    (a vocabulary file may number its tokens as it likes)."""
+    ids = tok.get_vocab(with_added_tokens=True).values()
+    return max(int(tok.get_vocab_size()), max(ids, default=-1) + 1)
+
+
+def texts_of(raws: Iterable[RawSample]) -> Iterator[str]:
+    """Each text sample's text, to train on; one that UTF-8 cannot hold (a lone surrogate, as
+    JSON's "\\ud800" reads) is one line naming its file and sample, as the loader says it."""
+    for raw in raws:
+        text = text_of(raw.image)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise SampleError(f"cannot read its text: {exc}", path=raw.source,
+                              key=raw.key) from None
+        yield text
 
 
 def encoder(spec_json: str) -> Callable[[str], np.ndarray]:

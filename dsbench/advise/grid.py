@@ -281,7 +281,11 @@ def text_candidates(found: Found, raws: Sequence[base.RawSample], source_layout:
                                codec=base.TOKENS) for r in raws]
     more, also = _grid(found, ids, source_layout, samples, layouts, shard_sizes, compressions,
                        ImageSpec(), TokensSpec(dtype=dtype), tokenized_by=tokenizer.source)
-    return out + more, skipped + [s for s in also if s not in skipped]
+    both = {s.layout for s in skipped} & {s.layout for s in also}
+    return out + more, [Skipped(s.layout, f"dsbench writes neither text nor token ids in "
+                                          f"{s.layout}") if s.layout in both and
+                        s.why.startswith("dsbench does not write") else s for s in skipped] + [
+        s for s in also if s.layout not in both]
 
 
 def _grid(found: Found, raws: Sequence[base.RawSample], source_layout: str, samples: int,

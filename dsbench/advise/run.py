@@ -202,7 +202,8 @@ def advise(source: str, opts: AdviseOptions, bench: BenchOptions, cluster: Clust
                      "reencode_qualities": list(opts.reencode),
                      "workers": bench.workers[0], "batch_size": bench.batch_size,
                      "pack": bench.pack, "tokenizer": None if tokenizer is None else {
-                         **tokenizer.describe(), "file": given},
+                         **tokenizer.describe(),
+                         "file": None if given is None else os.path.abspath(given)},
                      "order": bench.order, "block": bench.block if bench.order == "block"
                      else None, "read_as": opts.layout,
                      "family_level": level_for(1),

@@ -102,11 +102,15 @@ def clip(want: AudioSpec, raw: base.RawSample, first_codec: str | None = None) -
         raise SampleError(f"{raw.codec}, not an audio clip", path=raw.source, key=raw.key)
     sf = audio.soundfile()
     try:
-        audio.info(raw.image)  # the reader's checks: MP3 refused, a cut WAV or Ogg said
-        with sf.SoundFile(io.BytesIO(raw.image)) as f:
-            dtype, rate = LOSSLESS.get(f.subtype), f.samplerate
-            subtype = f.subtype if dtype else "PCM_16"
-            frames = f.read(dtype=dtype or "float32", always_2d=True)
+        if audio.is_mp3(bytes(raw.image)):  # checked frame by frame, decoded whole by FFmpeg
+            clip_read = audio.read(raw.image)
+            dtype, rate, subtype, frames = None, clip_read.rate, "PCM_16", clip_read.frames
+        else:
+            audio.info(raw.image)  # the reader's checks: a cut WAV or Ogg said
+            with sf.SoundFile(io.BytesIO(raw.image)) as f:
+                dtype, rate = LOSSLESS.get(f.subtype), f.samplerate
+                subtype = f.subtype if dtype else "PCM_16"
+                frames = f.read(dtype=dtype or "float32", always_2d=True)
         if dtype is None:  # float samples past full scale would wrap around as integers
             frames = np.clip(frames, -1.0, 1.0)
         out = io.BytesIO()

@@ -41,7 +41,7 @@ from typing import Any
 
 from dsbench import adapters
 from dsbench.adapters import base
-from dsbench.adapters.tokenizer import TRAIN_SAMPLES, TokenizerSpec, encoder, trained
+from dsbench.adapters.tokenizer import TRAIN_SAMPLES, TokenizerSpec, encoder, texts_of, trained
 from dsbench.errors import DsbenchError, SampleError
 from dsbench.export import payload_copy
 from dsbench.export.carry import FieldPlan, carried_values, plan_fields, source_fields
@@ -298,8 +298,8 @@ def reexport(spec: ExportSpec, out_dir: str | Path, source: str, samples: int | 
     first = first_samples(export, 1, source)[0]
     tokenizing = spec.tokens is not None and base.kind_of(export) == base.TEXT
     if tokenizing and tokenizer is None:
-        tokenizer = trained((base.text_of(r.image) for r in first_samples(
-            export, TRAIN_SAMPLES, source)), where=where)
+        tokenizer = trained(texts_of(first_samples(export, TRAIN_SAMPLES, source)),
+                            where=where)
     elif tokenizer is not None and not tokenizing:
         raise DsbenchError("--tokenizer tokenizes a text source for a definition with "
                            "[tokens]", path=source)

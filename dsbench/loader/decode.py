@@ -1,8 +1,8 @@
 """The decode stage: an encoded image to pixels, refusing images too large before decoding them;
 a token array (codec `tokens`) to a 1-d integer array; a text (codec `text`) to its ids, by the
-run's tokenizer (tokenize.py); encoded audio (WAV, FLAC, Ogg; MP3 is refused) to float32 frames
-with libsndfile (adapters/audio.py), or a clip a format's own library decodes (codec
-`decoded-audio`) by calling its decoder here.
+run's tokenizer (tokenize.py); encoded audio to float32 frames with libsndfile (WAV, FLAC, Ogg)
+or FFmpeg through torchcodec (MP3, checked frame by frame first: adapters/mp3.py), or a clip a
+format's own library decodes (codec `decoded-audio`) by calling its decoder here.
 
 JPEG with Pillow (default) or simplejpeg when asked for, PNG and other codecs with Pillow, raw
 `.npy` with numpy, raw PIL pixels (MDS's and litdata's `pil` encoding) with Pillow; an image a

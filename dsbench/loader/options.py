@@ -199,6 +199,12 @@ class BenchOptions:
                           or self.dataset is not None):
             raise DsbenchError("--pack packs documents into sequences in dsbench's own workers "
                                "(--backend dsbench, no --pipeline or --dataset)")
+        if self.pack and (self.epochs is not None or self.ceiling or self.replay):
+            # A packed batch holds as many documents as filled it: an epoch is not a number
+            # of batches, and the ceiling's replayed batches hold other documents than the
+            # measured ones.
+            raise DsbenchError("--pack carries a document's ids from batch to batch in a "
+                               "worker: not with --epochs or --ceiling")
         if self.decoder not in DECODERS:
             raise bad("decoder", self.decoder, " or ".join(DECODERS))
         if self.layout is not None:

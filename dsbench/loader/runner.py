@@ -145,6 +145,10 @@ def _measure(source: ShmSource | TorchSource | DatasetSource, opts: BenchOptions
         delivered[r.worker] += len(r.keys)
 
     samples = sum(len(r.keys) for r in reports)
+    if not samples:  # --pack: sequences cut from ids read before the window
+        raise DsbenchError(f"the measured window's {len(reports)} batches read no sample "
+                           "(--pack: their sequences were cut from ids read before it): use a "
+                           "longer --seconds")
     wall = t1 - t0
     workers_cpu = delta("cpu_s")
     stage_s = np.sum([r.stages for r in reports], axis=0)
@@ -164,8 +168,10 @@ def _measure(source: ShmSource | TorchSource | DatasetSource, opts: BenchOptions
         "skipped": errors, "batch_cpu_s": [r.batch_cpu_s for r in reports],
         **memory.result_fields(peak_mem), "warmup_batches": n_workers * opts.warmup_batches,
         "warmup_s": warmup_s, "worker_samples": delivered, "idle_workers": idle,
-        # Where each batch's samples came from, for the order figures (not in the document).
-        "where": [r.where for r in reports],
+        # Where each batch's samples came from, for the order figures (not in the document);
+        # a packed batch that read no document (its sequences cut from ids read before) has
+        # none to place.
+        "where": [r.where for r in reports if r.keys],
     }
 
 

@@ -16,8 +16,8 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
-from dsbench.adapters.base import TEXT, text_of
-from dsbench.adapters.tokenizer import TRAIN_SAMPLES, from_file, trained
+from dsbench.adapters.base import TEXT
+from dsbench.adapters.tokenizer import TRAIN_SAMPLES, from_file, texts_of, trained
 from dsbench.errors import DsbenchError
 
 
@@ -52,5 +52,4 @@ def settled(path: Any, opts: Any, open_export: Callable[[str, Any], Any]) -> Any
     if opts.tokenizer is not None:
         return dataclasses.replace(opts, tokenizer_spec=from_file(opts.tokenizer))
     first = itertools.islice(open_export(str(path), opts.export_opener()).read(), TRAIN_SAMPLES)
-    return dataclasses.replace(opts, tokenizer_spec=trained(
-        (text_of(r.image) for r in first), where=str(path)))
+    return dataclasses.replace(opts, tokenizer_spec=trained(texts_of(first), where=str(path)))

@@ -275,4 +275,4 @@ def view_of(export: base.Export) -> View:
     # sample's number in the export (the others place samples by unit and offset).
     starts = unit_starts(export, len(units)) if units and export.layout in NUMBERED else None
     return View(image if isinstance(image, str) else None, units,
-                tuple(starts) if starts else None, getattr(export, "kind", None) or "image")
+                tuple(starts) if starts else None, base.kind_of(export))

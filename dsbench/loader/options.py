@@ -195,10 +195,10 @@ class BenchOptions:
                                               or self.dataset is not None):
             raise DsbenchError("--ceiling replays built batches in dsbench's own loader "
                                "(--backend dsbench, no --dataset)")
-        if self.pack and (self.backend != "dsbench" or self.step is not None
+        if self.pack and (self.backend == "native" or self.step is not None
                           or self.dataset is not None):
-            raise DsbenchError("--pack packs documents into sequences in dsbench's own workers "
-                               "(--backend dsbench, no --pipeline or --dataset)")
+            raise DsbenchError("--pack packs documents into sequences in dsbench's workers "
+                               "(--backend dsbench or torch, no --pipeline or --dataset)")
         if self.pack and (self.epochs is not None or self.ceiling or self.replay):
             # A packed batch holds as many documents as filled it: an epoch is not a number
             # of batches, and the ceiling's replayed batches hold other documents than the

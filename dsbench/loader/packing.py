@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from dsbench.adapters.base import SEQ_LEN
 from dsbench.errors import DsbenchError
+from dsbench.loader.transforms import TokenCrop
 
 # Documents in a row with no id: past this the stream is taken to hold none (the loader would
 # read forever for the sequence it cannot fill).
@@ -37,19 +37,9 @@ MAX_EMPTY = 10_000
 
 
 @dataclass(frozen=True)
-class TokenPack:
-    """A document's ids as int64, to be laid end to end with the others into sequences of
-    `seq_len` ids (`Packer`)."""
-
-    seq_len: int = SEQ_LEN
-
-    @property
-    def out_shape(self) -> tuple[int, ...]:
-        return (self.seq_len,)
-
-    @property
-    def out_dtype(self) -> str:
-        return "int64"
+class TokenPack(TokenCrop):
+    """A document's ids as int64, whole, to be laid end to end with the others into
+    sequences of `seq_len` ids (`Packer`): a crop that crops nothing and pads nothing."""
 
     def __call__(self, tokens: Any, rng: np.random.Generator) -> np.ndarray:
         return np.asarray(tokens, dtype=np.int64)

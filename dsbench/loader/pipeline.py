@@ -230,11 +230,11 @@ def transformed(transform: Transform, decoded: Any, rng: np.random.Generator,
     """`transform` of one decoded sample; SampleError naming its file and key where the
     transform cannot take it: an audio clip among images or token ids (a clip's bytes where an
     image was expected), pixels where clips were, a clip at another rate."""
-    if isinstance(transform, TrainTransform | TokenCrop | TokenPack | AudioCrop) and \
+    if isinstance(transform, TrainTransform | TokenCrop | AudioCrop) and \
             isinstance(decoded, Clip) != isinstance(transform, AudioCrop):
         got = f"{raw.codec} audio" if isinstance(decoded, Clip) else f"a {raw.codec} sample"
         want = "audio" if isinstance(transform, AudioCrop) else \
-            "token ids" if isinstance(transform, TokenCrop | TokenPack) else "images"
+            "token ids" if isinstance(transform, TokenCrop) else "images"
         raise SampleError(f"{got} where the export's samples are {want}", path=raw.source,
                           key=raw.key)
     try:

@@ -75,11 +75,6 @@ def _children_cpu() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def _self_cpu() -> float:
-    ru = resource.getrusage(resource.RUSAGE_SELF)
-    return ru.ru_utime + ru.ru_stime
-
-
 def host_busy_s() -> float:
     """CPU seconds the whole machine has been busy (all cores; idle, iowait and steal left out:
     steal is time the hypervisor gave to other guests, not work done here)."""
@@ -108,7 +103,7 @@ def _measure(source: ShmSource | TorchSource | DatasetSource, opts: BenchOptions
     next_pss = time.perf_counter() + PSS_INTERVAL_S
     # The main process's CPU is in the window too: settle its heap first, as each worker did.
     procs.settle_heap()
-    cpu0, host0 = _self_cpu(), host_busy_s()
+    cpu0, host0 = worker.cpu_now(), host_busy_s()
     t0 = time.perf_counter()
     while True:
         report = source.next()
@@ -129,7 +124,7 @@ def _measure(source: ShmSource | TorchSource | DatasetSource, opts: BenchOptions
             next_pss = time.perf_counter() + PSS_INTERVAL_S
     t1 = time.perf_counter()
     host_cpu = host_busy_s() - host0
-    main_cpu = _self_cpu() - cpu0 - excluded_cpu
+    main_cpu = worker.cpu_now() - cpu0 - excluded_cpu
     peak_mem = memory.peak(peak_mem, memory.tree(main_base))
 
     after = list(before)
@@ -145,10 +140,9 @@ def _measure(source: ShmSource | TorchSource | DatasetSource, opts: BenchOptions
         delivered[r.worker] += len(r.keys)
 
     samples = sum(len(r.keys) for r in reports)
-    if not samples:  # --pack: sequences cut from ids read before the window
+    if not samples:  # --pack: every sequence cut from ids read before the window
         raise DsbenchError(f"the measured window's {len(reports)} batches read no sample "
-                           "(--pack: their sequences were cut from ids read before it): use a "
-                           "longer --seconds")
+                           "(--pack: ids read before it filled them): use a longer --seconds")
     wall = t1 - t0
     workers_cpu = delta("cpu_s")
     stage_s = np.sum([r.stages for r in reports], axis=0)
@@ -169,8 +163,7 @@ def _measure(source: ShmSource | TorchSource | DatasetSource, opts: BenchOptions
         **memory.result_fields(peak_mem), "warmup_batches": n_workers * opts.warmup_batches,
         "warmup_s": warmup_s, "worker_samples": delivered, "idle_workers": idle,
         # Where each batch's samples came from, for the order figures (not in the document);
-        # a packed batch that read no document (its sequences cut from ids read before) has
-        # none to place.
+        # a packed batch may have read none.
         "where": [r.where for r in reports if r.keys],
     }
 
@@ -225,7 +218,7 @@ def _epochs_round(path: Loc, opts: BenchOptions, n_workers: int, main_base: memo
                 else ShmSource(path, pipeline, n_workers, at))
 
     return epochs.measure(open_source, per_epoch, n_workers, opts.step_time_s, main_base,
-                          _self_cpu, _children_cpu, host_busy_s)
+                          worker.cpu_now, _children_cpu, host_busy_s)
 
 
 def prepare(path: Loc, opts: BenchOptions) -> tuple[dict[str, Any], Counts]:

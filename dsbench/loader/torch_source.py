@@ -57,8 +57,10 @@ def torch_collate(items: list[tuple[Any, ...]]) -> dict[str, Any]:
         images = (default_collate([torch.from_numpy(np.ascontiguousarray(o)) for o in outputs])
                   if all(isinstance(o, np.ndarray) for o in outputs)
                   else default_collate(outputs))
-    fields = collate_fields([it[3] for it in items])
-    where = where_of([it[8] for it in items], fields)
+    # An item is one row of the batch: a sample, or with --pack a sequence and the documents
+    # read to fill it (none, where it was cut from ids read before).
+    fields = collate_fields([f for it in items for f in it[3]])
+    where = where_of([w for it in items for w in it[8]], fields)
     for name, value in fields.items():
         if isinstance(value, np.ndarray):
             fields[name] = torch.from_numpy(value)
@@ -68,7 +70,7 @@ def torch_collate(items: list[tuple[Any, ...]]) -> dict[str, Any]:
     last = items[-1]
     errors = [e for it in items for e in it[6]]
     opens, mapped = base.io_counters()
-    report = BatchReport(last[0], -1, -1, [it[1] for it in items], stages,
+    report = BatchReport(last[0], -1, -1, [k for it in items for k in it[1]], stages,
                          c1 - _torch_last_cpu, w1 - items[0][7], w1, cpu_now(),
                          read_chars(),
                          opens - _torch_setup_opens, mapped, last[5],
@@ -81,8 +83,10 @@ def _make_torch_samples() -> type:
     from torch.utils.data import IterableDataset, get_worker_info
 
     class TorchSamples(IterableDataset):
-        """Yields (worker, key, pixels, fields, stage CPU s, skipped so far, new errors,
-        perf_counter when the sample was begun, (unit index, offset) or None)."""
+        """Yields a row of a batch: (worker, keys, pixels, fields of each key, stage CPU s,
+        skipped so far, new errors, perf_counter when the row was begun, (unit index, offset)
+        or None of each key). A row is one sample's, or with --pack one sequence's and the
+        documents read to fill it (packing.py)."""
 
         def __init__(self, path: str, pipeline: Pipeline, seed: int,
                      opener: Opener | None = None, order: Order = IN_ORDER,
@@ -121,7 +125,7 @@ def _make_torch_samples() -> type:
                 began = time.perf_counter()
                 t = [0.0] * len(STAGES)
                 try:
-                    key, pixels, fields = builder.next_sample(t)
+                    keys, pixels, fields = self._row(builder, t)
                 except EmptyShare:
                     # torch's DataLoader goes on with the other workers. With one_epoch, the
                     # worker still began the library's epoch (which MosaicML Streaming meets
@@ -133,8 +137,29 @@ def _make_torch_samples() -> type:
                     return  # the epoch's end, where the DataLoader's pass ends
                 new = builder.skipped[reported:ERRORS_KEPT]
                 reported += len(new)
-                yield (worker, key, pixels, fields, t, len(builder.skipped),
-                       [error_record(e) for e in new], began, streams[0].where(key))
+                yield (worker, keys, pixels, fields, t, len(builder.skipped),
+                       [error_record(e) for e in new], began,
+                       [streams[0].where(k) for k in keys])
+
+        def _row(self, builder: BatchBuilder, t: list[float]
+                 ) -> tuple[list[str], np.ndarray, list[dict[str, Any]]]:
+            packer = builder.packer
+            if packer is None:
+                key, pixels, fields = builder.next_sample(t)
+                return [key], pixels, [fields]
+            keys, parsed = [], []
+            while not packer.full:
+                key, ids, fields = builder.next_sample(t)
+                keys.append(key)
+                parsed.append(fields)
+                c = time.process_time()
+                packer.add(ids)
+                t[STAGES.index("collate")] += time.process_time() - c
+            c = time.process_time()
+            row = np.empty(packer.seq_len, dtype=np.int64)
+            packer.cut(row)
+            t[STAGES.index("collate")] += time.process_time() - c
+            return keys, row, parsed
 
     TorchSamples.__module__ = __name__
     TorchSamples.__qualname__ = "TorchSamples"

@@ -122,8 +122,11 @@ def test_pack_and_sample_rate_on_another_kind_are_one_line_before_anything_runs(
         assert main([*command, "--sample-rate", "16000"]) == 2
         assert_one_line_error(capsys.readouterr().err, command[0],
                               "--sample-rate resamples audio", "samples are token ids")
-    assert main(["advise", str(tiny_exports["before"]), "--pack", "--budget", "5s"]) == 2
-    assert_one_line_error(capsys.readouterr().err, "advise", "--pack packs token documents")
+    for command in (["advise", str(tiny_exports["before"]), "--budget", "5s"],
+                    ["job", str(tiny_exports["before"]), "--ranks", "1"]):
+        assert main([*command, "--pack"]) == 2
+        assert_one_line_error(capsys.readouterr().err, command[0],
+                              "--pack packs token documents")
     for other in (["--epochs", "1"], ["--ceiling"]):
         assert main(["bench", str(mds), "--pack", *other, *quick]) == 2
         assert_one_line_error(capsys.readouterr().err, "bench", "--pack carries",
@@ -158,3 +161,32 @@ def test_a_packed_window_that_read_no_document_is_said_not_divided_by(mds: Path)
                         exact=False, pack=True)
     with pytest.raises(DsbenchError, match=r"batches read no sample .* a longer --seconds"):
         run_benches([mds], opts)
+
+
+def test_a_jobs_ranks_pack_as_bench_does() -> None:
+    from dsbench.job.identity import Identity
+    from dsbench.job.options import JobOptions
+    from dsbench.job.rank import bench_options
+
+    ident = Identity(rank=1, world=2, local_rank=1, local_world=2, node=0, nodes=1,
+                     launcher="dsbench")
+    packed = bench_options(JobOptions(kind="tokens", seq_len=64, pack=True), ident)
+    assert packed.pipeline().transform == TokenPack(64)
+    cropped = bench_options(JobOptions(kind="tokens", seq_len=64), ident)
+    assert type(cropped.pipeline().transform).__name__ == "TokenCrop"
+    with pytest.raises(DsbenchError, match="--backend dsbench or torch"):
+        JobOptions(kind="tokens", pack=True, backend="native")
+
+
+# Two ranks started by dsbench's launcher, ~10 s: with the slow tests (CI runs them).
+@pytest.mark.slow
+def test_a_packed_job_runs_and_says_so(mds: Path, tmp_path: Path) -> None:
+    from dsbench.job import result
+
+    out = tmp_path / "job.json"
+    assert main(["job", str(mds), "--ranks", "2", "--workers", "1", "--gpu-batch", "4",
+                 "--compute", "0.005", "--steps", "12", "--seq-len", "64", "--pack",
+                 "--json", str(out)]) == 0
+    doc = result.read(out)
+    assert doc["config"]["options"]["pack"] is True
+    assert doc["ranks"] == 2 and all(len(r["step_s"]) == 12 for r in doc["per_rank"])

@@ -23,6 +23,7 @@ from dsbench.commands.options import (
 )
 from dsbench.commands.sample_options import (
     add_clip_argument,
+    add_pack_argument,
     add_seq_len_argument,
     add_tokenizer_argument,
 )
@@ -81,6 +82,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="random seed: of the compute and stall draws and of the model "
                         "(default 0)")
     add_seq_len_argument(g)
+    add_pack_argument(g)
     add_clip_argument(g)
     add_tokenizer_argument(g)
     add_json_argument(p, "the job result document")
@@ -100,12 +102,12 @@ def options(args: argparse.Namespace, ranks: int) -> JobOptions:
                       prefetch=args.cluster_prefetch or _D.prefetch, seed=args.seed,
                       decoder=args.decoder, layout=args.layout, device=args.device,
                       seq_len=args.seq_len, clip_s=args.clip_seconds,
-                      sample_rate=args.sample_rate)
+                      sample_rate=args.sample_rate, pack=args.pack)
 
 
 def as_found(opts: JobOptions, found: share.Found, path: str) -> JobOptions:
     """The job's options for what share.check found its export's samples to carry."""
-    check_kind(found.kind, path, sample_rate=opts.sample_rate)
+    check_kind(found.kind, path, pack=opts.pack, sample_rate=opts.sample_rate)
     return dataclasses.replace(opts, kind=found.kind, rate=found.rate,
                                tokenizer=found.tokenizer.source if found.tokenizer else None)
 

@@ -46,9 +46,11 @@ class JobOptions:
     layout: str | None = None
     device: str = "auto"
     # What the samples carry, as share.check found them, and how each becomes a training
-    # sample: token ids cropped to seq_len, clips of clip_s seconds at the export's rate.
+    # sample: token ids cropped to seq_len (or packed into sequences of it), clips of clip_s
+    # seconds at the export's rate.
     kind: str = "image"
     seq_len: int = SEQ_LEN
+    pack: bool = False  # --pack: token documents laid end to end into sequences (packing.py)
     clip_s: float = 4.0
     rate: int | None = None
     sample_rate: int | None = None  # --sample-rate: clips resampled to it; None: at `rate`
@@ -75,6 +77,9 @@ class JobOptions:
         check_rate(self.sample_rate)
         if self.backend not in BACKENDS:
             raise bad("backend", self.backend, " or ".join(BACKENDS))
+        if self.pack and self.backend == "native":
+            raise DsbenchError("--pack packs documents into sequences in dsbench's workers "
+                               "(--backend dsbench or torch)")
         if self.decoder not in DECODERS:
             raise bad("decoder", self.decoder, " or ".join(DECODERS))
         if self.device not in DEVICES:

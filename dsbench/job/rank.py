@@ -57,6 +57,7 @@ def bench_options(opts: JobOptions, ident: Identity, found_layout: str | None = 
     return BenchOptions(workers=(opts.workers,), batch_size=opts.batch_size,
                         backend=opts.backend, prefetch=opts.prefetch, seed=opts.seed,
                         decoder=opts.decoder, layout=opts.layout, seq_len=opts.seq_len,
+                        pack=opts.pack,
                         clip_s=opts.clip_s, found_kind=opts.kind, found_rate=opts.rate,
                         sample_rate=opts.sample_rate, tokenizer_spec=tokenizer,
                         opener=RankShare(ident.rank, ident.world, opts.layout or found_layout,

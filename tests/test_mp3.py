@@ -72,7 +72,7 @@ def test_mp3_exports_are_benchmarked_with_both_readers(exports: dict[str, Path])
 
 
 def _frame_starts(raw: bytes) -> list[int]:
-    at, starts = mp3._after_id3(raw), []
+    at, starts = mp3.after_id3(raw), []
     while (found := mp3._header(raw, at)) is not None:
         starts.append(at)
         at += found[0]
@@ -126,3 +126,52 @@ def test_generate_from_mp3_writes_what_ffmpeg_decodes_as_16_bit_flac(
         # The frames FFmpeg decodes, each to its nearest 16-bit step.
         assert rate == audiolibs.RATE and frames.shape == decoded.shape
         assert np.abs(frames - np.clip(decoded, -1, 1)).max() <= 1 / 32768 + 1e-7
+
+
+def _id3(size: int) -> bytes:
+    """An ID3v2.3 tag of `size` bytes after its header (synchsafe size, one padding frame)."""
+    return b"ID3\x03\x00\x00" + bytes((size >> s) & 0x7F for s in (21, 14, 7, 0)) + bytes(size)
+
+
+@pytest.mark.parametrize("wrapped", ["id3v1", "ape-footer-only", "two-id3-tags"])
+def test_tags_and_padding_around_the_frames_are_read_past(wrapped: str) -> None:
+    whole = audiolibs.encoded_mp3(2)
+    ape_footer = b"APETAGEX" + (1000).to_bytes(4, "little") + (32).to_bytes(4, "little") + \
+        bytes(16)
+    raw = {"id3v1": whole + b"TAG" + bytes(125),
+           "ape-footer-only": whole + ape_footer,  # an APEv1 tag of no items
+           "two-id3-tags": _id3(40) + _id3(20) + whole}[wrapped]
+    assert mp3.walk(raw).count == mp3.walk(whole).count
+    assert np.array_equal(mp3.decode(raw)[0], mp3.decode(whole)[0])
+
+
+@pytest.mark.parametrize(("damage", "needle"), [
+    # FFmpeg fails on both (through torchcodec): said here, before it decodes.
+    ("lyrics3", "neither a frame nor a tag"),
+    ("zero-padding", "neither a frame nor a tag"),
+    # FFmpeg would decode the Info frame as audio there: a clip not the one stored.
+    ("id3-then-padding", "no MPEG audio frame where its first should be"),
+    ("free-format", "free-format MP3"),
+    ("one-frame-of-text", None)])
+def test_what_is_not_an_mp3_dsbench_reads_is_said(damage: str, needle: str | None) -> None:
+    whole = audiolibs.encoded_mp3(2)
+    if damage == "one-frame-of-text":
+        # UTF-16 text whose first bytes parse as one whole frame: a frame that does not chain
+        # to a second is no MP3.
+        text = ("a" + "x" * 102).encode("utf-16")
+        assert not mp3.looks_like(text)
+        return
+    raw = {"lyrics3": whole + b"LYRICSBEGIN" + b"INDsome words" + b"LYRICS200",
+           "zero-padding": whole + bytes(500),
+           "id3-then-padding": _id3(40) + bytes(300) + whole,
+           "free-format": bytes([0xFF, 0xFB, 0x00, 0x44]) + bytes(400)}[damage]
+    with pytest.raises(ValueError, match=needle):
+        mp3.walk(raw)
+
+
+def test_a_flac_behind_an_id3_tag_is_read_as_flac() -> None:
+    from dsbench.adapters import audio
+
+    flac = _id3(40) + audiolibs.encoded(3, "flac")
+    assert not audio.is_mp3(flac)
+    assert audio.info(flac)[:2] == ("flac", len(audiolibs.frames(3)))

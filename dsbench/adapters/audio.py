@@ -100,8 +100,10 @@ def is_mp3(raw: bytes) -> bool:
     """Whether `raw` is MP3 (an ID3 tag, or a frame's sync bits where no other container's
     magic is), which libsndfile must not open: it reads an MP3 only in part, and its MP3
     decoder prints on stderr as it opens."""
-    return raw[:3] == b"ID3" or (not raw.startswith((b"RIFF", b"fLaC", b"OggS")) and len(raw) > 1
-                                 and raw[0] == 0xFF and raw[1] & 0xE0 == 0xE0)
+    if raw[:3] == b"ID3":  # a tag, which FLAC may carry too: what follows it decides
+        return not raw[mp3.after_id3(raw):].startswith((b"fLaC", b"RIFF", b"OggS"))
+    return (not raw.startswith((b"RIFF", b"fLaC", b"OggS")) and len(raw) > 1
+            and raw[0] == 0xFF and raw[1] & 0xE0 == 0xE0)
 
 
 def _whole(codec: str, raw: bytes) -> None:

@@ -12,6 +12,7 @@ a worker decodes costs that import, in its warm-up.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,8 +31,11 @@ _BITRATES = {
 }
 # Sample rates by the header's version bits (0: MPEG-2.5, 2: MPEG-2, 3: MPEG-1).
 _RATES = {3: (44100, 48000, 32000), 2: (22050, 24000, 16000), 0: (11025, 12000, 8000)}
-# What may follow the last frame: an ID3v1 tag, an APE tag, a Lyrics3 tag.
-_TRAILERS = (b"TAG", b"APETAGEX", b"LYRICS")
+# What may follow the last frame: an ID3v1 tag, an APE tag (its header; a tag without one is
+# found by its footer), an ID3v2.4 tag appended with its footer. (FFmpeg does not skip a Lyrics3
+# tag: it fails on it, so one is not taken for a tag here either.)
+_TRAILERS = (b"TAG", b"APETAGEX", b"ID3")
+_APE_FOOTER = 32  # bytes: "APETAGEX", then the version, size, items and flags
 
 
 @dataclass(frozen=True)
@@ -52,8 +56,10 @@ def _header(raw: bytes, at: int) -> tuple[int, int, int] | None:
         return None
     version, layer_bits = (raw[at + 1] >> 3) & 3, (raw[at + 1] >> 1) & 3
     bitrate_index, rate_index = raw[at + 2] >> 4, (raw[at + 2] >> 2) & 3
-    if version == 1 or layer_bits == 0 or bitrate_index in (0, 15) or rate_index == 3:
+    if version == 1 or layer_bits == 0 or bitrate_index == 15 or rate_index == 3:
         return None
+    if bitrate_index == 0:
+        raise ValueError("free-format MP3 (no bitrate in its frame headers) is not read")
     layer, mpeg1 = 4 - layer_bits, version == 3
     bitrate = _BITRATES[(mpeg1, layer)][bitrate_index - 1] * 1000
     rate, padding = _RATES[version][rate_index], (raw[at + 2] >> 1) & 1
@@ -64,14 +70,32 @@ def _header(raw: bytes, at: int) -> tuple[int, int, int] | None:
     return length, rate, 1 if raw[at + 3] >> 6 == 3 else 2
 
 
-def _after_id3(raw: bytes) -> int:
-    """Where the audio starts: past an ID3v2 tag (its size is 4 bytes of 7 bits each)."""
-    if raw[:3] != b"ID3" or len(raw) < 10:
-        return 0
+def _id3_end(raw: bytes, at: int) -> int:
+    """Where an ID3v2 tag at `at` ends (its size is 4 bytes of 7 bits each, a footer where its
+    flags say so); `at` where none starts there."""
+    if raw[at:at + 3] != b"ID3" or len(raw) < at + 10:
+        return at
     size = 0
-    for b in raw[6:10]:
+    for b in raw[at + 6:at + 10]:
         size = size << 7 | (b & 0x7F)
-    return 10 + size + (10 if raw[5] & 0x10 else 0)  # a footer, where the flags say so
+    return at + 10 + size + (10 if raw[at + 5] & 0x10 else 0)
+
+
+def after_id3(raw: bytes) -> int:
+    """Where the audio starts: past the ID3v2 tags that open the file. (Zero padding after
+    them is not skipped: FFmpeg then decodes the Info frame as audio, a clip that is not the
+    one stored, so it is said as no frame where the first should be.)"""
+    at = 0
+    while (end := _id3_end(raw, at)) != at:
+        at = end
+    return at
+
+
+def _trailer(raw: bytes, at: int) -> bool:
+    """Whether what follows the last frame, from `at`, is tags alone (FFmpeg fails on zero
+    padding there, as on a Lyrics3 tag: neither is taken for a tag)."""
+    return raw.startswith(_TRAILERS, at) or raw[-_APE_FOOTER:].startswith(b"APETAGEX") or \
+        raw[-10:-7] == b"3DI"
 
 
 def _xing_frames(frame: bytes) -> int | None:
@@ -87,14 +111,16 @@ def looks_like(raw: bytes) -> bool:
     """Whether `raw` opens as MP3 without an ID3 tag to say so: two frame headers in a row, the
     second where the first one's length ends (AAC's ADTS frames have no MPEG layer, and text
     in UTF-16 does not chain so)."""
-    first = _header(raw, 0)
-    return first is not None and (_header(raw, first[0]) is not None
-                                  or first[0] == len(raw))
+    try:
+        first = _header(raw, 0)
+        return first is not None and _header(raw, first[0]) is not None
+    except ValueError:  # a free-format frame: MP3, though not one dsbench reads
+        return True
 
 
 def walk(raw: bytes) -> Frames:
     """Every frame of an MP3 clip, checked whole; ValueError naming what is wrong."""
-    at = _after_id3(raw)
+    at = after_id3(raw)
     first = _header(raw, at)
     if first is None:
         raise ValueError("not MP3: no MPEG audio frame where its first should be")
@@ -104,7 +130,7 @@ def walk(raw: bytes) -> Frames:
     while at < len(raw):
         found = _header(raw, at)
         if found is None:
-            if raw.startswith(_TRAILERS, at):
+            if _trailer(raw, at):
                 break
             raise ValueError(f"corrupt MP3: byte {at} is neither a frame nor a tag")
         if at + found[0] > len(raw):
@@ -135,7 +161,9 @@ def decode(raw: bytes) -> tuple[np.ndarray, int]:
     try:
         samples = _decoder_class()(raw).get_all_samples()
     except RuntimeError as exc:  # FFmpeg's word on data it cannot decode
-        raise ValueError(f"cannot decode MP3: {str(exc).splitlines()[0] if str(exc) else ''}"
+        said = str(exc).splitlines()[0] if str(exc) else ""
+        # torchcodec names its own source file and line before FFmpeg's words.
+        raise ValueError(f"cannot decode MP3: {re.sub(r'^.*[.]cpp:[0-9]+, ', '', said)}"
                          ) from None
     frames = np.ascontiguousarray(samples.data.numpy().T, dtype=np.float32)
     if len(frames) == 0:

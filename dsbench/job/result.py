@@ -87,6 +87,9 @@ def build(path: str, opts: JobOptions, records: Sequence[dict[str, Any]], device
     threshold = predict.slow_threshold(typical, opts.stall_s)
     batches = [b for r in records for b in r["batch_cpu_s"]]
     samples = sum(r["samples"] for r in records)
+    if not samples:  # --pack: every sequence cut from ids read before the counted steps
+        raise DsbenchError(f"the job's {len(step)} counted steps read no sample (--pack: ids "
+                           "read before them filled every sequence): give more --steps")
     nodes = records[0]["nodes"]
     # The timeline: every rank's compute intervals from its first step, all steps included
     # (as the model's timeline starts at its t = 0).

@@ -135,7 +135,9 @@ def render(doc: dict[str, Any]) -> str:
               f"  model    |{sparkline(modelled)}|",
               ""]
     ld = doc["loader"]
-    lines.append(f"Loaders: {fmt.rate(ld['samples_per_s'])} for the job, "
+    packed = " (documents, packed into sequences)" if doc["config"]["options"].get("pack") \
+        else ""
+    lines.append(f"Loaders: {fmt.rate(ld['samples_per_s'])}{packed} for the job, "
                  f"{fmt.seconds(ld['cpu_s_per_sample'], 'sample')} of worker CPU; each rank's own "
                  f"process kept {fmt.sig(ld['rank_cpu_share'])} of a core busy; "
                  f"{doc['load']['runnable']} ranks and workers on {doc['load']['cores']} cores")

@@ -180,7 +180,8 @@ def test_a_jobs_ranks_pack_as_bench_does() -> None:
 
 # Two ranks started by dsbench's launcher, ~10 s: with the slow tests (CI runs them).
 @pytest.mark.slow
-def test_a_packed_job_runs_and_says_so(mds: Path, tmp_path: Path) -> None:
+def test_a_packed_job_runs_and_says_so(mds: Path, tmp_path: Path,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
     from dsbench.job import result
 
     out = tmp_path / "job.json"
@@ -190,3 +191,13 @@ def test_a_packed_job_runs_and_says_so(mds: Path, tmp_path: Path) -> None:
     doc = result.read(out)
     assert doc["config"]["options"]["pack"] is True
     assert doc["ranks"] == 2 and all(len(r["step_s"]) == 12 for r in doc["per_rank"])
+    # Sequences of one id, one a step: the first document (20 ids or more), read before the
+    # counted steps, fills them all. Said in one line (after the job's start line), not
+    # divided by.
+    capsys.readouterr()
+    assert main(["job", str(mds), "--ranks", "1", "--workers", "1", "--gpu-batch", "1",
+                 "--compute", "0.001", "--steps", "10", "--seq-len", "1", "--pack"]) == 2
+    started, said = capsys.readouterr().err.splitlines()
+    assert started.startswith("job: 1 rank")
+    assert_one_line_error(said + "\n", "job", "counted steps read no sample",
+                          "give more --steps")

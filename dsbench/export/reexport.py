@@ -31,10 +31,10 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
 import io
 import itertools
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -104,14 +104,8 @@ class _Job:
 _SOURCE: base.Export | Exception | None = None
 
 
-# Each tokenizer a worker of the pool has built, by its JSON: built once, as a loader's is.
-_ENCODERS: dict[str, Callable[[str], Any]] = {}
-
-
-def _encoder(tokenizer: str) -> Callable[[str], Any]:
-    if tokenizer not in _ENCODERS:
-        _ENCODERS[tokenizer] = encoder(tokenizer)
-    return _ENCODERS[tokenizer]
+# The tokenizer a worker of the pool encodes with, built once from its JSON, as a loader's is.
+_encoder = functools.lru_cache(maxsize=2)(encoder)
 
 
 def _open_source(path: str, layout: str) -> None:
@@ -314,7 +308,7 @@ def reexport(spec: ExportSpec, out_dir: str | Path, source: str, samples: int | 
     # written, from the first sample.
     carried_values(spec, fields, first)
     if spec.tokens:
-        pass  # the ids are copied as stored, in the source's dtype (payload_copy.kind_spec)
+        pass  # ids copied as stored in the source's dtype, or a text's ids (kind_spec said)
     elif spec.audio:
         payload_copy.clip(spec.audio, first)  # one that does not transcode: said before writing
     elif spec.image.reencode:

@@ -73,7 +73,7 @@ def check(path: str, opts_workers: int, world: int, layout: str | None,
     every rank its own; what the ranks need to know of it otherwise: for text, the tokenizer
     (`tokenizer`'s file, or a BPE trained on the export's first texts, as bench trains one),
     made once by the launcher and carried to every rank."""
-    from dsbench.adapters.base import AUDIO, TEXT, kind_of
+    from dsbench.adapters.base import AUDIO, kind_of
     from dsbench.adapters.survey import audio_rate
     from dsbench.errors import DsbenchError
     from dsbench.loader import tokenize, worker
@@ -92,4 +92,4 @@ def check(path: str, opts_workers: int, world: int, layout: str | None,
     rate = None
     if kind == AUDIO:  # clips are cut at the rate the survey finds, as bench cuts them
         rate = audio_rate(export, path)
-    return Found(export.layout, kind, rate, spec if kind == TEXT else None)
+    return Found(export.layout, kind, rate, spec)  # settled gives text alone a tokenizer

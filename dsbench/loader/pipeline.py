@@ -338,25 +338,37 @@ class BatchBuilder:
         t[4] += clock() - t5
         return keys, collated
 
-    def _packed(self, packer: Packer, rows: np.ndarray, t: list[float]
-                ) -> tuple[list[str], dict[str, Any]]:
-        """--pack: fill `rows` with the ids of the documents read, end to end (packing.py);
-        the keys and fields are those of the documents read for this batch, however many."""
+    def next_row(self, packer: Packer, row: np.ndarray, t: list[float]
+                 ) -> tuple[list[str], list[dict[str, Any]]]:
+        """--pack: fill one sequence `row` with the ids held and those of the documents read
+        until it is full (packing.py); their keys and fields (none where the ids held filled
+        it). Holding and cutting the ids is collate's time."""
         clock = time.process_time
         keys: list[str] = []
         fields: list[dict[str, Any]] = []
-        for row in rows:
-            while not packer.full:
-                key, ids, parsed = self.next_sample(t)
-                keys.append(key)
-                fields.append(parsed)
-                t4 = clock()
-                packer.add(ids)
-                t[4] += clock() - t4
+        while not packer.full:
+            key, ids, parsed = self.next_sample(t)
+            keys.append(key)
+            fields.append(parsed)
             t4 = clock()
-            packer.cut(row)
+            packer.add(ids)
             t[4] += clock() - t4
-        t5 = clock()
+        t4 = clock()
+        packer.cut(row)
+        t[4] += clock() - t4
+        return keys, fields
+
+    def _packed(self, packer: Packer, rows: np.ndarray, t: list[float]
+                ) -> tuple[list[str], dict[str, Any]]:
+        """--pack: every row of the batch a sequence (next_row); the keys and fields are those
+        of the documents read for this batch, however many."""
+        keys: list[str] = []
+        fields: list[dict[str, Any]] = []
+        for row in rows:
+            got, parsed = self.next_row(packer, row, t)
+            keys += got
+            fields += parsed
+        t5 = time.process_time()
         collated = collate_fields(fields)
-        t[4] += clock() - t5
+        t[4] += time.process_time() - t5
         return keys, collated

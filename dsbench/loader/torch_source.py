@@ -147,18 +147,8 @@ def _make_torch_samples() -> type:
             if packer is None:
                 key, pixels, fields = builder.next_sample(t)
                 return [key], pixels, [fields]
-            keys, parsed = [], []
-            while not packer.full:
-                key, ids, fields = builder.next_sample(t)
-                keys.append(key)
-                parsed.append(fields)
-                c = time.process_time()
-                packer.add(ids)
-                t[STAGES.index("collate")] += time.process_time() - c
-            c = time.process_time()
             row = np.empty(packer.seq_len, dtype=np.int64)
-            packer.cut(row)
-            t[STAGES.index("collate")] += time.process_time() - c
+            keys, parsed = builder.next_row(packer, row, t)
             return keys, row, parsed
 
     TorchSamples.__module__ = __name__

@@ -51,18 +51,27 @@ def _packed_text(doc: BenchResult, seq_len: int, n: dict[str, Any], mean: float)
     A sample is a document: the sequences' rate is the documents' times sequences per
     document, as the rounds measured it."""
     run, tokens = doc["runs"][0], doc["export"]["tokens"]
-    docs = documents_per_sequence(run)
-    if not docs:
+    packed = _packed_rate(run, seq_len)
+    if not packed:
         return ""
     per_id = (f"; per id stored: {fmt.seconds(run['cpu_s_per_sample'] / mean)} CPU, "
               f"{fmt.nbytes(run['bytes_per_sample'] / mean)} read" if mean else "")
     return (f"\n\nToken samples ({doc['export']['sample']['field']}, {tokens['dtype']}): "
-            f"documents laid end to end and cut into sequences of {seq_len} ids, no padding: "
+            f"{packed}\nthe export's documents: {n['min']}-{n['max']} ids, mean "
+            f"{fmt.sig(mean)} ids ({tokens['count_checked']} checked){per_id}")
+
+
+def _packed_rate(run: Run, seq_len: int) -> str | None:
+    """A packed run's sequences and tokens per second, from the documents per sequence its
+    rounds measured; None where they do not say."""
+    docs = documents_per_sequence(run)
+    if not docs:
+        return None
+    return (f"documents laid end to end and cut into sequences of {seq_len} ids, no padding: "
             f"{fmt.count(run['samples_per_s'] / docs)} sequences/s, "
             f"{fmt.count(run['samples_per_s'] / docs * seq_len)} tokens/s at "
             f"{fmt.plural(run['workers'], 'worker')}; {fmt.sig(docs)} documents per sequence "
-            f"(measured)\nthe export's documents: {n['min']}-{n['max']} ids, mean "
-            f"{fmt.sig(mean)} ids ({tokens['count_checked']} checked){per_id}")
+            "(measured)")
 
 
 def _stream_text(doc: BenchResult, stream: dict[str, Any]) -> str:
@@ -111,15 +120,10 @@ def _text_text(doc: BenchResult, seq_len: int) -> str:
     mean = text["mean_chars_per_sample"]
     per_char = (f"; per character stored: {fmt.seconds(run['cpu_s_per_sample'] / mean)} CPU, "
                 f"{fmt.nbytes(run['bytes_per_sample'] / mean)} read" if mean else "")
-    docs = documents_per_sequence(run) if doc["config"].get("pack") else None
-    workers = fmt.plural(run['workers'], 'worker')
-    how = (f"documents laid end to end and cut into sequences of {seq_len} ids, no padding: "
-           f"{fmt.count(run['samples_per_s'] / docs)} sequences/s, "
-           f"{fmt.count(run['samples_per_s'] / docs * seq_len)} tokens/s at {workers}; "
-           f"{fmt.sig(docs)} documents per sequence (measured)" if docs else
-           f"sequences of {seq_len} ids, each cropped at a random offset or padded: "
-           f"{fmt.count(run['samples_per_s'] * seq_len)} tokens/s at {workers}, padding "
-           "included")
+    how = (doc["config"].get("pack") and _packed_rate(run, seq_len)) or (
+        f"sequences of {seq_len} ids, each cropped at a random offset or padded: "
+        f"{fmt.count(run['samples_per_s'] * seq_len)} tokens/s at "
+        f"{fmt.plural(run['workers'], 'worker')}, padding included")
     return (f"\n\nText samples ({doc['export']['sample']['field']}), tokenized in the workers "
             f"by {tok.get('source', '?')} ({tok.get('vocab_size', '?')} ids; decode is the "
             f"tokenizing): {how}\n"

@@ -16,7 +16,7 @@ import pytest
 from conftest import tiny_spec
 
 from dsbench import adapters, stats
-from dsbench.advise import definition, grid
+from dsbench.advise import definition, grid, kinds
 from dsbench.advise.fields import found_fields
 from dsbench.advise.search import FIRST_SECONDS, MIN_FIRST_SECONDS, first_seconds, level_for
 from dsbench.cli import main
@@ -66,7 +66,7 @@ def test_the_fields_of_a_json_document_are_typed_as_stored(after_like: Path) -> 
 def test_the_grid_carries_every_field_and_folds_shard_sizes_past_the_sample(
         after_like: Path) -> None:
     found, raws = _found(after_like)
-    cands, skipped = grid.candidates(found, raws, "files", 240, ("wds", "arrow", "litdata"),
+    cands, skipped = kinds.candidates(found, raws, "files", 240, ("wds", "arrow", "litdata"),
                                      (20_000, 64_000_000, 1_000_000_000))
     names = [c.name for c in cands]
     # 64 MB and 1 GB shards both hold the whole 240-sample sample: one candidate, the larger.
@@ -87,13 +87,13 @@ def test_the_grid_carries_every_field_and_folds_shard_sizes_past_the_sample(
 def test_compressed_candidates_are_tried_where_the_layout_compresses_its_shards(
         after_like: Path) -> None:
     found, raws = _found(after_like)
-    both, _ = grid.candidates(found, raws, "files", 240, ("arrow", "mds", "parquet"),
+    both, _ = kinds.candidates(found, raws, "files", 240, ("arrow", "mds", "parquet"),
                               (64_000_000,), ("none", "zstd"))
     by_name = {c.name: c.spec.compression for c in both}
     assert by_name == {"files-binary": None, "files-json": None, "arrow-64MB": None,
                        "arrow-zstd-64MB": "zstd", "mds-64MB": None, "mds-zstd-64MB": "zstd",
                        "parquet-64MB": None}
-    zstd_only, _ = grid.candidates(found, raws, "files", 240, ("arrow",), (64_000_000,),
+    zstd_only, _ = kinds.candidates(found, raws, "files", 240, ("arrow",), (64_000_000,),
                                    ("zstd",))
     assert [c.name for c in zstd_only] == ["files-binary", "files-json", "arrow-zstd-64MB"]
     assert "zstd-compressed buffers" in zstd_only[-1].spec.description
@@ -102,7 +102,7 @@ def test_compressed_candidates_are_tried_where_the_layout_compresses_its_shards(
 def test_an_arrow_candidate_with_zstd_buffers_holds_the_same_samples(
         after_like: Path, tmp_path: Path) -> None:
     found, raws = _found(after_like)
-    cands, _ = grid.candidates(found, raws, "files", 240, ("arrow",), (64_000_000,),
+    cands, _ = kinds.candidates(found, raws, "files", 240, ("arrow",), (64_000_000,),
                                ("none", "zstd"))
     read = {}
     for c in cands[-2:]:
@@ -124,9 +124,9 @@ def test_an_arrow_candidate_with_zstd_buffers_holds_the_same_samples(
 def test_reencoded_candidates_are_tried_only_when_asked_and_sized_by_their_images(
         after_like: Path) -> None:
     found, raws = _found(after_like)
-    plain, _ = grid.candidates(found, raws, "files", 240, ("wds",), (20_000,))
+    plain, _ = kinds.candidates(found, raws, "files", 240, ("wds",), (20_000,))
     assert not any(c.spec.image.reencode for c in plain)
-    asked, _ = grid.candidates(found, raws, "files", 240, ("wds",), (20_000,),
+    asked, _ = kinds.candidates(found, raws, "files", 240, ("wds",), (20_000,),
                                reencode=(10,))
     names = [c.name for c in asked]
     # Per-sample files are not re-encoded: only the sharded candidates, again.
@@ -145,7 +145,7 @@ def test_a_reencoded_export_is_the_same_bytes_every_run_and_its_images_decode(
     from PIL import Image
 
     found, raws = _found(after_like)
-    cands, _ = grid.candidates(found, raws, "files", 240, ("wds",), (20_000,),
+    cands, _ = kinds.candidates(found, raws, "files", 240, ("wds",), (20_000,),
                                reencode=(60,))
     spec = next(c.spec for c in cands if c.name == "wds-20kB-q60")
     one, two = tmp_path / "one", tmp_path / "two"
@@ -195,27 +195,28 @@ def test_the_model_sees_a_sharded_candidate_at_its_full_shard_size(after_like: P
     from dsbench.advise import advice
 
     found, raws = _found(after_like)
-    cands, _ = grid.candidates(found, raws, "files", 240, ("wds",), (64_000_000,))
+    cands, _ = kinds.candidates(found, raws, "files", 240, ("wds",), (64_000_000,))
     wds = next(c for c in cands if c.name == "wds-64MB")
     files = next(c for c in cands if c.name == "files-binary")
-    # 40 samples read in one shard: 2 requests (a GET and its retry, say) and one file.
-    doc: Any = {"export": {"samples": 40, "files_per_sample": 1 / 40},
-                "runs": [{"files_per_sample": 1 / 40}],
-                "requests": {"requests_per_sample": 2 / 40}}
+    # The 240 samples written, read in one shard: 2 requests (a GET and its retry, say) and
+    # one file.
+    doc: Any = {"export": {"samples": 240, "files_per_sample": 1 / 240},
+                "runs": [{"files_per_sample": 1 / 240}],
+                "requests": {"requests_per_sample": 2 / 240}}
     full = advice.full_size(doc, wds)
     per_shard = wds.spec.shard_samples
-    assert per_shard > 40
+    assert per_shard > 240
     assert full["runs"][0]["files_per_sample"] == pytest.approx(1 / per_shard)
     assert full["export"]["files_per_sample"] == pytest.approx(1 / per_shard)
     assert full["requests"]["requests_per_sample"] == pytest.approx(2 / per_shard)
-    assert doc["requests"]["requests_per_sample"] == 2 / 40  # the measurement is untouched
+    assert doc["requests"]["requests_per_sample"] == 2 / 240  # the measurement is untouched
     assert advice.full_size(doc, files) is doc  # per-sample files have no shards to scale
 
 
 def test_a_definition_written_loads_back_as_the_same_layout(after_like: Path,
                                                              tmp_path: Path) -> None:
     found, raws = _found(after_like)
-    cands, _ = grid.candidates(found, raws, "files", 240, ("wds", "parquet", "arrow", "mds"),
+    cands, _ = kinds.candidates(found, raws, "files", 240, ("wds", "parquet", "arrow", "mds"),
                                (64_000_000,), ("none", "zstd"), reencode=(85,))
     assert any(c.spec.compression for c in cands)
     assert any(c.spec.image.reencode for c in cands)
@@ -531,7 +532,7 @@ def test_counted_instructions_stand_beside_the_timed_cpu_and_lead_the_advice() -
     said = advice.reason(rows[0], rows[1])
     assert said.startswith("roll out arrow-64MB: 12.8% fewer CPU instructions per sample "
                            "(exact), "), said
-    doc = {"table": rows, "recommendation": {"winner": "arrow-64MB"}}
+    doc = {"table": rows, "recommendation": {"winner": "arrow-64MB"}, "settings": {"pack": False}}
     cells = [dict(zip(report.headers(doc), r, strict=True)) for r in report.table_rows(doc)]
     column = "instructions/sample (exact)"
     assert [c[column] for c in cells] == ["25.0 M instructions/sample",

@@ -140,14 +140,14 @@ def test_the_shipped_audio_definitions_load() -> None:
 
 def test_an_audio_exports_candidates_try_both_codecs_and_load_back_as_the_same_writer(
         tmp_path: Path, private_tmp: Path) -> None:
-    from dsbench.advise import definition, grid
+    from dsbench.advise import definition, kinds
     from dsbench.advise.fields import found_fields
     from dsbench.export.reexport import first_samples
 
     source = audiolibs.write("wds-flac", tmp_path)
     export = adapters.open_export(source)
     raws = first_samples(export, 8, str(source))
-    cands, skipped = grid.candidates(found_fields(raws[0], export.layout), raws, "wds", 24,
+    cands, skipped = kinds.candidates(found_fields(raws[0], export.layout), raws, "wds", 24,
                                      ("wds", "parquet", "jsonl"), (64_000_000,))
     assert [s.layout for s in skipped] == ["jsonl"]
     # The source's own encoding of its fields (a JSON member) is tried in wds too.
@@ -159,7 +159,7 @@ def test_an_audio_exports_candidates_try_both_codecs_and_load_back_as_the_same_w
         path.write_text(definition.to_toml(c.spec, "an audio candidate"))
         assert definition.same_writer(c.spec, load_spec(path)), c.name
     with pytest.raises(DsbenchError, match="--reencode re-encodes images"):
-        grid.candidates(found_fields(raws[0], export.layout), raws, "wds", 24, ("wds",),
+        kinds.candidates(found_fields(raws[0], export.layout), raws, "wds", 24, ("wds",),
                         (64_000_000,), reencode=(85,))
 
 

@@ -135,14 +135,14 @@ def test_advise_relays_a_token_export_in_the_layouts_that_hold_token_ids(
 
 def test_a_token_candidates_definition_loads_back_as_the_same_writer(
         tmp_path: Path, private_tmp: Path) -> None:
-    from dsbench.advise import definition, grid
+    from dsbench.advise import definition, kinds
     from dsbench.advise.fields import found_fields
     from dsbench.export.reexport import first_samples
 
     source = tokenlibs.write("mds-tokens", tmp_path)
     export = adapters.open_export(source)
     raws = first_samples(export, 8, str(source))
-    cands, skipped = grid.candidates(found_fields(raws[0], export.layout), raws, "mds", 120,
+    cands, skipped = kinds.candidates(found_fields(raws[0], export.layout), raws, "mds", 120,
                                      ("wds", "parquet", "mds", "litdata", "hf", "tfrecord"),
                                      (64_000_000,))
     assert [s.layout for s in skipped] == ["tfrecord"]

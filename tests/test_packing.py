@@ -149,6 +149,9 @@ def test_the_exact_pass_counts_the_packing(mds: Path) -> None:
     assert stages(packed) == stages(again)
     assert stages(packed)["transform"] != stages(cropped)["transform"]
     assert stages(packed)["collate"] != stages(cropped)["collate"]
+    # The ids it packed: the first 16 documents' (advise states a count per sequence by them).
+    assert packed["exact"]["ids_per_sample"] == np.mean([tokenlibs.length(i) for i in range(16)])
+    assert "ids_per_sample" not in cropped["exact"]
 
 
 def test_a_packed_window_that_read_no_document_is_said_not_divided_by(mds: Path) -> None:

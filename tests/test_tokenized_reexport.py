@@ -16,7 +16,7 @@ from layouts import assert_one_line_error
 from dsbench import adapters
 from dsbench.adapters import base
 from dsbench.adapters.tokenizer import encoder, from_file, trained
-from dsbench.advise import definition, grid
+from dsbench.advise import definition, kinds
 from dsbench.advise.fields import found_fields
 from dsbench.cli import main
 from dsbench.export.reexport import first_samples
@@ -123,7 +123,7 @@ def test_a_text_exports_candidates_hold_its_texts_and_again_its_ids(
     export = adapters.open_export(texts["mds-text"])
     raws = first_samples(export, 8, str(texts["mds-text"]))
     spec = from_file(str(texts["tokenizer"]))
-    cands, skipped = grid.candidates(found_fields(raws[0], export.layout), raws, "mds", 120,
+    cands, skipped = kinds.candidates(found_fields(raws[0], export.layout), raws, "mds", 120,
                                      ("jsonl", "parquet", "mds", "megatron"), (64_000_000,),
                                      ("none",), tokenizer=spec)
     names = [c.name for c in cands]

@@ -137,7 +137,7 @@ def full_size(doc: BenchResult, c: Candidate) -> BenchResult:
     1000-sample sample in one 64 MB shard of 656, say), so its counts per sample overstate
     what a shard costs at full size: each is scaled by samples per shard in the sample over
     the definition's (requests per shard as counted, over more samples)."""
-    samples = int(doc["export"].get("samples") or 0)
+    samples = c.spec.samples  # written: documents where a stream's samples are blocks
     if c.shard_bytes is None or samples < 1:
         return doc
     in_sample = samples / math.ceil(samples / c.spec.shard_samples)
@@ -201,13 +201,14 @@ def _change(row: dict[str, Any], key: str) -> str:
     return "not distinguishable" if iv is None else str(iv["change"])
 
 
-def why_not(row: dict[str, Any]) -> str | None:
-    """Why a candidate is not recommended; None when it may be."""
+def why_not(row: dict[str, Any], unit: str = "sample") -> str | None:
+    """Why a candidate is not recommended; None when it may be. `unit`: what the figures are
+    per (a packed job's are per sequence, advise.sequences)."""
     cpu, util = _change(row, "cpu_s_per_sample"), _change(row, "gpu_util")
     if "worse" in (cpu, util):
-        return "CPU per sample higher" if cpu == "worse" else "predicted GPU utilization lower"
+        return f"CPU per {unit} higher" if cpu == "worse" else "predicted GPU utilization lower"
     if "better" not in (cpu, util):
-        return "neither CPU per sample nor predicted GPU utilization distinguishably better"
+        return f"neither CPU per {unit} nor predicted GPU utilization distinguishably better"
     return None
 
 
@@ -223,10 +224,10 @@ def few_shards(row: dict[str, Any]) -> str | None:
             "the job trains on (--export-samples)")
 
 
-def recommend(table: list[dict[str, Any]]) -> dict[str, Any]:
+def recommend(table: list[dict[str, Any]], unit: str = "sample") -> dict[str, Any]:
     """The recommendation, with its reason in words, or why there is none."""
     for r in table[1:]:
-        r["why_not"] = why_not(r)
+        r["why_not"] = why_not(r, unit)
     ok = [r for r in table[1:] if r["why_not"] is None]
     if not ok:
         return {"winner": None, "warning": None, "ties": [],
@@ -237,7 +238,7 @@ def recommend(table: list[dict[str, Any]]) -> dict[str, Any]:
     best = max(ok, key=lambda r: (few_shards(r) is None, round(r["predicted"]["gpu_util"], 3),
                                   -r["measured"]["cpu_s_per_sample"]))
     ties = [r["name"] for r in ok if r is not best and _overlap(r, best)]
-    text = reason(table[0], best)
+    text = reason(table[0], best, unit)
     if ties:
         text += f"; as good within the intervals: {', '.join(ties)}"
     return {"winner": best["name"], "warning": few_shards(best), "ties": ties, "text": text}
@@ -256,46 +257,46 @@ def _overlap(a: dict[str, Any], b: dict[str, Any]) -> bool:
         (few_shards(a) is None) == (few_shards(b) is None)
 
 
-def _pct(iv: dict[str, Any]) -> str:
+def _pct(iv: dict[str, Any], unit: str) -> str:
     lo, hi = iv["interval"]
-    return (f"{fmt.percent(1 - iv['ratio'])} less CPU per sample (interval "
+    return (f"{fmt.percent(1 - iv['ratio'])} less CPU per {unit} (interval "
             f"{fmt.percent(1 - hi)} to {fmt.percent(1 - lo)})")
 
 
-def _files(per_sample: float) -> str:
+def _files(per_sample: float, unit: str = "sample") -> str:
     """0.002 -> '1 file per 500 samples'; 2.0 -> '2 files per sample'."""
     if per_sample <= 0:
         return "no files"
     if per_sample < 1:
         n = 1 / per_sample
-        return f"1 file per {round(n) if abs(n - round(n)) < 0.05 else fmt.sig(n)} samples"
-    return f"{fmt.plural(per_sample, 'file')} per sample"
+        return f"1 file per {round(n) if abs(n - round(n)) < 0.05 else fmt.sig(n)} {unit}s"
+    return f"{fmt.plural(per_sample, 'file')} per {unit}"
 
 
-def exact_text(x: dict[str, Any]) -> str:
+def exact_text(x: dict[str, Any], unit: str = "sample") -> str:
     """A change of CPU instructions per sample, counted: no interval, 'the same' within the
     count's tolerance (analysis.instructions)."""
     r = x["ratio"]
     if x["change"] == "not distinguishable" or r is None:
-        return "the same CPU instructions per sample (exact)"
+        return f"the same CPU instructions per {unit} (exact)"
     more = "more" if r > 1 else "fewer"
-    return f"{fmt.percent(abs(r - 1))} {more} CPU instructions per sample (exact)"
+    return f"{fmt.percent(abs(r - 1))} {more} CPU instructions per {unit} (exact)"
 
 
-def reason(base: dict[str, Any], best: dict[str, Any]) -> str:
+def reason(base: dict[str, Any], best: dict[str, Any], unit: str = "sample") -> str:
     mb, mc = base["measured"], best["measured"]
     cpu = best["vs_baseline"]["cpu_s_per_sample"]
     exact = best["vs_baseline"].get("instructions_per_sample")
     # The count first where there is one: it tells a change from noise; the time estimates it.
-    parts = [exact_text(exact)] if exact else []
-    parts.append(_pct(cpu) if cpu and cpu["change"] == "better" else
-                 "CPU per sample not distinguishable from the current export's")
+    parts = [exact_text(exact, unit)] if exact else []
+    parts.append(_pct(cpu, unit) if cpu and cpu["change"] == "better" else
+                 f"CPU per {unit} not distinguishable from the current export's")
     b0, b1 = mb["bytes_per_sample"], mc["bytes_per_sample"]
     parts.append("same bytes" if b1 == b0 else
-                 f"{fmt.nbytes(b1, 'sample')} read against {fmt.nbytes(b0, 'sample')}")
+                 f"{fmt.nbytes(b1, unit)} read against {fmt.nbytes(b0, unit)}")
     if mc["files_per_sample"] > 0:
-        parts.append(f"{_files(mc['files_per_sample'])} against "
-                     f"{_files(mb['files_per_sample'])}")
+        parts.append(f"{_files(mc['files_per_sample'], unit)} against "
+                     f"{_files(mb['files_per_sample'], unit)}")
     pu, bu = best["predicted"]["gpu_util"], base["predicted"]["gpu_util"]
     util = f"predicted {fmt.percent(pu)} GPU utilization against {fmt.percent(bu)}"
     if few_shards(best):

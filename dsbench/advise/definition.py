@@ -49,6 +49,8 @@ def to_toml(spec: ExportSpec, header: str) -> str:
                   f"quality = {spec.image.quality}", "reencode = true"]
     if spec.tokens:  # the ids are copied as stored: their dtype is what the writer uses
         lines += ["", "[tokens]", f"dtype = {_value(spec.tokens.dtype)}"]
+        if spec.tokens.stream:
+            lines.append("stream = true")
     if spec.audio:  # the clips are copied as stored, or transcoded to this codec
         lines += ["", "[audio]", f"codec = {_value(spec.audio.codec)}"]
     if spec.text:  # the texts are copied as stored: the table says only that they are text

@@ -19,6 +19,12 @@ Every candidate carries every field of the source (advise.fields) and its images
 * for raw text, each layout with the texts as stored and again with the ids the job's
   tokenizer gives them (named -tokens): whether to tokenize once, before the export, or in
   every epoch's loader workers;
+* for a packed job's token ids (`--pack`, ids stored or a text's), litdata chunks of the
+  documents laid end to end, read by litdata's TokensLoader in blocks of the sequence length
+  (named litdata-stream): packing done once, at the export, instead of in every epoch's
+  workers. Its sample is a sequence, not a document, so advise then states every figure per
+  sequence (advise.sequences). Tried only for documents that carry nothing but their ids: a
+  chunk of such a stream holds the ids alone;
 * compression (`--compressions`, none and zstd): Arrow IPC buffers, MDS and litdata shards
   compressed with zstd or not. JPEG and PNG bytes barely compress; a document's text, labels
   and embeddings may, and every read then decompresses. Parquet keeps its own rule (zstd for
@@ -39,13 +45,11 @@ from dataclasses import dataclass
 
 from dsbench import fmt
 from dsbench.adapters import base
-from dsbench.adapters.tokenizer import TokenizerSpec, encoder
 from dsbench.advise.fields import BINARY, JSON, LIST, Found
 from dsbench.errors import DsbenchError
-from dsbench.export import carry, payload_copy
+from dsbench.export import carry
 from dsbench.export.encode import sample_members
 from dsbench.export.payloads import (
-    AUDIO_CODECS,
     AUDIO_LAYOUTS,
     TEXT_LAYOUTS,
     TOKEN_LAYOUTS,
@@ -54,7 +58,6 @@ from dsbench.export.payloads import (
     TextSpec,
     TokensSpec,
 )
-from dsbench.export.reexport import reencoded
 from dsbench.export.spec import LAYOUTS, ExportSpec, ImageSpec
 
 DEFAULT_SHARD_BYTES = (64_000_000, 256_000_000, 1_000_000_000)
@@ -136,7 +139,7 @@ def sample_bytes(spec: ExportSpec, raws: Sequence[base.RawSample], layout: str) 
     return sum(sizes) / len(sizes)
 
 
-def _spec(name: str, layout: str, found: Found, samples: int, image: ImageSpec, *,
+def candidate_spec(name: str, layout: str, found: Found, samples: int, image: ImageSpec, *,
           shard_samples: int = 1000, fields_as: str = "members", encoding: str = LIST,
           what: str = "", compression: str | None = None,
           tokens: TokensSpec | None = None, audio: AudioSpec | None = None,
@@ -149,7 +152,7 @@ def _spec(name: str, layout: str, found: Found, samples: int, image: ImageSpec, 
                       audio=audio, text=text)
 
 
-def _installed(layout: str) -> bool:
+def installed(layout: str) -> bool:
     module = LIBRARY.get(layout)
     return module is None or importlib.util.find_spec(module) is not None
 
@@ -211,84 +214,7 @@ def parse_reencode(text: str) -> tuple[int, ...]:
     return tuple(dict.fromkeys(out))
 
 
-def candidates(found: Found, raws: Sequence[base.RawSample], source_layout: str,
-               samples: int, layouts: Sequence[str], shard_sizes: Sequence[int],
-               compressions: Sequence[str] = ("none",), reencode: Sequence[int] = (),
-               tokenizer: TokenizerSpec | None = None) -> tuple[list[Candidate], list[Skipped]]:
-    """The grid (the module docstring has it), without duplicates, and the layouts left out
-    with the reason; with `reencode`, each sharded candidate again with its images re-encoded
-    as JPEG at each quality (named -qQ), sized by the re-encoded images. Text is tokenized by
-    `tokenizer` for its token candidates."""
-    tokens = None
-    codec = raws[0].codec
-    kind = base.AUDIO if codec in base.AUDIO_CODECS else codec
-    if kind in (base.TOKENS, base.TEXT, base.AUDIO) and reencode:
-        raise DsbenchError("--reencode re-encodes images; this export's samples carry "
-                           f"{payload_copy.what(kind)}")
-    if codec in base.AUDIO_CODECS:
-        return audio_candidates(found, raws, source_layout, samples, layouts, shard_sizes,
-                                compressions)
-    if codec == base.TEXT:
-        assert tokenizer is not None
-        return text_candidates(found, raws, source_layout, samples, layouts, shard_sizes,
-                               compressions, tokenizer)
-    if codec == base.TOKENS:  # token ids, copied in their dtype (export.reexport)
-        tokens = TokensSpec(dtype=str(base.token_ids(raws[0].image).dtype))
-    out, skipped = _grid(found, raws, source_layout, samples, layouts, shard_sizes,
-                         compressions, ImageSpec(codec="jpeg" if tokens else codec), tokens)
-    for q in reencode:
-        image = ImageSpec(codec="jpeg", quality=q, reencode=True)
-        again = [dataclasses.replace(r, image=reencoded(r.image, image, r.source, r.key),
-                                     codec="jpeg") for r in raws]
-        more, _ = _grid(found, again, source_layout, samples, layouts, shard_sizes,
-                        compressions, image)
-        out += [c for c in more if c.shard_bytes is not None]
-    return out, skipped
-
-
-def audio_candidates(found: Found, raws: Sequence[base.RawSample], source_layout: str,
-                     samples: int, layouts: Sequence[str], shard_sizes: Sequence[int],
-                     compressions: Sequence[str]) -> tuple[list[Candidate], list[Skipped]]:
-    """An audio export's grid: each layout and shard size with the clips in each codec dsbench
-    writes (FLAC, WAV), the source's own first (as stored), the other transcoded without loss
-    (named -wav or -flac; sized by the transcoded clips)."""
-    source = raws[0].codec
-    out: list[Candidate] = []
-    skipped: list[Skipped] = []
-    for codec in sorted(AUDIO_CODECS, key=lambda c: c != source):
-        audio = AudioSpec(codec=codec)
-        again = raws if codec == source else [
-            dataclasses.replace(r, image=payload_copy.clip(audio, r), codec=codec) for r in raws]
-        more, skipped = _grid(found, again, source_layout, samples, layouts, shard_sizes,
-                              compressions, ImageSpec(), audio=audio,
-                              transcoded_from=None if codec == source else source)
-        out += more
-    return out, skipped
-
-
-def text_candidates(found: Found, raws: Sequence[base.RawSample], source_layout: str,
-                    samples: int, layouts: Sequence[str], shard_sizes: Sequence[int],
-                    compressions: Sequence[str], tokenizer: TokenizerSpec
-                    ) -> tuple[list[Candidate], list[Skipped]]:
-    """A text export's grid: each layout and shard size with the texts as stored, and again
-    with each text's ids as `tokenizer` encodes them (named -tokens; sized by the ids, in
-    uint16 where its ids fit)."""
-    out, skipped = _grid(found, raws, source_layout, samples, layouts, shard_sizes,
-                         compressions, ImageSpec(), text=TextSpec())
-    encode = encoder(tokenizer.json)
-    dtype = "uint16" if tokenizer.vocab_size <= 1 << 16 else "uint32"
-    ids = [dataclasses.replace(r, image=encode(base.text_of(r.image)).astype(dtype),
-                               codec=base.TOKENS) for r in raws]
-    more, also = _grid(found, ids, source_layout, samples, layouts, shard_sizes, compressions,
-                       ImageSpec(), TokensSpec(dtype=dtype), tokenized_by=tokenizer.source)
-    both = {s.layout for s in skipped} & {s.layout for s in also}
-    return out + more, [Skipped(s.layout, f"dsbench writes neither text nor token ids in "
-                                          f"{s.layout}") if s.layout in both and
-                        s.why.startswith("dsbench does not write") else s for s in skipped] + [
-        s for s in also if s.layout not in both]
-
-
-def _grid(found: Found, raws: Sequence[base.RawSample], source_layout: str, samples: int,
+def layout_grid(found: Found, raws: Sequence[base.RawSample], source_layout: str, samples: int,
           layouts: Sequence[str], shard_sizes: Sequence[int], compressions: Sequence[str],
           image: ImageSpec, tokens: TokensSpec | None = None, audio: AudioSpec | None = None,
           transcoded_from: str | None = None, text: TextSpec | None = None,
@@ -310,7 +236,7 @@ def _grid(found: Found, raws: Sequence[base.RawSample], source_layout: str, samp
     seen: set[tuple[str, str, str, str | None, int]] = set()
     sizes: dict[tuple[str, str], float] = {}  # a sample's bytes, by encoding: alike in layouts
     for layout in wanted:
-        if not _installed(layout):
+        if not installed(layout):
             skipped.append(Skipped(layout, f"needs {LIBRARY[layout]}: pip install "
                                            f"'dsbench[{layout}]'"))
             continue
@@ -333,13 +259,13 @@ def _grid(found: Found, raws: Sequence[base.RawSample], source_layout: str, samp
             what = _describe(layout, fields_as, encoding, found, compression) + images
             as_members = (fields_as, BINARY if encoding == LIST else encoding)
             if as_members not in sizes:
-                probe = _spec("probe", "wds", found, samples, image, fields_as=fields_as,
+                probe = candidate_spec("probe", "wds", found, samples, image, fields_as=fields_as,
                               encoding=as_members[1], tokens=tokens, audio=audio, text=text)
                 sizes[as_members] = sample_bytes(probe, raws, source_layout)
             per_sample = sizes[as_members]
             if layout == "files":
                 name = f"files{suffix or '-binary'}{tag}"
-                out.append(Candidate(name, _spec(name, layout, found, samples, image,
+                out.append(Candidate(name, candidate_spec(name, layout, found, samples, image,
                                                  fields_as=fields_as, encoding=encoding,
                                                  what=what, tokens=tokens, audio=audio,
                                                  text=text),
@@ -353,7 +279,7 @@ def _grid(found: Found, raws: Sequence[base.RawSample], source_layout: str, samp
                     continue
                 name = f"{layout}{suffix}-{size_name(size)}{tag}"
                 seen.add(key)
-                out.append(Candidate(name, _spec(name, layout, found, samples, image,
+                out.append(Candidate(name, candidate_spec(name, layout, found, samples, image,
                                                  shard_samples=per_shard, fields_as=fields_as,
                                                  encoding=encoding, compression=compression,
                                                  tokens=tokens, audio=audio, text=text,

@@ -16,9 +16,10 @@ from typing import Any
 
 from dsbench import adapters, atomic, fmt
 from dsbench.adapters.survey import audio_rate
-from dsbench.advise import advice, definition, grid, staging
+from dsbench.advise import advice, definition, grid, kinds, staging
 from dsbench.advise.fields import found_fields
 from dsbench.advise.search import level_for, search
+from dsbench.advise.sequences import exact_in_sequences
 from dsbench.errors import DsbenchError
 from dsbench.export.payloads import AudioSpec, TextSpec, TokensSpec
 from dsbench.export.reexport import count_units, first_samples, reexport
@@ -124,9 +125,9 @@ def advise(source: str, opts: AdviseOptions, bench: BenchOptions, cluster: Clust
     # A job that reads by index reads the current export so, and can only move to a layout
     # read the same way.
     check_random_access(export, bench.order)
-    cands, skipped = grid.candidates(found, raws, export.layout, opts.samples, opts.layouts,
+    cands, skipped = kinds.candidates(found, raws, export.layout, opts.samples, opts.layouts,
                                      opts.shard_sizes, opts.compressions, opts.reencode,
-                                     tokenizer)
+                                     tokenizer, pack=bench.pack)
     if bench.order in RANDOM_ACCESS:
         skipped += [grid.Skipped(layout, f"--order {bench.order} reads single samples where "
                                          f"they lie, and {layout} is read front to back")
@@ -159,7 +160,7 @@ def advise(source: str, opts: AdviseOptions, bench: BenchOptions, cluster: Clust
             reexport(c.spec, out, source, samples=opts.samples, layout=export.layout,
                      tokenizer=tokenizer if c.spec.tokens and tokenizer else None)
             # Read from where the export is read (advise.staging says why).
-            written.append(disk_bytes(out) / opts.samples)
+            written.append(disk_bytes(out))
             paths.append(str(out) if prefix is None else str(staging.put_candidate(out, prefix)))
         progress(f"{len(cands)} candidates written in {fmt.seconds(time.perf_counter() - t0)}; "
                  "measuring")
@@ -175,14 +176,18 @@ def advise(source: str, opts: AdviseOptions, bench: BenchOptions, cluster: Clust
                               [dataclasses.replace(o, exact=bench.exact) for o in
                                [base_opts] + [cand_opts] * (len(last.sides) - 1)], progress)
         for doc, x in zip(last.docs, counted, strict=True):
-            doc["exact"] = x
+            doc["exact"] = exact_in_sequences(doc, x)
     final = [cands[i] for i in last.sides[1:]]
     docs = last.docs
-    own = int(docs[0]["export"].get("samples") or total)
+    # A packed side's samples are its sequences; the export's own are documents still.
+    e: Any = docs[0]["export"]
+    own = int(e.get("documents") or e.get("samples") or total)
     export_samples = opts.export_samples or own
-    disk = [_source_bytes(docs[0])] + [written[i] for i in last.sides[1:]]
+    # On disk per sample: of the samples a candidate holds as read (a stream's, its blocks).
+    disk = [_source_bytes(docs[0])] + [written[i] / int(d["export"].get("samples") or 1)
+                                       for i, d in zip(last.sides[1:], docs[1:], strict=True)]
     table = advice.rows(final, docs, disk, cluster, export_samples)
-    verdict = advice.recommend(table)
+    verdict = advice.recommend(table, "sequence" if bench.pack else "sample")
     won = next((c for c in final if c.name == verdict["winner"]), None)
     if won is not None and won.spec.image.reencode:
         verdict["text"] += (f"; its images are re-encoded as JPEG quality "

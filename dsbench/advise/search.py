@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dsbench import fmt, stats
+from dsbench.advise.sequences import in_sequences
 from dsbench.analysis.disturbance import disturbance
 from dsbench.loader.options import BenchOptions
 from dsbench.loader.runner import run_benches
@@ -117,7 +118,9 @@ def _run(paths: Sequence[str], sides: list[int], opts: BenchOptions, base_opts: 
     t0 = time.perf_counter()
     each = [base_opts] + [opts] * (len(sides) - 1)
     docs = run_benches([paths[0]] + [paths[i + 1] for i in sides[1:]], opts, progress, each)
-    return Pass(sides, opts, docs, time.perf_counter() - t0)
+    # A packed job's sides compare per sequence: a document and a stream's block are not
+    # alike samples (advise.sequences).
+    return Pass(sides, opts, [in_sequences(d) for d in docs], time.perf_counter() - t0)
 
 
 def search(paths: Sequence[str], opts: BenchOptions, base_opts: BenchOptions, budget_s: float,

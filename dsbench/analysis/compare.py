@@ -107,9 +107,19 @@ def not_comparable(base: BenchResult, cand: BenchResult, any_order: bool = False
         if a != b:
             hint = " (--sample-rate HZ resamples both to one)" if key == "sample_rate" else ""
             reasons.append(f"bench option {key} differs: {a!r} vs {b!r}{hint}")
+    if base["config"].get("pack") and _stream(base) != _stream(cand):
+        # A stream's sample is a block of seq_len ids, the other's a document: per sample
+        # they are not alike (advise states both per sequence).
+        reasons.append("packed, one side's sample is a token stream's block and the other's "
+                       "a document (dsbench advise --pack weighs the two per sequence)")
     if not common_workers(base, cand):
         reasons.append("no worker count was measured on both sides")
     return reasons
+
+
+def _stream(doc: BenchResult) -> bool:
+    tokens = doc["export"].get("tokens")
+    return bool(isinstance(tokens, dict) and tokens.get("stream"))
 
 
 def common_workers(base: BenchResult, cand: BenchResult) -> list[int]:

@@ -172,10 +172,21 @@ def write_litdata(spec: ExportSpec, out: Path, unit: int, total: int, samples: S
     (out / UNITS).mkdir(exist_ok=True)
     with atomic.replacing(out / UNITS / f"{unit:05d}") as tmp:
         tmp.mkdir()
-        writer = BinaryWriter(str(tmp), chunk_size=max(1, len(samples)),
-                              compression=spec.compression)
-        for i, s in enumerate(samples):
-            writer.add_item(i, _lit_row(spec, s))
+        if spec.tokens and spec.tokens.stream:
+            # A TokensLoader chunk: its documents' ids end to end, the chunk's size counted in
+            # ids (litdata's writer counts an array item as its length).
+            from litdata.streaming.item_loader import TokensLoader
+
+            ids = [np.asarray(s[TOKENS_NAME], spec.tokens.dtype) for s in samples]
+            writer = BinaryWriter(str(tmp), chunk_size=max(1, sum(len(x) for x in ids)),
+                                  item_loader=TokensLoader())
+            rows: Any = ids
+        else:
+            writer = BinaryWriter(str(tmp), chunk_size=max(1, len(samples)),
+                                  compression=spec.compression)
+            rows = (_lit_row(spec, s) for s in samples)
+        for i, row in enumerate(rows):
+            writer.add_item(i, row)
         writer.done()
         writer.merge(1)
 

@@ -46,6 +46,10 @@ class TokensSpec:
     sigma: float = 1.0
     min_length: int = 16
     max_length: int = 8192
+    # Laid end to end in litdata chunks that litdata's TokensLoader reads (`stream = true`):
+    # the reader cuts them into training sequences; no document stays a sample, and no
+    # per-document field is kept (the chunk holds ids alone).
+    stream: bool = False
 
 
 @dataclass(frozen=True)
@@ -82,7 +86,7 @@ class TextSpec:
 
 _TEXT_KEYS = {"median_words", "sigma", "min_words", "max_words"}
 _TOKENS_KEYS = {"vocab", "dtype", "zipf", "median_length", "sigma", "min_length",
-                "max_length"}
+                "max_length", "stream"}
 _AUDIO_KEYS = {"codec", "sample_rate", "seconds", "sigma", "min_seconds", "max_seconds"}
 
 
@@ -104,12 +108,18 @@ def tokens(src: str, raw: Any, layout: str) -> TokensSpec:
                      int(min(np.iinfo(dtype).max, 2**31 - 1)) + 1)
     lo = take_int(src, "tokens.min_length", raw.get("min_length", d.min_length), 1, 10**7)
     hi = take_int(src, "tokens.max_length", raw.get("max_length", d.max_length), lo, 10**7)
+    stream = raw.get("stream", False)
+    if not isinstance(stream, bool):
+        raise fail(src, "tokens.stream", f"expected true or false, got {stream!r}")
+    if stream and layout != "litdata":
+        raise fail(src, "tokens.stream", "a token stream is litdata's TokensLoader layout: "
+                   f"set layout = \"litdata\", not {layout!r}")
     return TokensSpec(vocab=vocab, dtype=dtype,
                       zipf=number(src, "tokens.zipf", raw.get("zipf", d.zipf), 0.0, 5.0),
                       median_length=take_int(src, "tokens.median_length",
                                              raw.get("median_length", d.median_length), lo, hi),
                       sigma=number(src, "tokens.sigma", raw.get("sigma", d.sigma), 0.0, 5.0),
-                      min_length=lo, max_length=hi)
+                      min_length=lo, max_length=hi, stream=stream)
 
 
 def audio(src: str, raw: Any, layout: str) -> AudioSpec:

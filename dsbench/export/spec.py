@@ -118,6 +118,8 @@ class ExportSpec:
         for key in ("tokens", "audio", "text"):
             if getattr(self, key) is None:
                 del out[key]
+        if self.tokens and not self.tokens.stream:
+            del out["tokens"]["stream"]
         return out
 
     @property
@@ -302,6 +304,14 @@ def parse_spec(data: dict[str, Any], source: str) -> ExportSpec:
     if len(tables) > 1:
         raise fail(source, tables[1], f"a sample carries one of an image, token ids, an "
                    f"audio clip or text: leave out [{tables[0]}] or [{tables[1]}]")
+    if spec.tokens and spec.tokens.stream:
+        if fields:
+            raise fail(source, f"fields.{fields[0].name}", "a token stream's chunks hold the "
+                       "ids alone (a TokensLoader sample is a block across documents): leave "
+                       "out the fields, or the stream")
+        if spec.compression:
+            raise fail(source, "compression", "dsbench reads a token stream's chunks "
+                       "uncompressed only: leave out compression")
     taken = {TEXT_NAME: "a text export's payload is named text"} | (
         {"id": "a JSON Lines document's id is its key"} if layout == "jsonl" else {})
     clash = next((f.name for f in fields if spec.text and f.name in taken), None)

@@ -39,7 +39,7 @@ from typing import Any, cast
 from dsbench import fmt, procs
 from dsbench.errors import DsbenchError
 from dsbench.loader import counter, orphans
-from dsbench.loader.exact_pass import Plan
+from dsbench.loader.exact_pass import UNCOUNTED, Plan
 from dsbench.loader.options import BenchOptions
 from dsbench.results import machine
 from dsbench.results.stages import STAGES
@@ -241,7 +241,11 @@ def _collect(p: _Pass) -> dict[str, Any]:
             "whole_units": counted["whole_units"],
             "instructions_per_sample": sum(stages.values()), "stages": stages,
             **{f"{k}_per_sample": sum(by_stage[s][k] for s in STAGES) for k in KERNEL},
-            "kernel_stages": by_stage, "wall_s": wall}
+            "kernel_stages": by_stage, "wall_s": wall,
+            # --pack: the counted documents' mean ids, by which advise states a count per
+            # sequence (advise.sequences); not counted by the counter, read from the pass.
+            **({"ids_per_sample": counted["packed_ids"] / samples}
+               if counted.get("packed_ids") is not None and samples else {})}
 
 
 def per_stage(snaps: Sequence[tuple[str, dict[str, int]]], keys: Sequence[str]
@@ -253,6 +257,9 @@ def per_stage(snaps: Sequence[tuple[str, dict[str, int]]], keys: Sequence[str]
     out = {s: dict.fromkeys(keys, 0) for s in STAGES}
     before = second
     for stage, now in rest:
+        if stage == UNCOUNTED:  # what ran since the last snapshot is no stage's
+            before = now
+            continue
         for k in keys:
             out[stage][k] += now[k] - before[k] - cost[k]
         before = now

@@ -32,31 +32,37 @@ def _ratio(iv: dict[str, Any] | None) -> str:
     return f"{iv['ratio']:.3f}x ({lo:.3f}x to {hi:.3f}x) {word}"
 
 
-def _instructions(r: dict[str, Any]) -> str:
+def _instructions(r: dict[str, Any], per: str = "sample") -> str:
     """Instructions per sample where the exact pass counted them, with the ratio to the
     baseline's (a count: no interval)."""
     n = r["measured"].get("instructions_per_sample")
     if n is None:
         return "-"
     x = (r["vs_baseline"] or {}).get("instructions_per_sample")
-    return fmt.instructions(n) + (f" ({x['ratio']:.3f}x)" if x and x["ratio"] else "")
+    return fmt.instructions(n, per) + (f" ({x['ratio']:.3f}x)" if x and x["ratio"] else "")
 
 
-def _row(r: dict[str, Any]) -> list[str]:
+def unit(doc: dict[str, Any]) -> str:
+    """What the figures are per: a packed job's sample is a sequence (advise.sequences)."""
+    return "sequence" if doc["settings"].get("pack") else "sample"
+
+
+def _row(r: dict[str, Any], per: str = "sample") -> list[str]:
     m, p = r["measured"], r["predicted"]
     t = r.get("at_target") or {}
     spw = t.get("shards_per_worker")
+    why = (r.get("why_not") or "").replace(f"per {per}", "per sample")
     mark = "recommended" if r.get("recommended") else ("" if r["baseline"] else
-                                                       SHORT.get(r.get("why_not") or "", ""))
+                                                       SHORT.get(why, ""))
     util = fmt.percent(p["gpu_util"])
     iv = (r["vs_baseline"] or {}).get("gpu_util")
     if iv and iv["change"] != "not distinguishable":
         util += f" ({iv['ratio']:.2f}x, {iv['interval'][0]:.2f}x to {iv['interval'][1]:.2f}x)"
     return [r["name"] + (" *" if r.get("pareto") else ""),
-            fmt.seconds(m["cpu_s_per_sample"], "sample"),
+            fmt.seconds(m["cpu_s_per_sample"], per),
             "-" if r["baseline"] else _ratio(r["vs_baseline"]["cpu_s_per_sample"]),
-            _instructions(r),
-            fmt.rate(m["samples_per_s"]), fmt.nbytes(m["bytes_per_sample"]),
+            _instructions(r, per),
+            fmt.rate(m["samples_per_s"], f"{per}s/s"), fmt.nbytes(m["bytes_per_sample"]),
             fmt.sig(m["files_per_sample"]), fmt.nbytes(m["disk_bytes_per_sample"]),
             "-" if spw is None else fmt.sig(spw), util,
             f"{fmt.seconds(p['step_mean_s'])} / {fmt.seconds(p['step_p99_s'])}",
@@ -70,7 +76,8 @@ def _store_load(doc: dict[str, Any]) -> bool:
 
 def headers(doc: dict[str, Any]) -> list[str]:
     """The table's columns: the store's load per prefix too where its storage has a limit."""
-    out = list(HEADERS)
+    out = [h.replace("/sample", f"/{unit(doc)}").replace("samples/s", f"{unit(doc)}s/s")
+           for h in HEADERS]
     if _store_load(doc):
         limit = doc["table"][0]["predicted"].get("limit_per_prefix_s")
         out.insert(-1, "requests/s per prefix" + (
@@ -82,7 +89,7 @@ def table_rows(doc: dict[str, Any]) -> list[list[str]]:
     winner = doc["recommendation"]["winner"]
     rows = []
     for r in doc["table"]:
-        row = _row({**r, "recommended": r["name"] == winner})
+        row = _row({**r, "recommended": r["name"] == winner}, unit(doc))
         if _store_load(doc):
             p = r["predicted"]
             rate = p.get("requests_per_s_per_prefix")
@@ -123,7 +130,8 @@ def header_lines(doc: dict[str, Any]) -> list[str]:
 def render(doc: dict[str, Any], markdown: bool = False) -> str:
     lines = header_lines(doc)
     lines += ["", fmt.table(headers(doc), table_rows(doc), markdown=markdown), "",
-              "* on the Pareto front of CPU per sample against bytes read per sample"]
+              f"* on the Pareto front of CPU per {unit(doc)} against bytes read per "
+              f"{unit(doc)}"]
     for s in doc["not_tried"]:
         lines.append(f"not tried: {s['layout']} ({s['why']})")
     dropped = [n for n in doc["passes"][0]["candidates"]
@@ -191,8 +199,8 @@ def pareto_png(doc: dict[str, Any]) -> bytes | None:
         # Random access can read a whole row group per sample: orders of magnitude apart.
         if max(xs) > 10 * min(xs) > 0:
             ax.set_xscale("log")
-        ax.set_xlabel("bytes read per sample (kB)")
-        ax.set_ylabel("CPU per sample (ms)")
+        ax.set_xlabel(f"bytes read per {unit(doc)} (kB)")
+        ax.set_ylabel(f"CPU per {unit(doc)} (ms)")
         ax.set_title("Measured on this machine: the export (red), the Pareto front (green), "
                      "the recommendation (star)", fontsize=10)
         fig.tight_layout()
@@ -220,7 +228,7 @@ def render_html(doc: dict[str, Any]) -> str:
         f"<h1>{e(doc['recommendation']['text'])}</h1>",
         *(f"<p>{e(line)}</p>" for line in header_lines(doc)),
         f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>",
-        "<h2>CPU per sample against bytes read per sample</h2>", figure,
+        f"<h2>CPU per {unit(doc)} against bytes read per {unit(doc)}</h2>", figure,
         "</body></html>"]) + "\n"
 
 

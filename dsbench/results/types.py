@@ -207,6 +207,7 @@ class Exact(TypedDict):
     minor_faults_per_sample: NotRequired[float]
     kernel_stages: NotRequired[dict[str, dict[str, float]]]
     wall_s: NotRequired[float]
+    ids_per_sample: NotRequired[float]
 
 
 class BenchResult(TypedDict):

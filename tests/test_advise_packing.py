@@ -82,6 +82,26 @@ def test_documents_with_fields_are_not_laid_into_a_stream_and_advise_says_why(
                       "alone")]
 
 
+def test_a_json_lines_documents_id_is_its_key_and_its_texts_ids_make_a_stream(
+        tmp_path: Path) -> None:
+    from dsbench.adapters.tokenizer import texts_of, trained
+    from dsbench.export.generate import generate
+    from dsbench.export.spec import load_spec
+
+    generate(load_spec("text"), tmp_path / "text", samples=30, seed=0)
+    export = adapters.open_export(tmp_path / "text")
+    raws = first_samples(export, 30, str(tmp_path / "text"))
+    found = found_fields(raws[0], export.layout)
+    assert [f.name for f in found.fields] == ["id"]
+    tokenizer = trained(texts_of(raws), vocab=400)
+    cands, skipped = kinds.candidates(found, raws, "jsonl", 30, ("litdata",), (64_000_000,),
+                                      ("none",), tokenizer=tokenizer, pack=True)
+    stream = next(c for c in cands if c.name == "litdata-stream-64MB")
+    assert stream.spec.fields == () and stream.spec.tokens == grid.TokensSpec(
+        dtype="uint16", stream=True)
+    assert "the texts as uint16 token ids" in stream.what and not skipped
+
+
 def test_a_stream_definition_loads_back_and_refuses_what_a_stream_cannot_hold(
         megatron: Path) -> None:
     stream = next(c for c in _grid(megatron, pack=True)[0] if c.name.startswith("litdata-s"))

@@ -38,7 +38,8 @@ def candidates(found: Found, raws: Sequence[base.RawSample], source_layout: str,
     out, skipped = _candidates(found, raws, source_layout, samples, layouts, shard_sizes,
                                compressions, reencode, tokenizer)
     if pack and raws[0].codec in (base.TOKENS, base.TEXT):
-        more, why = stream_candidates(found, raws, samples, layouts, shard_sizes, tokenizer)
+        more, why = stream_candidates(found, raws, source_layout, samples, layouts,
+                                      shard_sizes, tokenizer)
         out += more
         skipped += why
     return out, skipped
@@ -126,8 +127,8 @@ def _tokenized(raws: Sequence[base.RawSample], tokenizer: TokenizerSpec
 STREAM = "litdata (token stream)"
 
 
-def stream_candidates(found: Found, raws: Sequence[base.RawSample], samples: int,
-                      layouts: Sequence[str], shard_sizes: Sequence[int],
+def stream_candidates(found: Found, raws: Sequence[base.RawSample], source_layout: str,
+                      samples: int, layouts: Sequence[str], shard_sizes: Sequence[int],
                       tokenizer: TokenizerSpec | None
                       ) -> tuple[list[Candidate], list[Skipped]]:
     """A packed job's token stream: litdata chunks of about each shard size, the documents'
@@ -136,10 +137,13 @@ def stream_candidates(found: Found, raws: Sequence[base.RawSample], samples: int
         return [], []
     if not installed("litdata"):
         return [], [Skipped(STREAM, "needs litdata: pip install 'dsbench[litdata]'")]
-    if found.fields:
-        names = ", ".join(f.name for f in found.fields)
+    # A JSON Lines document's id is its key, as a shard's sample key is: no stream keeps keys.
+    kept = [f for f in found.fields if not (source_layout == "jsonl" and f.name == "id")]
+    if kept:
+        names = ", ".join(f.name for f in kept)
         return [], [Skipped(STREAM, f"the documents carry {names}, and a TokensLoader chunk "
                                     "holds the ids alone")]
+    found = dataclasses.replace(found, fields=())
     tokenized_by = None
     if raws[0].codec == base.TEXT:
         assert tokenizer is not None

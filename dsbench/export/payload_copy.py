@@ -141,11 +141,12 @@ def copied(spec: ExportSpec, source_codec: str, tokenizer: str | None = None
            ) -> dict[str, str]:
     """The manifest's word on the payload: its codec and how it was copied (`tokenizer`: what
     tokenized a text source)."""
-    if spec.tokens and tokenizer:
-        return {"codec": f"token ids ({spec.tokens.dtype})", "copied": f"tokenized by "
-                f"{tokenizer}"}
     if spec.tokens:
-        return {"codec": f"token ids ({spec.tokens.dtype})", "copied": "id for id, as stored"}
+        codec = f"token ids ({spec.tokens.dtype})" + (
+            ", each document's laid end to end in a TokensLoader stream" if spec.tokens.stream
+            else "")
+        return {"codec": codec, "copied": f"tokenized by {tokenizer}" if tokenizer else
+                "id for id, as stored"}
     if spec.text:
         return {"codec": "text (UTF-8)", "copied": "character for character, as stored"}
     assert spec.audio is not None

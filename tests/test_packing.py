@@ -124,6 +124,22 @@ def test_pack_and_sample_rate_on_another_kind_are_one_line_before_anything_runs(
         assert main([*command, "--pack"]) == 2
         assert_one_line_error(capsys.readouterr().err, command[0],
                               "--pack packs token documents")
+    # Options for one kind of sample, given for another: said, not ignored (their defaults are).
+    for command, option, value, said in (
+            ("bench", "--clip-seconds", "2", "--clip-seconds sets the length of audio clips"),
+            ("compare", "--tokenizer", "tok.json", "--tokenizer tokenizes text"),
+            ("resume", "--clip-seconds", "2", "--clip-seconds sets the length of audio clips"),
+            ("job", "--clip-seconds", "2", "--clip-seconds sets the length of audio clips"),
+            ("advise", "--clip-seconds", "2", "--clip-seconds sets the length of audio clips")):
+        paths = [str(mds)] * (2 if command == "compare" else 1)
+        more = {"resume": ["--restart-at", "2"], "job": ["--ranks", "1"],
+                "advise": ["--budget", "5s"]}.get(command, quick)
+        assert main([command, *paths, option, value, *more]) == 2
+        assert_one_line_error(capsys.readouterr().err, command, said,
+                              "this export's samples are token ids")
+    assert main(["bench", str(tiny_exports["before"]), "--seq-len", "512", *quick]) == 2
+    assert_one_line_error(capsys.readouterr().err, "bench", "--seq-len sets the length of "
+                          "token sequences", "this export's samples are images")
     for other in (["--epochs", "1"], ["--ceiling"]):
         assert main(["bench", str(mds), "--pack", *other, *quick]) == 2
         assert_one_line_error(capsys.readouterr().err, "bench", "--pack carries",

@@ -108,7 +108,7 @@ def advise(source: str, opts: AdviseOptions, bench: BenchOptions, cluster: Clust
     if kind not in (adapters.base.TOKENS, adapters.base.AUDIO, adapters.base.TEXT):
         adapters.base.images_only(export, "advise re-lays an export's images, token ids, text "
                                   "or audio clips in the candidate layouts")
-    check_kind(kind, source, pack=bench.pack, sample_rate=bench.sample_rate)
+    check_kind(kind, source, pack=bench.pack, sample_rate=bench.sample_rate, given=bench.given)
     # Text: one tokenizer for the source's loader, its text candidates' and the ids its token
     # candidates store: the job's (--tokenizer), or a BPE trained on the source's first texts.
     tokenizer = tokenize.settled(source, dataclasses.replace(

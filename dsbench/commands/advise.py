@@ -20,6 +20,7 @@ from dsbench.commands.sample_options import (
     add_pack_argument,
     add_seq_len_argument,
     add_tokenizer_argument,
+    given,
 )
 from dsbench.errors import DsbenchError
 from dsbench.loader.options import BenchOptions
@@ -154,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
                          block=args.block, exact=args.exact, exact_samples=args.exact_samples,
                          seq_len=args.seq_len, clip_s=args.clip_seconds,
                          sample_rate=args.sample_rate, pack=args.pack,
-                         tokenizer=args.tokenizer)
+                         tokenizer=args.tokenizer, given=given(args))
     cluster, sources = cluster_from_args(args, DEMO_CLUSTER)
     if sources["storage"] == "default" and args.path.lower().startswith("s3://"):
         # The demo's shared filesystem is not where this job reads from: S3's published

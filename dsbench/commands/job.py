@@ -26,6 +26,7 @@ from dsbench.commands.sample_options import (
     add_pack_argument,
     add_seq_len_argument,
     add_tokenizer_argument,
+    given,
 )
 from dsbench.errors import DsbenchError
 from dsbench.job import identity, predict, result, share
@@ -133,6 +134,7 @@ def run(args: argparse.Namespace) -> int:
     jobs = [options(args, n * nodes) for n in counts]  # every count checked before any starts
     found = share.check(args.path, args.workers, max(counts) * nodes, args.layout,
                         args.seq_len, args.tokenizer)
+    check_kind(found.kind, args.path, given=given(args))
     jobs = [as_found(opts, found, args.path) for opts in jobs]
     from dsbench.job.launch import launch
 

@@ -23,6 +23,7 @@ from dsbench.commands.sample_options import (
     add_pack_argument,
     add_seq_len_argument,
     add_tokenizer_argument,
+    given,
 )
 from dsbench.errors import DsbenchError
 from dsbench.loader import exact
@@ -252,7 +253,7 @@ def window_options(args: argparse.Namespace, **more: Any) -> BenchOptions:
                            epochs=args.epochs, inflight=args.inflight, exact=args.exact,
                            exact_samples=args.exact_samples, seq_len=args.seq_len, pack=args.pack,
                            clip_s=args.clip_seconds, sample_rate=args.sample_rate,
-                           tokenizer=args.tokenizer, **more)
+                           tokenizer=args.tokenizer, given=given(args), **more)
     remote.use_inflight(options.inflight)
     return options
 

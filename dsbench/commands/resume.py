@@ -19,6 +19,7 @@ from dsbench.commands.sample_options import (
     add_clip_argument,
     add_seq_len_argument,
     add_tokenizer_argument,
+    given,
 )
 from dsbench.errors import DsbenchError
 from dsbench.loader.native import options as native_options
@@ -137,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
                          units=args.units, ranks_after=args.ranks_after,
                          workers_after=args.workers_after, seq_len=args.seq_len,
                          clip_s=args.clip_seconds, sample_rate=args.sample_rate,
-                         tokenizer=args.tokenizer)
+                         tokenizer=args.tokenizer, given=given(args))
     opts.check()  # bad options fail before the export is read
     if args.plot is not None:
         from dsbench.report.plots import available

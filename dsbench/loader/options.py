@@ -51,11 +51,23 @@ def check_rate(rate: int | None) -> None:
     soxr()  # one line before anything runs where it does not import
 
 
+# The options for one kind of sample (commands.sample_options.Given notes them given): the kinds
+# each applies to, and what it does.
+FOR_KIND = {"--seq-len": ((TOKENS, TEXT), "sets the length of token sequences"),
+            "--tokenizer": ((TEXT,), "tokenizes text"),
+            "--clip-seconds": ((AUDIO,), "sets the length of audio clips")}
+
+
 def check_kind(kind: str, path: object, *, pack: bool = False,
-               sample_rate: int | None = None) -> None:
-    """--pack on an export that holds no token documents, or --sample-rate on one that holds
-    no audio: one line, where the option would otherwise be ignored without a word."""
+               sample_rate: int | None = None, given: tuple[str, ...] = ()) -> None:
+    """--pack on an export that holds no token documents, --sample-rate on one that holds
+    no audio, or an option of FOR_KIND `given` for another kind: one line, where the option
+    would otherwise be ignored without a word."""
     what = {TOKENS: "token ids", TEXT: "text", AUDIO: "audio"}.get(kind, "images")
+    for option in given:
+        kinds, does = FOR_KIND[option]
+        if kind not in kinds:
+            raise DsbenchError(f"{option} {does}; this export's samples are {what}", path=path)
     if pack and kind not in (TOKENS, TEXT):
         raise DsbenchError(f"--pack packs token documents into sequences; this export's "
                            f"samples are {what}", path=path)
@@ -107,6 +119,7 @@ class BenchOptions:
     seq_len: int = SEQ_LEN  # --seq-len: ids per training sequence, for token samples
     pack: bool = False  # --pack: token documents laid end to end into sequences (packing.py)
     tokenizer: str | None = None  # --tokenizer FILE: text samples' tokenizer (tokenize.py)
+    given: tuple[str, ...] = ()  # options of FOR_KIND the user gave (check_kind)
     clip_s: float = 4.0  # --clip-seconds: seconds of audio per training clip, for audio samples
     found_rate: int | None = None  # audio samples' rate, as the run's survey found it (Hz)
     sample_rate: int | None = None  # --sample-rate: audio resampled to it (Hz); None: as found
@@ -241,7 +254,8 @@ class BenchOptions:
         """These options for the export `summary` describes: its kind, and audio's rate; an
         option for another kind of sample is one line (check_kind)."""
         kind = summary["sample"]["kind"]
-        check_kind(kind, summary.get("path"), pack=self.pack, sample_rate=self.sample_rate)
+        check_kind(kind, summary.get("path"), pack=self.pack, sample_rate=self.sample_rate,
+                   given=self.given)
         return dataclasses.replace(self, found_kind=kind,
                                    found_rate=(summary.get("audio") or {}).get("sample_rate"))
 

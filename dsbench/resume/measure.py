@@ -62,6 +62,7 @@ class ResumeOptions:
     clip_s: float = 4.0  # audio samples: clips of so many seconds, at the export's rate
     sample_rate: int | None = None  # --sample-rate: clips resampled to it (None: not)
     tokenizer: str | None = None  # --tokenizer FILE: text samples' tokenizer (None: trained)
+    given: tuple[str, ...] = ()  # options for one kind of sample given (loader.options.FOR_KIND)
 
     @property
     def elastic(self) -> bool:
@@ -237,7 +238,7 @@ def workers_pipeline(kind: str, export: Any, path: str, opts: ResumeOptions) -> 
     at the export's rate (the survey's)."""
     from dsbench.loader import tokenize, worker
 
-    check_kind(kind, path, sample_rate=opts.sample_rate)
+    check_kind(kind, path, sample_rate=opts.sample_rate, given=opts.given)
     bench = BenchOptions(seq_len=opts.seq_len, clip_s=opts.clip_s, found_kind=kind,
                          sample_rate=opts.sample_rate, tokenizer=opts.tokenizer,
                          found_rate=audio_rate(export, path) if kind == AUDIO else None)

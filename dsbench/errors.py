@@ -30,6 +30,11 @@ class SampleError(DsbenchError):
     """One sample could not be read or decoded; `--on-error skip` counts these, not fails."""
 
 
+class Missing(DsbenchError):
+    """A library the export's samples need is not installed: no sample's fault, so said once
+    for the run, not counted against each sample that needed it."""
+
+
 class Interrupted(Exception):
     """A signal that a launcher caught for its children (torch's elastic agent turns SIGINT and
     SIGTERM into an exception of its own): the run stopped, and every child with it. The

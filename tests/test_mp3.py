@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import sys
 from pathlib import Path
 
 import audiolibs
@@ -190,3 +191,21 @@ def test_a_flac_behind_an_id3_tag_is_read_as_flac() -> None:
     flac = _id3(40) + audiolibs.encoded(3, "flac")
     assert not audio.is_mp3(flac)
     assert audio.info(flac)[:2] == ("flac", len(audiolibs.frames(3)))
+
+
+def test_mp3_without_its_decoder_is_one_line_naming_the_extra_not_a_bad_sample_each(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import webdataset as wds
+
+    with wds.TarWriter(str(tmp_path / "shard-00000.tar")) as w:
+        for i in range(3):
+            w.write({"__key__": f"{i:06d}", "mp3": audiolibs.encoded_mp3(i)})
+    # torchcodec not installed: its import fails as an absent module's does.
+    monkeypatch.setitem(sys.modules, "torchcodec.decoders", None)
+    for command in (["inspect", str(tmp_path)],
+                    ["bench", str(tmp_path), "--seconds", "0.2", "--rounds", "1", "--no-exact"]):
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert_one_line_error(err, command[0], "pip install 'dsbench[mp3]'")
+        assert "[sample" not in err and "bad samples" not in err

@@ -25,7 +25,7 @@ from dsbench.adapters.survey import (
     new_survey,
     problem,
 )
-from dsbench.errors import DsbenchError, SampleError
+from dsbench.errors import DsbenchError, Missing, SampleError
 from dsbench.storage.files import Loc
 
 # Encodings whose members may legitimately be empty (an empty caption); any other empty member
@@ -342,6 +342,8 @@ class MemberSurvey:
                 return
             with opened as f:
                 add_stored(self.survey, image_codec(img, self.images), f)
+        except Missing:
+            raise  # the run's, not this sample's
         except (ValueError, OSError, DsbenchError) as exc:
             self.problem(container, file_of(key, img), key, str(exc))
         for ext in exts:

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from dsbench.errors import DsbenchError
+from dsbench.errors import Missing
 
 # Bitrates in kbit/s by (MPEG-1?, layer), index 1..14 (0 is free format, 15 is invalid).
 _BITRATES = {
@@ -149,7 +149,7 @@ def _decoder_class() -> Any:
     try:
         from torchcodec.decoders import AudioDecoder
     except (ImportError, OSError, RuntimeError):  # torchcodec without FFmpeg's libraries
-        raise DsbenchError("this export's clips are MP3, which dsbench decodes with "
+        raise Missing("this export's clips are MP3, which dsbench decodes with "
                            "torchcodec (FFmpeg): pip install 'dsbench[mp3]' and FFmpeg's "
                            "libraries (apt-get install ffmpeg)") from None
     return AudioDecoder

@@ -53,11 +53,13 @@ def stream(megatron: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def _grid(path: Path, pack: bool) -> tuple[list[grid.Candidate], list[grid.Skipped]]:
+def _grid(path: Path, pack: bool, seq_len: int = SEQ_LEN, sizes: tuple[int, ...] = (
+        64_000_000, 1_000)) -> tuple[list[grid.Candidate], list[grid.Skipped]]:
     export = adapters.open_export(path)
     raws = first_samples(export, 20, str(path))
     return kinds.candidates(found_fields(raws[0], export.layout), raws, export.layout, 120,
-                           ("mds", "litdata"), (64_000_000, 1_000), ("none",), pack=pack)
+                            ("mds", "litdata"), sizes, ("none",),
+                            pack_len=seq_len if pack else None)
 
 
 def test_a_packed_job_is_offered_the_token_stream_sized_by_its_ids(megatron: Path) -> None:
@@ -71,6 +73,14 @@ def test_a_packed_job_is_offered_the_token_stream_sized_by_its_ids(megatron: Pat
     # Cropped, a block is not the job's sample: no stream is tried.
     cands, _ = _grid(megatron, pack=False)
     assert not any(c.spec.tokens and c.spec.tokens.stream for c in cands)
+    # A chunk of 1 kB (3 documents, about 500 ids) holds no block of 4096 ids: not tried, and
+    # where no size holds one, said.
+    cands, _ = _grid(megatron, pack=True, seq_len=4096)
+    assert [c.name for c in cands if c.name.startswith("litdata-s")] == ["litdata-stream-64MB"]
+    cands, skipped = _grid(megatron, pack=True, seq_len=4096, sizes=(1_000,))
+    assert not any(c.name.startswith("litdata-s") for c in cands)
+    assert [s.why for s in skipped] == ["no chunk of --shard-sizes holds a block of 4096 ids "
+                                        "(--seq-len) of these 120 documents"]
 
 
 def test_documents_with_fields_are_not_laid_into_a_stream_and_advise_says_why(
@@ -95,7 +105,7 @@ def test_a_json_lines_documents_id_is_its_key_and_its_texts_ids_make_a_stream(
     assert [f.name for f in found.fields] == ["id"]
     tokenizer = trained(texts_of(raws), vocab=400)
     cands, skipped = kinds.candidates(found, raws, "jsonl", 30, ("litdata",), (64_000_000,),
-                                      ("none",), tokenizer=tokenizer, pack=True)
+                                      ("none",), tokenizer=tokenizer, pack_len=SEQ_LEN)
     stream = next(c for c in cands if c.name == "litdata-stream-64MB")
     assert stream.spec.fields == () and stream.spec.tokens == grid.TokensSpec(
         dtype="uint16", stream=True)
@@ -142,6 +152,27 @@ def test_a_stream_written_by_litdatas_writer_holds_every_id_in_blocks_both_reade
         assert np.array_equal(base.token_ids(ours[i].image), want), i
 
 
+def test_empty_documents_lay_nothing_in_a_stream(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    # pyarrow's Parquet writer, a document of no id first (litdata's writer would take its
+    # chunk's length from it: null, and no reader could read the stream).
+    docs = [np.zeros(0, np.uint16), tokenlibs.tokens(1), np.zeros(0, np.uint16),
+            tokenlibs.tokens(3)]
+    (tmp_path / "src").mkdir()
+    pq.write_table(pa.table({"input_ids": pa.array([d.tolist() for d in docs],
+                                                   pa.list_(pa.uint16()))}),
+                   tmp_path / "src" / "part-0.parquet")
+    spec = parse_spec({"name": "s", "layout": "litdata", "tokens": {"stream": True}}, "s.toml")
+    reexport(spec, tmp_path / "s", str(tmp_path / "src"), jobs=1)
+    ids = np.concatenate(docs)
+    blocks = list(adapters.open_export(tmp_path / "s", seq_len=SEQ_LEN).read())
+    assert len(blocks) == len(ids) // SEQ_LEN
+    for i, raw in enumerate(blocks):
+        assert np.array_equal(base.token_ids(raw.image), ids[i * SEQ_LEN:(i + 1) * SEQ_LEN])
+
+
 def test_a_packed_side_is_restated_per_sequence_round_by_round(mds: Path, stream: Path
                                                                ) -> None:
     opts = BenchOptions(workers=(1,), batch_size=4, rounds=2, batches=3, seq_len=SEQ_LEN,
@@ -174,18 +205,24 @@ def test_a_packed_side_is_restated_per_sequence_round_by_round(mds: Path, stream
     assert in_sequences(cropped) is cropped
 
 
-def test_an_exact_count_is_restated_by_the_ids_the_pass_packed() -> None:
+def test_an_exact_count_is_restated_by_the_ids_of_the_documents_each_stage_counted() -> None:
+    # read counted over whole units (documents of 512 ids on average), the other stages over
+    # the first documents (256 ids on average).
     exact = {"counted": True, "instructions_per_sample": 1000.0,
              "stages": {"read": 400.0, "collate": 600.0}, "ids_per_sample": 256.0,
-             "read_calls_per_sample": 0.5, "kernel_stages": {"read": {"read_calls": 0.5}}}
+             "read_ids_per_sample": 512.0, "read_calls_per_sample": 0.5,
+             "kernel_stages": {"read": {"read_calls": 0.5}, "collate": {"read_calls": 0.0}}}
     packed: Any = {"config": {"pack": True, "seq_len": 1024}}
     out = exact_in_sequences(packed, exact)
-    assert out["instructions_per_sample"] == 4000.0
-    assert out["stages"] == {"read": 1600.0, "collate": 2400.0}
-    assert out["read_calls_per_sample"] == 2.0 and out["kernel_stages"]["read"] == {
-        "read_calls": 2.0}
+    assert out["stages"] == {"read": 800.0, "collate": 2400.0}
+    assert out["instructions_per_sample"] == 3200.0
+    assert out["read_calls_per_sample"] == 1.0 and out["kernel_stages"]["read"] == {
+        "read_calls": 1.0}
     assert exact["instructions_per_sample"] == 1000.0  # not changed in place
     assert exact_in_sequences({"config": {"pack": False, "seq_len": 1024}}, exact) is exact
+    # No id packed: not a count per sequence, and not shown as one.
+    none = exact_in_sequences(packed, {**exact, "ids_per_sample": 0.0})
+    assert none["counted"] is False and "packed no token id" in none["why_not"]
 
 
 # Writes three candidates and measures four sides with the exact pass, ~40 s: with the slow

@@ -165,8 +165,13 @@ def test_the_exact_pass_counts_the_packing(mds: Path) -> None:
     assert stages(packed) == stages(again)
     assert stages(packed)["transform"] != stages(cropped)["transform"]
     assert stages(packed)["collate"] != stages(cropped)["collate"]
-    # The ids it packed: the first 16 documents' (advise states a count per sequence by them).
-    assert packed["exact"]["ids_per_sample"] == np.mean([tokenlibs.length(i) for i in range(16)])
+    # The ids it packed: the first 16 documents'; the read stage's, its whole units' (advise
+    # states a count per sequence by them).
+    x = packed["exact"]
+    assert x["ids_per_sample"] == np.mean([tokenlibs.length(i) for i in range(16)])
+    assert x["read_samples"] == tokenlibs.PER_SHARD  # the first shard, whole
+    assert x["read_ids_per_sample"] == np.mean([tokenlibs.length(i)
+                                                for i in range(tokenlibs.PER_SHARD)])
     assert "ids_per_sample" not in cropped["exact"]
 
 

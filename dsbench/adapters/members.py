@@ -18,13 +18,7 @@ from functools import lru_cache
 from typing import IO, Any
 
 from dsbench.adapters import base
-from dsbench.adapters.survey import (
-    CHECK_LIMIT,
-    add_stored,
-    finish_image,
-    new_survey,
-    problem,
-)
+from dsbench.adapters.survey import CHECK_LIMIT, add_stored, finish_image, new_survey, problem
 from dsbench.errors import DsbenchError, Missing, SampleError
 from dsbench.storage.files import Loc
 

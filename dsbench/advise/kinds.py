@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+import numpy as np
+
 from dsbench import fmt
 from dsbench.adapters import base
 from dsbench.adapters.tokenizer import TokenizerSpec, encoder
@@ -29,17 +31,18 @@ from dsbench.export.spec import ImageSpec
 def candidates(found: Found, raws: Sequence[base.RawSample], source_layout: str,
                samples: int, layouts: Sequence[str], shard_sizes: Sequence[int],
                compressions: Sequence[str] = ("none",), reencode: Sequence[int] = (),
-               tokenizer: TokenizerSpec | None = None, pack: bool = False
+               tokenizer: TokenizerSpec | None = None, pack_len: int | None = None
                ) -> tuple[list[Candidate], list[Skipped]]:
     """The grid (the module docstring has it), without duplicates, and the layouts left out
     with the reason; with `reencode`, each sharded candidate again with its images re-encoded
     as JPEG at each quality (named -qQ), sized by the re-encoded images. Text is tokenized by
-    `tokenizer` for its token candidates; with `pack`, token ids are also tried as a stream."""
+    `tokenizer` for its token candidates. Where the job packs sequences of `pack_len` ids,
+    token ids are also tried as a stream."""
     out, skipped = _candidates(found, raws, source_layout, samples, layouts, shard_sizes,
                                compressions, reencode, tokenizer)
-    if pack and raws[0].codec in (base.TOKENS, base.TEXT):
+    if pack_len is not None and raws[0].codec in (base.TOKENS, base.TEXT):
         more, why = stream_candidates(found, raws, source_layout, samples, layouts,
-                                      shard_sizes, tokenizer)
+                                      shard_sizes, tokenizer, pack_len)
         out += more
         skipped += why
     return out, skipped
@@ -129,10 +132,11 @@ STREAM = "litdata (token stream)"
 
 def stream_candidates(found: Found, raws: Sequence[base.RawSample], source_layout: str,
                       samples: int, layouts: Sequence[str], shard_sizes: Sequence[int],
-                      tokenizer: TokenizerSpec | None
+                      tokenizer: TokenizerSpec | None, seq_len: int
                       ) -> tuple[list[Candidate], list[Skipped]]:
     """A packed job's token stream: litdata chunks of about each shard size, the documents'
-    ids laid end to end (a text's as `tokenizer` gives them), named litdata-stream-SIZE."""
+    ids laid end to end (a text's as `tokenizer` gives them), named litdata-stream-SIZE; a
+    size whose chunks would hold no block of `seq_len` ids is not tried."""
     if "litdata" not in layouts:
         return [], []
     if not installed("litdata"):
@@ -153,6 +157,7 @@ def stream_candidates(found: Found, raws: Sequence[base.RawSample], source_layou
         dtype = str(base.token_ids(raws[0].image).dtype)
     tokens = TokensSpec(dtype=dtype, stream=True)
     per_sample = sum(base.token_ids(r.image).nbytes for r in raws) / len(raws)
+    per_id = np.dtype(dtype).itemsize
     what = ("litdata chunks of the documents laid end to end, read by TokensLoader in blocks "
             "of the sequence length" + (f", the texts as {dtype} token ids ({tokenized_by})"
                                         if tokenized_by else ""))
@@ -160,7 +165,8 @@ def stream_candidates(found: Found, raws: Sequence[base.RawSample], source_layou
     seen: set[int] = set()
     for size in sorted(shard_sizes, reverse=True):
         per_shard = max(1, round(size / max(1.0, per_sample)))
-        if min(per_shard, samples) in seen:
+        if min(per_shard, samples) in seen or \
+                min(per_shard, samples) * per_sample < seq_len * per_id:
             continue
         seen.add(min(per_shard, samples))
         name = f"litdata-stream-{size_name(size)}"
@@ -170,4 +176,7 @@ def stream_candidates(found: Found, raws: Sequence[base.RawSample], source_layou
                                               f"({fmt.plural(per_shard, 'document')}) a "
                                               "chunk"),
                              size, "-", what))
+    if not out:
+        return [], [Skipped(STREAM, f"no chunk of --shard-sizes holds a block of {seq_len} ids "
+                                    f"(--seq-len) of these {samples} documents")]
     return out, []

@@ -103,7 +103,7 @@ def advise(source: str, opts: AdviseOptions, bench: BenchOptions, cluster: Clust
     loc = store.location(source)
     in_store = loc if isinstance(loc, RemotePath) else None
     staging.check(in_store, opts.stage_url)
-    export = adapters.open_export(source, opts.layout)
+    export = adapters.open_export(source, opts.layout, seq_len=bench.seq_len)
     kind = adapters.base.kind_of(export)
     if kind not in (adapters.base.TOKENS, adapters.base.AUDIO, adapters.base.TEXT):
         adapters.base.images_only(export, "advise re-lays an export's images, token ids, text "
@@ -127,7 +127,7 @@ def advise(source: str, opts: AdviseOptions, bench: BenchOptions, cluster: Clust
     check_random_access(export, bench.order)
     cands, skipped = kinds.candidates(found, raws, export.layout, opts.samples, opts.layouts,
                                      opts.shard_sizes, opts.compressions, opts.reencode,
-                                     tokenizer, pack=bench.pack)
+                                     tokenizer, bench.seq_len if bench.pack else None)
     if bench.order in RANDOM_ACCESS:
         skipped += [grid.Skipped(layout, f"--order {bench.order} reads single samples where "
                                          f"they lie, and {layout} is read front to back")

@@ -9,9 +9,10 @@ side per sequence, before it compares, ranks or carries anything to the cluster:
 * timed: each round's CPU and rate over the sequences it delivered (batches x batch size), the
   run's by its documents per sequence (measured, loader.packing);
 * counted per sample (bytes, files, requests, stage times): times the documents per sequence;
-* exact: the instructions per document times seq_len over the mean ids of the documents the
-  exact pass counted (exact.ids_per_sample): a count of a fixed set of documents, so as
-  repeatable as the count per document;
+* exact: each stage's instructions per document times seq_len over the mean ids of the
+  documents the exact pass counted it over (exact.read_ids_per_sample for the read stage,
+  counted over whole units; exact.ids_per_sample for the others): a count of a fixed set of
+  documents, so as repeatable as the count per document;
 * the export's samples: its sequences (the documents it holds are kept as `documents`).
 
 A token stream's block is one sequence, so its figures are the same either way. The cluster
@@ -87,14 +88,23 @@ def in_sequences(doc: BenchResult) -> BenchResult:
 def exact_in_sequences(doc: BenchResult, exact: Any) -> Any:
     """The exact pass's section of a packed `doc`, per sequence (the module docstring); as it
     is for a side not packed, or not counted."""
-    ids = exact.get("ids_per_sample")
     seq_len = (doc.get("config") or {}).get("seq_len")
-    if not packed(doc) or not exact.get("counted") or not ids or not seq_len:
+    if not packed(doc) or not exact.get("counted") or not seq_len:
         return exact
+    ids, read_ids = exact.get("ids_per_sample"), exact.get("read_ids_per_sample")
+    if not ids or not read_ids:
+        return {"counted": False, "why_not": "the exact pass packed no token id, so its "
+                                             "count cannot be stated per sequence"}
     out = copy.deepcopy(exact)
-    per = seq_len / ids
-    _scale(out, ("instructions_per_sample", "stages", "read_calls_per_sample",
-                 "write_calls_per_sample", "minor_faults_per_sample"), per)
-    out["kernel_stages"] = {s: {k: v * per for k, v in figures.items()}
-                            for s, figures in (out.get("kernel_stages") or {}).items()}
+    # The read stage is counted over whole units' documents, the others over the first ones:
+    # each by its own documents' ids.
+    per = {stage: seq_len / (read_ids if stage == "read" else ids) for stage in out["stages"]}
+    out["stages"] = {stage: v * per[stage] for stage, v in out["stages"].items()}
+    out["instructions_per_sample"] = sum(out["stages"].values())
+    kernel = {stage: {k: v * per.get(stage, seq_len / ids) for k, v in figures.items()}
+              for stage, figures in (out.get("kernel_stages") or {}).items()}
+    out["kernel_stages"] = kernel
+    for key in ("read_calls", "write_calls", "minor_faults"):
+        if f"{key}_per_sample" in out:
+            out[f"{key}_per_sample"] = sum(f.get(key, 0.0) for f in kernel.values())
     return out

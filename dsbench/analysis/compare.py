@@ -23,16 +23,15 @@ from dsbench import fmt, stats
 from dsbench.analysis import instructions
 from dsbench.analysis.disturbance import TIMED, disturbance
 from dsbench.loader.order import order_label
+from dsbench.loader.packing import unlike_samples
 from dsbench.results.stages import STAGES
 from dsbench.results.types import BenchResult, Run
 
 # Machine and config keys that must be equal for two results to be compared as ratios.
 MACHINE_MUST_MATCH = ("cpu_model", "usable_cores")
-# The reader (backend: dsbench's, torch's DataLoader over it, or the format's own library) may
-# differ: comparing one export read two ways is a question of its own ("our reader or theirs?");
-# the comparison says so, and the gate refuses it (gate.py).
-# The training sample each side makes must be the same too: ids per sequence, seconds and
-# rate of a clip (two exports at different rates compare with --sample-rate resampling both).
+# The reader (backend) may differ: one export read two ways ("our reader or theirs?") is a
+# question the comparison names and the gate refuses (gate.py). The training sample must be
+# alike: ids per sequence, a clip's seconds and rate (--sample-rate resamples both to one).
 CONFIG_MUST_MATCH = ("batch_size", "decoder", "normalize", "step_time_s", "cold", "prefetch",
                      "epochs", "inflight", "seq_len", "pack", "clip_seconds", "sample_rate")
 # What results from before an option existed ran with.
@@ -107,19 +106,11 @@ def not_comparable(base: BenchResult, cand: BenchResult, any_order: bool = False
         if a != b:
             hint = " (--sample-rate HZ resamples both to one)" if key == "sample_rate" else ""
             reasons.append(f"bench option {key} differs: {a!r} vs {b!r}{hint}")
-    if base["config"].get("pack") and _stream(base) != _stream(cand):
-        # A stream's sample is a block of seq_len ids, the other's a document: per sample
-        # they are not alike (advise states both per sequence).
-        reasons.append("packed, one side's sample is a token stream's block and the other's "
-                       "a document (dsbench advise --pack weighs the two per sequence)")
+    if (unlike := unlike_samples(base, cand)) is not None:
+        reasons.append(unlike)
     if not common_workers(base, cand):
         reasons.append("no worker count was measured on both sides")
     return reasons
-
-
-def _stream(doc: BenchResult) -> bool:
-    tokens = doc["export"].get("tokens")
-    return bool(isinstance(tokens, dict) and tokens.get("stream"))
 
 
 def common_workers(base: BenchResult, cand: BenchResult) -> list[int]:

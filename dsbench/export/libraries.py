@@ -177,7 +177,13 @@ def write_litdata(spec: ExportSpec, out: Path, unit: int, total: int, samples: S
             # ids (litdata's writer counts an array item as its length).
             from litdata.streaming.item_loader import TokensLoader
 
-            ids = [np.asarray(s[TOKENS_NAME], spec.tokens.dtype) for s in samples]
+            # An empty document lays nothing in the stream (and litdata's writer takes a
+            # chunk's first item's length for the chunk's: an empty one would make it null).
+            ids = [x for x in (np.asarray(s[TOKENS_NAME], spec.tokens.dtype) for s in samples)
+                   if len(x)]
+            if not ids:
+                raise DsbenchError(f"a token stream's chunk of {len(samples)} documents would "
+                                   "hold no id: each is empty", path=out)
             writer = BinaryWriter(str(tmp), chunk_size=max(1, sum(len(x) for x in ids)),
                                   item_loader=TokensLoader())
             rows: Any = ids

@@ -242,10 +242,12 @@ def _collect(p: _Pass) -> dict[str, Any]:
             "instructions_per_sample": sum(stages.values()), "stages": stages,
             **{f"{k}_per_sample": sum(by_stage[s][k] for s in STAGES) for k in KERNEL},
             "kernel_stages": by_stage, "wall_s": wall,
-            # --pack: the counted documents' mean ids, by which advise states a count per
-            # sequence (advise.sequences); not counted by the counter, read from the pass.
-            **({"ids_per_sample": counted["packed_ids"] / samples}
-               if counted.get("packed_ids") is not None and samples else {})}
+            # --pack: the mean ids of the documents counted in the read stage and in the
+            # others, by which advise states a count per sequence (advise.sequences); not
+            # counted by the counter, told by the pass.
+            **({"ids_per_sample": counted["packed_ids"] / samples,
+                "read_ids_per_sample": counted["read_ids"] / read}
+               if counted.get("packed_ids") is not None and samples and read else {})}
 
 
 def per_stage(snaps: Sequence[tuple[str, dict[str, int]]], keys: Sequence[str]

@@ -120,7 +120,9 @@ def run(plan: Plan) -> dict[str, Any]:
     images = np.empty((batch, *pipeline.transform.out_shape), pipeline.transform.out_dtype)
     packed = memoryview(bytearray(16 << 20))
     snaps: list[tuple[str, Any]] = []
-    ids = [0]  # --pack: the ids of the counted samples' documents
+    # --pack: the ids of the staged documents, and their size as stored (ids, or a text's
+    # characters), by which the read documents' ids are known (_read_ids)
+    ids, stored = [0, 0], [0]
 
     def snap(stage: str) -> None:
         snaps.append((stage, kernel() if kernel is not None else counter.snapshot()))
@@ -158,6 +160,8 @@ def run(plan: Plan) -> dict[str, Any]:
         if builder.packer is not None and user is None:
             # The ids packed, for a figure per sequence (exact.py); counted in no stage.
             ids[0] += sum(len(o) for o, _f in rows)
+            stored[0] += sum(_size(r) for r, o, f in zip(raws, outs, fields, strict=True)
+                             if o is not None and f is not None)
             snap(UNCOUNTED)
 
     # 1. Warm-up, then nothing of it open (its snapshots warm the snapshot's own path).
@@ -175,7 +179,7 @@ def run(plan: Plan) -> dict[str, Any]:
         builder.packer.clear()  # the counted samples' sequences start at their first id
     skipped.clear()
     snaps.clear()
-    ids[0] = 0
+    ids[:], stored[:] = [0, 0], [0]
     # The batch's buffers are a worker's shared-memory slot, written over batch after batch:
     # their first touch (page faults) is set-up, not a cost of the samples written into them.
     images.fill(0)
@@ -214,9 +218,11 @@ def run(plan: Plan) -> dict[str, Any]:
         if read >= plan.samples:
             break
     snap("read")
+    packing = builder.packer is not None and user is None
     return {"snapshots": snaps, "samples": staged, "read_samples": read, "units_read": done,
-            "whole_units": whole,
-            "packed_ids": ids[0] if builder.packer is not None and user is None else None}
+            "whole_units": whole, "packed_ids": ids[0] if packing else None,
+            "read_ids": _read_ids(export, units, skip, read, ids[0], stored[0])
+            if packing else None}
 
 
 _END = object()  # where a unit ends, in the stream of samples
@@ -232,6 +238,30 @@ def _cut(packer: Any, docs: list[Any], rows: Any) -> None:
         while packer.full:
             packer.cut(rows[row % len(rows)])
             row += 1
+
+
+def _size(raw: Any) -> int:
+    """A document's size as stored: its ids, or its text's characters."""
+    from dsbench.adapters.base import TEXT, text_of, token_ids
+
+    return len(text_of(raw.image)) if raw.codec == TEXT else len(token_ids(raw.image))
+
+
+def _read_ids(export: Any, units: list[str], skip: Any, read: int, packed: int,
+              stored: int) -> float:
+    """The ids of the `read` documents the read stage counted (whole units, more than the
+    staged ones), after the last snapshot, so counted in no stage: read again, each its ids as
+    stored, or a text its characters times the staged texts' ids per character (tokenizing
+    thousands of texts again under the counter would take minutes)."""
+    total = 0
+    for item in _whole_units(export, units, skip):
+        if item is _END:
+            continue
+        total += _size(item)
+        read -= 1
+        if read == 0:
+            break
+    return total * packed / stored if stored else 0.0
 
 
 def _whole_units(export: Any, units: list[str], skip: Any) -> Iterator[Any]:

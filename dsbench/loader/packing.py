@@ -99,3 +99,15 @@ def documents_per_sequence(run: Mapping[str, Any]) -> float | None:
     documents = sum(r.get("samples") or 0 for r in rounds if isinstance(r, Mapping))
     sequences = sum(r.get("batches") or 0 for r in rounds if isinstance(r, Mapping)) * batch
     return documents / sequences if documents and sequences else None
+
+
+def unlike_samples(base: Mapping[str, Any], cand: Mapping[str, Any]) -> str | None:
+    """Why two packed results' samples are not alike (a token stream's block of seq_len ids
+    against a document), for compare; None where they are."""
+    def stream(doc: Mapping[str, Any]) -> bool:
+        return bool((doc["export"].get("tokens") or {}).get("stream"))
+
+    if base["config"].get("pack") and stream(base) != stream(cand):
+        return ("packed, one side's sample is a token stream's block and the other's a "
+                "document (dsbench advise --pack weighs the two per sequence)")
+    return None

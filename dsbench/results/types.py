@@ -208,6 +208,7 @@ class Exact(TypedDict):
     kernel_stages: NotRequired[dict[str, dict[str, float]]]
     wall_s: NotRequired[float]
     ids_per_sample: NotRequired[float]
+    read_ids_per_sample: NotRequired[float]
 
 
 class BenchResult(TypedDict):

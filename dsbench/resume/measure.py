@@ -280,8 +280,10 @@ def run_resume(path: str, opts: ResumeOptions,
     if len(set(steps)) > 1:
         notes.append(f"ranks deliver unequal epochs ({', '.join(map(str, steps))} steps): the "
                      "units do not divide evenly between them")
-    settings = {**asdict(opts), "kind": kind, "policies": list(opts.policies), "shuffle": shuffle,
-                "buffer": plan.buffer, "fill_steps": plan.fill_steps()}
+    # `given` is how the command line said them, not a setting of the run.
+    settings = {**{k: v for k, v in asdict(opts).items() if k != "given"}, "kind": kind,
+                "policies": list(opts.policies), "shuffle": shuffle, "buffer": plan.buffer,
+                "fill_steps": plan.fill_steps()}
     return {"kind": "dsbench-resume", "schema_version": SCHEMA_VERSION,
             "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "dsbench_version": __version__,

@@ -149,7 +149,7 @@ def advise(source: str, opts: AdviseOptions, bench: BenchOptions, cluster: Clust
     given = bench.tokenizer
     bench = dataclasses.replace(bench, found_kind=kind, found_rate=audio_rate(export, source)
                                 if kind == adapters.base.AUDIO else None, tokenizer=None,
-                                tokenizer_spec=tokenizer)
+                                tokenizer_spec=tokenizer, given=())  # checked on the source
     base_opts = dataclasses.replace(bench, layout=opts.layout, exact=False)
     cand_opts = dataclasses.replace(bench, layout=None, exact=False)
     with work_dir(opts.work_dir) as root, \

@@ -76,6 +76,15 @@ def check_kind(kind: str, path: object, *, pack: bool = False,
                            path=path)
 
 
+def check_given(given: tuple[str, ...], kinds: list[str], path: object) -> None:
+    """An option of FOR_KIND `given` for sides (compare's two) none of whose samples it applies
+    to: one line (check_kind's, of the first side). A raw-text side beside a tokenized one
+    takes --tokenizer, so the option is for the sides together, not each."""
+    for option in given:
+        if not set(kinds) & set(FOR_KIND[option][0]):
+            check_kind(kinds[0], path, given=(option,))
+
+
 def check_clip(clip_s: float) -> None:
     """--clip-seconds: a number of seconds in (0, MAX_CLIP_S]; one line otherwise."""
     if isinstance(clip_s, bool) or not (isinstance(clip_s, int | float)
@@ -251,11 +260,11 @@ class BenchOptions:
         return TrainTransform(normalize=self.normalize)
 
     def found(self, summary: dict[str, Any]) -> BenchOptions:
-        """These options for the export `summary` describes: its kind, and audio's rate; an
-        option for another kind of sample is one line (check_kind)."""
+        """These options for the export `summary` describes: its kind, and audio's rate; --pack
+        or --sample-rate for another kind of sample is one line (check_kind; the options of
+        FOR_KIND are checked over all sides, check_given)."""
         kind = summary["sample"]["kind"]
-        check_kind(kind, summary.get("path"), pack=self.pack, sample_rate=self.sample_rate,
-                   given=self.given)
+        check_kind(kind, summary.get("path"), pack=self.pack, sample_rate=self.sample_rate)
         return dataclasses.replace(self, found_kind=kind,
                                    found_rate=(summary.get("audio") or {}).get("sample_rate"))
 

@@ -47,7 +47,7 @@ from dsbench.loader.batch_order import order_figures
 from dsbench.loader.counts import NOT_COUNTED, Counts, count_pass
 from dsbench.loader.dataset_source import DatasetSource
 from dsbench.loader.native.session import removed_after, session
-from dsbench.loader.options import BenchOptions
+from dsbench.loader.options import BenchOptions, check_given
 from dsbench.loader.order import SHUFFLE
 from dsbench.loader.sampling import check_random_access
 from dsbench.loader.sources import ShmSource, check_memory
@@ -308,6 +308,7 @@ def _run_benches(paths: Sequence[str | Path | Loc], opts: BenchOptions,
             for o, (s, _) in zip(side, prepared, strict=True)]
     # What the samples carry picks the transform: token ids are cropped to --seq-len; text is
     # tokenized first, by the job's tokenizer or one trained on the export's first texts.
+    check_given(opts.given, [s["sample"]["kind"] for s, _ in prepared], ps[0])
     side = tokenize.settled_all(ps, [o.found(s) for o, (s, _) in zip(side, prepared,
                                                                        strict=True)],
                                 worker.open_export)

@@ -33,7 +33,6 @@ BATCH = 20
 # over the measured window and opens from the worker's start, and a shard is opened (and, for the
 # columnar layouts, read a record batch or row group at a time) only when a pass reaches it.
 # A warm-up of one pass and a window of one pass make both figures those of one whole pass.
-PASS_BATCHES = SAMPLES // BATCH
 
 
 def write_exports() -> dict[str, str]:
@@ -51,16 +50,26 @@ def three_digits(x: float) -> float:
     return float(f"{x:.3g}")
 
 
-def measure(path: str) -> dict[str, Any]:
-    """One round of the loader benchmark over one pass of SAMPLES samples, with one worker (the
-    exact pass has a benchmark of its own: ExactCost)."""
-    opts = BenchOptions(workers=(1,), batch_size=BATCH, batches=PASS_BATCHES, rounds=1,
-                        warmup_batches=PASS_BATCHES, exact=False)
+def held(export: str, path: str) -> int:
+    """The samples an export of SAMPLES samples holds as read: SAMPLES, or for a token stream
+    (its SAMPLES documents laid end to end) the blocks its reader cuts."""
+    tokens = load_spec(FORMATS_DIR / f"{export}.toml").tokens
+    if tokens is None or not tokens.stream:
+        return SAMPLES
+    return sum(1 for _ in open_export(path).read())
+
+
+def measure(path: str, samples: int = SAMPLES) -> dict[str, Any]:
+    """One round of the loader benchmark over one pass of the export's `samples`, with one
+    worker (the exact pass has a benchmark of its own: ExactCost)."""
+    batch = BATCH if samples % BATCH == 0 else samples  # a pass in whole batches
+    opts = BenchOptions(workers=(1,), batch_size=batch, batches=samples // batch, rounds=1,
+                        warmup_batches=samples // batch, exact=False)
     run = run_bench(path, opts)["runs"][0]
-    if run["samples"] != SAMPLES:
+    if run["samples"] != samples:
         # The per-sample figures are exact only for a window of one whole pass.
-        raise RuntimeError(f"{path}: window held {run['samples']} samples, not {SAMPLES}")
-    return run
+        raise RuntimeError(f"{path}: window held {run['samples']} samples, not {samples}")
+    return dict(run)
 
 
 def make_exports(self: object) -> dict[str, str]:
@@ -78,23 +87,24 @@ class ReadCost:
 
     def setup(self, exports: dict[str, str], export: str) -> None:
         self.path = exports[export]
+        self.samples = held(export, self.path)
         # Decoded as bench decodes the export's samples: a text export's with its tokenizer.
         pipeline = asv_suite.settled(self.path, BenchOptions()).pipeline()
         self.decode = make_decoder(pipeline.decoder, tokenizer=pipeline.tokenizer)
 
     def track_cpu_ms_per_sample(self, exports: dict[str, str], export: str) -> float:
-        return three_digits(1e3 * measure(self.path)["cpu_s_per_sample"])
+        return three_digits(1e3 * measure(self.path, self.samples)["cpu_s_per_sample"])
 
     track_cpu_ms_per_sample.unit = "ms/sample"  # type: ignore[attr-defined]
 
     def track_bytes_per_sample(self, exports: dict[str, str], export: str) -> float:
-        return three_digits(measure(self.path)["bytes_per_sample"])
+        return three_digits(measure(self.path, self.samples)["bytes_per_sample"])
 
     track_bytes_per_sample.unit = "bytes/sample"  # type: ignore[attr-defined]
     track_bytes_per_sample.processes = 1  # type: ignore[attr-defined]  # exact: one is enough
 
     def track_files_per_sample(self, exports: dict[str, str], export: str) -> float:
-        return three_digits(measure(self.path)["files_per_sample"])
+        return three_digits(measure(self.path, self.samples)["files_per_sample"])
 
     track_files_per_sample.unit = "files/sample"  # type: ignore[attr-defined]
     track_files_per_sample.processes = 1  # type: ignore[attr-defined]
@@ -107,8 +117,8 @@ class ReadCost:
             self.decode(raw)
             parse_fields(raw)
             n += 1
-        if n != SAMPLES:
-            raise RuntimeError(f"{self.path}: read {n} samples, not {SAMPLES}")
+        if n != self.samples:
+            raise RuntimeError(f"{self.path}: read {n} samples, not {self.samples}")
 
     # Reading happens in this process: its CPU clock counts pyarrow's threads and ignores
     # whatever else the machine is doing.

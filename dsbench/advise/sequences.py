@@ -7,7 +7,7 @@ those sides would compare a document with a sequence. So advise states every fig
 side per sequence, before it compares, ranks or carries anything to the cluster:
 
 * timed: each round's CPU and rate over the sequences it delivered (batches x batch size), the
-  run's by its documents per sequence (measured, loader.packing);
+  run's summarised again from those rounds;
 * counted per sample (bytes, files, requests, stage times): times the documents per sequence;
 * exact: each stage's instructions per document times seq_len over the mean ids of the
   documents the exact pass counted it over (exact.read_ids_per_sample for the read stage,
@@ -26,6 +26,7 @@ import copy
 from collections.abc import MutableMapping
 from typing import Any
 
+from dsbench import stats
 from dsbench.errors import DsbenchError
 from dsbench.loader.packing import documents_per_sequence
 from dsbench.results.types import BenchResult
@@ -69,8 +70,14 @@ def in_sequences(doc: BenchResult) -> BenchResult:
         _scale(r, ("cpu_s_per_sample", "host_cpu_s_per_sample", "stages"), per)
         _scale(r, ("samples_per_s",), 1 / per if per else 1.0)
         r["samples"] = sequences
-    _scale(run, (*PER_SAMPLE, "cpu_s_per_sample_iqr", "cpu_s_per_sample_ci95", "stages"), docs)
-    _scale(run, ("samples_per_s", "samples_per_s_iqr", "samples_per_s_ci95"), 1 / docs)
+    _scale(run, (*PER_SAMPLE, "stages"), docs)
+    # The timed figures summarised again from the restated rounds, as bench summarises them
+    # (loader.summary), so that they and the rounds' ratios agree.
+    for key in ("samples_per_s", "cpu_s_per_sample"):
+        got = stats.summarize([r[key] for r in run["rounds"]])
+        run[key], run[f"{key}_iqr"], run[f"{key}_ci95"] = got.center, list(got.iqr), \
+            list(got.ci95)
+        run[f"{key}_spread"] = got.relative_spread
     run["samples"] = round(run["samples"] / docs)
     export = out["export"]
     export["documents"] = export.get("samples")

@@ -140,10 +140,10 @@ def sample_bytes(spec: ExportSpec, raws: Sequence[base.RawSample], layout: str) 
 
 
 def candidate_spec(name: str, layout: str, found: Found, samples: int, image: ImageSpec, *,
-          shard_samples: int = 1000, fields_as: str = "members", encoding: str = LIST,
-          what: str = "", compression: str | None = None,
-          tokens: TokensSpec | None = None, audio: AudioSpec | None = None,
-          text: TextSpec | None = None) -> ExportSpec:
+                   shard_samples: int = 1000, fields_as: str = "members", encoding: str = LIST,
+                   what: str = "", compression: str | None = None,
+                   tokens: TokensSpec | None = None, audio: AudioSpec | None = None,
+                   text: TextSpec | None = None) -> ExportSpec:
     fields = tuple(dataclasses.replace(f, encoding=encoding) if f.type == "embedding" else f
                    for f in found.fields)
     return ExportSpec(name=name, layout=layout, description=what, samples=samples,
@@ -215,10 +215,10 @@ def parse_reencode(text: str) -> tuple[int, ...]:
 
 
 def layout_grid(found: Found, raws: Sequence[base.RawSample], source_layout: str, samples: int,
-          layouts: Sequence[str], shard_sizes: Sequence[int], compressions: Sequence[str],
-          image: ImageSpec, tokens: TokensSpec | None = None, audio: AudioSpec | None = None,
-          transcoded_from: str | None = None, text: TextSpec | None = None,
-          tokenized_by: str | None = None) -> tuple[list[Candidate], list[Skipped]]:
+                layouts: Sequence[str], shard_sizes: Sequence[int], compressions: Sequence[str],
+                image: ImageSpec, tokens: TokensSpec | None = None, audio: AudioSpec | None = None,
+                transcoded_from: str | None = None, text: TextSpec | None = None,
+                tokenized_by: str | None = None) -> tuple[list[Candidate], list[Skipped]]:
     tag = f"-q{image.quality}" if image.reencode else ""
     images = (f", images re-encoded as JPEG quality {image.quality} (changes the data)"
               if image.reencode else "")
@@ -259,16 +259,17 @@ def layout_grid(found: Found, raws: Sequence[base.RawSample], source_layout: str
             what = _describe(layout, fields_as, encoding, found, compression) + images
             as_members = (fields_as, BINARY if encoding == LIST else encoding)
             if as_members not in sizes:
-                probe = candidate_spec("probe", "wds", found, samples, image, fields_as=fields_as,
-                              encoding=as_members[1], tokens=tokens, audio=audio, text=text)
+                probe = candidate_spec("probe", "wds", found, samples, image,
+                                       fields_as=fields_as, encoding=as_members[1],
+                                       tokens=tokens, audio=audio, text=text)
                 sizes[as_members] = sample_bytes(probe, raws, source_layout)
             per_sample = sizes[as_members]
             if layout == "files":
                 name = f"files{suffix or '-binary'}{tag}"
                 out.append(Candidate(name, candidate_spec(name, layout, found, samples, image,
-                                                 fields_as=fields_as, encoding=encoding,
-                                                 what=what, tokens=tokens, audio=audio,
-                                                 text=text),
+                                                          fields_as=fields_as, encoding=encoding,
+                                                          what=what, tokens=tokens, audio=audio,
+                                                          text=text),
                                      None, enc, what))
                 continue
             for size in sorted(shard_sizes, reverse=True):
@@ -279,12 +280,11 @@ def layout_grid(found: Found, raws: Sequence[base.RawSample], source_layout: str
                     continue
                 name = f"{layout}{suffix}-{size_name(size)}{tag}"
                 seen.add(key)
-                out.append(Candidate(name, candidate_spec(name, layout, found, samples, image,
-                                                 shard_samples=per_shard, fields_as=fields_as,
-                                                 encoding=encoding, compression=compression,
-                                                 tokens=tokens, audio=audio, text=text,
-                                                 what=f"{what}, about {fmt.nbytes(size)} "
-                                                      f"({fmt.plural(per_shard, 'sample')}) "
-                                                      "a shard"),
-                                     size, enc, what))
+                spec = candidate_spec(name, layout, found, samples, image,
+                                      shard_samples=per_shard, fields_as=fields_as,
+                                      encoding=encoding, compression=compression, tokens=tokens,
+                                      audio=audio, text=text,
+                                      what=f"{what}, about {fmt.nbytes(size)} "
+                                           f"({fmt.plural(per_shard, 'sample')}) a shard")
+                out.append(Candidate(name, spec, size, enc, what))
     return out, skipped

@@ -33,7 +33,7 @@ def candidates(found: Found, raws: Sequence[base.RawSample], source_layout: str,
                compressions: Sequence[str] = ("none",), reencode: Sequence[int] = (),
                tokenizer: TokenizerSpec | None = None, pack_len: int | None = None
                ) -> tuple[list[Candidate], list[Skipped]]:
-    """The grid (the module docstring has it), without duplicates, and the layouts left out
+    """The grid (advise.grid's docstring has it), without duplicates, and the layouts left out
     with the reason; with `reencode`, each sharded candidate again with its images re-encoded
     as JPEG at each quality (named -qQ), sized by the re-encoded images. Text is tokenized by
     `tokenizer` for its token candidates. Where the job packs sequences of `pack_len` ids,
@@ -68,13 +68,13 @@ def _candidates(found: Found, raws: Sequence[base.RawSample], source_layout: str
     if codec == base.TOKENS:  # token ids, copied in their dtype (export.reexport)
         tokens = TokensSpec(dtype=str(base.token_ids(raws[0].image).dtype))
     out, skipped = layout_grid(found, raws, source_layout, samples, layouts, shard_sizes,
-                         compressions, ImageSpec(codec="jpeg" if tokens else codec), tokens)
+                               compressions, ImageSpec(codec="jpeg" if tokens else codec), tokens)
     for q in reencode:
         image = ImageSpec(codec="jpeg", quality=q, reencode=True)
         again = [dataclasses.replace(r, image=reencoded(r.image, image, r.source, r.key),
                                      codec="jpeg") for r in raws]
         more, _ = layout_grid(found, again, source_layout, samples, layouts, shard_sizes,
-                        compressions, image)
+                              compressions, image)
         out += [c for c in more if c.shard_bytes is not None]
     return out, skipped
 
@@ -93,8 +93,8 @@ def audio_candidates(found: Found, raws: Sequence[base.RawSample], source_layout
         again = raws if codec == source else [
             dataclasses.replace(r, image=payload_copy.clip(audio, r), codec=codec) for r in raws]
         more, skipped = layout_grid(found, again, source_layout, samples, layouts, shard_sizes,
-                              compressions, ImageSpec(), audio=audio,
-                              transcoded_from=None if codec == source else source)
+                                    compressions, ImageSpec(), audio=audio,
+                                    transcoded_from=None if codec == source else source)
         out += more
     return out, skipped
 
@@ -107,10 +107,10 @@ def text_candidates(found: Found, raws: Sequence[base.RawSample], source_layout:
     with each text's ids as `tokenizer` encodes them (named -tokens; sized by the ids, in
     uint16 where its ids fit)."""
     out, skipped = layout_grid(found, raws, source_layout, samples, layouts, shard_sizes,
-                         compressions, ImageSpec(), text=TextSpec())
+                               compressions, ImageSpec(), text=TextSpec())
     ids, dtype = _tokenized(raws, tokenizer)
     more, also = layout_grid(found, ids, source_layout, samples, layouts, shard_sizes, compressions,
-                       ImageSpec(), TokensSpec(dtype=dtype), tokenized_by=tokenizer.source)
+                             ImageSpec(), TokensSpec(dtype=dtype), tokenized_by=tokenizer.source)
     both = {s.layout for s in skipped} & {s.layout for s in also}
     return out + more, [Skipped(s.layout, f"dsbench writes neither text nor token ids in "
                                           f"{s.layout}") if s.layout in both and
@@ -171,10 +171,10 @@ def stream_candidates(found: Found, raws: Sequence[base.RawSample], source_layou
         seen.add(min(per_shard, samples))
         name = f"litdata-stream-{size_name(size)}"
         out.append(Candidate(name, candidate_spec(name, "litdata", found, samples, ImageSpec(),
-                                         shard_samples=per_shard, tokens=tokens,
-                                         what=f"{what}, about {fmt.nbytes(size)} "
-                                              f"({fmt.plural(per_shard, 'document')}) a "
-                                              "chunk"),
+                                                  shard_samples=per_shard, tokens=tokens,
+                                                  what=f"{what}, about {fmt.nbytes(size)} "
+                                                       f"({fmt.plural(per_shard, 'document')}) a "
+                                                       "chunk"),
                              size, "-", what))
     if not out:
         return [], [Skipped(STREAM, f"no chunk of --shard-sizes holds a block of {seq_len} ids "

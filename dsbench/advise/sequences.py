@@ -28,15 +28,11 @@ from typing import Any
 
 from dsbench import stats
 from dsbench.errors import DsbenchError
-from dsbench.loader.packing import documents_per_sequence
+from dsbench.loader.packing import documents_per_sequence, packed
 from dsbench.results.types import BenchResult
 
 PER_SAMPLE = ("cpu_s_per_sample", "host_cpu_s_per_sample", "bytes_per_sample",
               "mapped_bytes_per_sample", "files_per_sample", "requests_per_sample")
-
-
-def packed(doc: BenchResult) -> bool:
-    return (doc.get("config") or {}).get("pack") is True
 
 
 def _scale(where: MutableMapping[str, Any], keys: tuple[str, ...], by: float) -> None:

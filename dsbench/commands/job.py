@@ -106,9 +106,11 @@ def options(args: argparse.Namespace, ranks: int) -> JobOptions:
                       sample_rate=args.sample_rate, pack=args.pack)
 
 
-def as_found(opts: JobOptions, found: share.Found, path: str) -> JobOptions:
-    """The job's options for what share.check found its export's samples to carry."""
-    check_kind(found.kind, path, pack=opts.pack, sample_rate=opts.sample_rate)
+def as_found(opts: JobOptions, found: share.Found, path: str, given: tuple[str, ...] = ()
+             ) -> JobOptions:
+    """The job's options for what share.check found its export's samples to carry (`given`:
+    the options for one kind of sample the command line gave)."""
+    check_kind(found.kind, path, pack=opts.pack, sample_rate=opts.sample_rate, given=given)
     return dataclasses.replace(opts, kind=found.kind, rate=found.rate,
                                tokenizer=found.tokenizer.source if found.tokenizer else None)
 
@@ -134,8 +136,7 @@ def run(args: argparse.Namespace) -> int:
     jobs = [options(args, n * nodes) for n in counts]  # every count checked before any starts
     found = share.check(args.path, args.workers, max(counts) * nodes, args.layout,
                         args.seq_len, args.tokenizer)
-    check_kind(found.kind, args.path, given=given(args))
-    jobs = [as_found(opts, found, args.path) for opts in jobs]
+    jobs = [as_found(opts, found, args.path, given(args)) for opts in jobs]
     from dsbench.job.launch import launch
 
     docs = []
@@ -187,7 +188,7 @@ def _as_rank(args: argparse.Namespace, ident: identity.Identity) -> int:
     try:
         found = share.check(args.path, args.workers, ident.world, args.layout, args.seq_len,
                             args.tokenizer)
-        opts = as_found(options(args, ident.world), found, args.path)
+        opts = as_found(options(args, ident.world), found, args.path, given(args))
         doc = rank.run_rank(args.path, opts, ident, found.layout, found.tokenizer)
     except (DsbenchError, RuntimeError) as exc:
         rank.fail(str(ident.rank), exc)

@@ -122,7 +122,7 @@ def run(plan: Plan) -> dict[str, Any]:
     snaps: list[tuple[str, Any]] = []
     # --pack: the ids of the staged documents, and their size as stored (ids, or a text's
     # characters), by which the read documents' ids are known (_read_ids)
-    ids, stored = [0, 0], [0]
+    ids, stored = [0], [0]
 
     def snap(stage: str) -> None:
         snaps.append((stage, kernel() if kernel is not None else counter.snapshot()))
@@ -179,7 +179,7 @@ def run(plan: Plan) -> dict[str, Any]:
         builder.packer.clear()  # the counted samples' sequences start at their first id
     skipped.clear()
     snaps.clear()
-    ids[:], stored[:] = [0, 0], [0]
+    ids[0] = stored[0] = 0
     # The batch's buffers are a worker's shared-memory slot, written over batch after batch:
     # their first touch (page faults) is set-up, not a cost of the samples written into them.
     images.fill(0)

@@ -101,13 +101,18 @@ def documents_per_sequence(run: Mapping[str, Any]) -> float | None:
     return documents / sequences if documents and sequences else None
 
 
+def packed(doc: Mapping[str, Any]) -> bool:
+    """Whether a bench result was measured with --pack."""
+    return (doc.get("config") or {}).get("pack") is True
+
+
 def unlike_samples(base: Mapping[str, Any], cand: Mapping[str, Any]) -> str | None:
     """Why two packed results' samples are not alike (a token stream's block of seq_len ids
     against a document), for compare; None where they are."""
     def stream(doc: Mapping[str, Any]) -> bool:
         return bool((doc["export"].get("tokens") or {}).get("stream"))
 
-    if base["config"].get("pack") and stream(base) != stream(cand):
+    if packed(base) and stream(base) != stream(cand):
         return ("packed, one side's sample is a token stream's block and the other's a "
                 "document (dsbench advise --pack weighs the two per sequence)")
     return None
